@@ -15,12 +15,14 @@ from starlette.routing import Route, WebSocketRoute
 from gateway.adapters import reasoning_blob
 from gateway.adapters.chat_http import create_chat_completion
 from gateway.adapters.responses_http import create_response
+from gateway.adapters.rollouts_http import delete_rollout, get_rollout, rollout_stats
 from gateway.errors import APIError
 from gateway.formats import load_format
 from gateway.http import JSONResponse, api_error_handler, http_error_handler
 from gateway.runtime import Runtime
 from gateway.sampling import GenerationDefaults
 from gateway.settings import Settings
+from gateway.tokenfix.rollouts import RolloutStore
 from gateway.upstream.pool import Pool
 from gateway.ws.connection import responses_websocket
 
@@ -35,6 +37,7 @@ def build_runtime(settings: Settings) -> Runtime:
         format=chat_format,
         defaults=GenerationDefaults.load(settings.model),
         pool=Pool(settings.upstreams, api=settings.upstream_api, health_interval=settings.health_interval),
+        rollouts=RolloutStore(max_tokens=settings.rollout_max_tokens, ttl=settings.rollout_ttl),
     )
 
 
@@ -71,6 +74,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         Route("/v1/responses", create_response, methods=["POST"]),
         WebSocketRoute("/v1/responses", responses_websocket),
         Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
+        Route("/v1/rollouts", rollout_stats, methods=["GET"]),
+        Route("/v1/rollouts/{rollout_id}", get_rollout, methods=["GET"]),
+        Route("/v1/rollouts/{rollout_id}", delete_rollout, methods=["DELETE"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", health, methods=["GET"]),

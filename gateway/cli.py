@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--reasoning-secret", default=_env("reasoning_secret"),
                        help="key authenticating reasoning echoed back by clients (share it between gateways "
                             "behind one load balancer); default: random per process")
+    serve.add_argument("--rollout-max-tokens", type=int, default=int(_env("rollout_max_tokens", "20000000")),
+                       help="tokens all RL rollouts may hold; least recently used rollouts are evicted beyond")
+    serve.add_argument("--rollout-ttl", type=float, default=float(_env("rollout_ttl", "3600")),
+                       help="seconds a rollout lives without a call or an export")
     serve.add_argument("--log-level", default=_env("log_level", "info"))
     serve.set_defaults(env_upstreams=env_upstreams)
     return parser
@@ -69,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         reasoning_parser=args.reasoning_parser, tool_parser=args.tool_parser, log_level=args.log_level,
         max_websocket_connections=args.max_websocket_connections, websocket_lifetime=args.websocket_lifetime,
         websocket_warning=args.websocket_warning, reasoning_secret=args.reasoning_secret,
+        rollout_max_tokens=args.rollout_max_tokens, rollout_ttl=args.rollout_ttl,
     )
     run(settings)
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from gateway.formats.base import ChatFormat
 from gateway.sampling import GenerationDefaults
+from gateway.tokenfix.rollouts import RolloutStore
 from gateway.tokenfix.store import SessionStore
 from gateway.upstream.pool import Pool
 from gateway.ws.cache import ResponseStore
@@ -19,6 +20,7 @@ class Runtime:
     pool: Pool
     sessions: SessionStore = field(default_factory=SessionStore)  # exact tokens by prompt_cache_key
     responses: ResponseStore = field(default_factory=ResponseStore)  # `store: true` responses by id
+    rollouts: RolloutStore = field(default_factory=RolloutStore)  # RL trajectories by rollout_id
 
     @property
     def stop_token_ids(self) -> list[int]:

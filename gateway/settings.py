@@ -23,6 +23,8 @@ class Settings:
     max_websocket_connections: int = 100
     websocket_lifetime: float = 3600.0  # seconds a WebSocket connection may stay open
     websocket_warning: float = 3300.0  # when `connection_expiring` warns of the end
+    rollout_max_tokens: int = 20_000_000  # tokens all rollouts may hold (~13 bytes each); LRU beyond
+    rollout_ttl: float = 3600.0  # seconds a rollout lives without a call or export
     reasoning_secret: str | None = None  # HMAC key of reasoning blobs; None: random per process
 
     @property

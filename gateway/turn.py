@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall
@@ -37,6 +37,8 @@ class TurnRequest:
     sampling: SamplingOptions
     affinity: str | None = None  # session key: same key → same replica
     prefix: TokenState | None = None  # exact tokens of an earlier turn this one may continue
+    # Runs on the rendered prompt before anything goes upstream; may raise APIError (rollout masks).
+    check_prompt: Callable[[Turn], None] | None = None
 
 
 class Turn:
@@ -58,6 +60,8 @@ class Turn:
     async def start(self) -> None:
         """Render and get the prompt accepted by a replica; raises APIError before any output."""
         self.prompt_ids = await self._render()
+        if self.request.check_prompt is not None:
+            self.request.check_prompt(self)
         max_model_len = self.runtime.pool.max_model_len
         requested = self.request.sampling.max_tokens
         if max_model_len is not None:

@@ -1,9 +1,14 @@
-"""POST /v1/chat/completions over the same turn pipeline as the Responses API."""
+"""POST /v1/chat/completions over the same turn pipeline as the Responses API.
+
+The prompt continues from exact earlier tokens when it can: ids the client put on the
+last assistant message, else the `rollout_id`'s trajectory, else the `prompt_cache_key`
+session. A call with `rollout_id` is recorded in that rollout once it finishes.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -12,6 +17,7 @@ from starlette.responses import Response
 
 from gateway.adapters.chat_input import ChatRequest, parse_chat_request
 from gateway.adapters.responses import check_model
+from gateway.adapters.rollout_fields import begin_rollout
 from gateway.conversation import Message, Reasoning, ToolCall
 from gateway.errors import APIError
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
@@ -23,15 +29,32 @@ from gateway.turn import Turn, TurnRequest
 
 async def create_chat_completion(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
-    parsed = parse_chat_request(await read_json(request, request.app.state.settings.max_body_bytes))
+    body = await read_json(request, request.app.state.settings.max_body_bytes)
+    parsed = parse_chat_request(body)
     check_model(runtime, parsed.model)
-    turn = Turn(runtime, TurnRequest(parsed.conversation, parsed.sampling))
+    rollout = begin_rollout(runtime, body)
+    key = parsed.prompt_cache_key
+    prefix = parsed.client_prefix or (rollout.prefix if rollout else None) or (
+        runtime.sessions.get(key) if key else None)
+    turn = Turn(runtime, TurnRequest(parsed.conversation, parsed.sampling, affinity=rollout.rollout_id if rollout
+                                     else key, prefix=prefix, check_prompt=rollout.check if rollout else None))
     await turn.start()
+
+    def remember() -> None:
+        state = turn.token_state()
+        if state is None:
+            return  # an aborted generation is not history
+        if key:
+            runtime.sessions.put(key, state)
+        if rollout:
+            rollout.commit(turn, state)
+
     head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": parsed.model}
     if parsed.stream:
-        return sse_response(_stream(turn, parsed, head))
+        return sse_response(_stream(turn, parsed, head, remember))
     async for _ in turn.events():
         pass
+    remember()
     return JSONResponse(_completion(turn, parsed, head))
 
 
@@ -57,7 +80,8 @@ def _completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[s
     return body
 
 
-async def _stream(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> AsyncIterator[bytes]:
+async def _stream(turn: Turn, parsed: ChatRequest, head: dict[str, Any],
+                  remember: Callable[[], None]) -> AsyncIterator[bytes]:
     def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None, **extra}
         body = {**head, "object": "chat.completion.chunk", "choices": [choice]}
@@ -91,6 +115,7 @@ async def _stream(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> Asyn
         yield b"data: " + orjson.dumps(exc.http_body()) + b"\n\n"
         yield b"data: [DONE]\n\n"
         return
+    remember()
     extra: dict[str, Any] = {}
     if parsed.return_token_ids:
         extra["token_ids"] = turn.output_ids

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.adapters.responses_input import _content_text, _tool, _tool_choice
+from gateway.adapters.rollout_fields import token_ids
 from gateway.adapters.validation import expect, expect_range
 from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from gateway.errors import invalid_request
 from gateway.sampling import SamplingOptions
+from gateway.tokenfix.state import TokenState
 
 
 @dataclass(slots=True)
@@ -21,6 +23,8 @@ class ChatRequest:
     include_usage: bool
     logprobs: bool
     return_token_ids: bool
+    prompt_cache_key: str | None = None
+    client_prefix: TokenState | None = None  # ids on the last assistant message (NeMo-RL convention)
 
 
 def parse_chat_request(body: Any) -> ChatRequest:
@@ -32,8 +36,11 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise invalid_request("'messages' must not be empty.", param="messages", code="empty_input")
     items: list[Item] = []
     names: dict[str, str] = {}
+    last_assistant: tuple[int, dict[str, Any], str] | None = None  # items up to it, message, param
     for i, raw in enumerate(messages):
         items.extend(_message(expect(raw, dict, f"messages[{i}]", optional=False), f"messages[{i}]", names))
+        if raw.get("role") == "assistant":
+            last_assistant = (len(items), raw, f"messages[{i}]")
     instructions = None
     if items and isinstance(items[0], Message) and items[0].role in ("system", "developer"):
         instructions = items.pop(0).text
@@ -60,6 +67,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
     top_logprobs = expect(body.get("top_logprobs"), int, "top_logprobs")
     expect_range(top_logprobs, "top_logprobs", 0, 20)
     return_token_ids = bool(expect(body.get("return_token_ids"), bool, "return_token_ids"))
+    rollout = body.get("rollout_id") is not None  # trajectories carry the sampled tokens' logprobs
     stream_options = expect(body.get("stream_options"), dict, "stream_options") or {}
     sampling = SamplingOptions(
         max_tokens=max_tokens, temperature=temperature, top_p=top_p,
@@ -69,15 +77,24 @@ def parse_chat_request(body: Any) -> ChatRequest:
         presence_penalty=expect(body.get("presence_penalty"), float, "presence_penalty"),
         frequency_penalty=expect(body.get("frequency_penalty"), float, "frequency_penalty"),
         repetition_penalty=expect(body.get("repetition_penalty"), float, "repetition_penalty"),
-        logprobs=(top_logprobs or 0) if (logprobs or return_token_ids) else None,
+        logprobs=(top_logprobs or 0) if (logprobs or return_token_ids or rollout) else None,
     )
     effort = expect(body.get("reasoning_effort"), str, "reasoning_effort")
     conversation = Conversation(items=items, instructions=instructions, tools=tools, tool_choice=tool_choice,
                                 reasoning_effort=effort)
+    prefix = None
+    if last_assistant is not None and (last_assistant[1].get("prompt_token_ids") is not None
+                                       or last_assistant[1].get("generation_token_ids") is not None):
+        covered, raw, param = last_assistant
+        prefix = TokenState.build(conversation, items[:covered - (instructions is not None)],
+                                  token_ids(raw.get("prompt_token_ids"), f"{param}.prompt_token_ids"),
+                                  token_ids(raw.get("generation_token_ids"), f"{param}.generation_token_ids"))
     return ChatRequest(conversation=conversation, sampling=sampling, model=model,
                        stream=bool(expect(body.get("stream"), bool, "stream")),
                        include_usage=bool(stream_options.get("include_usage")), logprobs=logprobs,
-                       return_token_ids=return_token_ids)
+                       return_token_ids=return_token_ids,
+                       prompt_cache_key=expect(body.get("prompt_cache_key"), str, "prompt_cache_key"),
+                       client_prefix=prefix)
 
 
 def _message(raw: dict[str, Any], param: str, names: dict[str, str]) -> list[Item]:

@@ -2,7 +2,9 @@
 
 Codex sends the whole history on every request, keyed by `prompt_cache_key`: the exact
 tokens of the session's previous turn are kept under that key and spliced into the
-next prompt (gateway/tokenfix), and the key pins the session to one replica.
+next prompt (gateway/tokenfix), and the key pins the session to one replica. RL
+clients may send `rollout_id` (and `response_mask`) as extra top-level fields: the
+call is then recorded in that rollout's trajectory, as over Chat Completions.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from starlette.responses import Response
 
 from gateway.adapters.responses import Event, check_model, failed_events, response_events
 from gateway.adapters.responses_events import ResponseWriter
+from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import expect
 from gateway.errors import APIError, invalid_request
 from gateway.http import JSONResponse, read_json, sse_event, sse_response
@@ -31,16 +34,23 @@ async def create_response(request: Request) -> Response:
     previous = _stored(runtime, body)
     parsed = parse_continuation(body, previous)
     check_model(runtime, parsed.model)
+    rollout = begin_rollout(runtime, body)
     key = parsed.prompt_cache_key
-    prefix = previous.tokens if previous and previous.tokens else (runtime.sessions.get(key) if key else None)
+    prefix = previous.tokens if previous and previous.tokens else (rollout.prefix if rollout else None) or (
+        runtime.sessions.get(key) if key else None)
     conversation = parsed.conversation
-    turn = Turn(runtime, TurnRequest(conversation, parsed.sampling, affinity=key, prefix=prefix))
+    if rollout and parsed.sampling.logprobs is None:
+        parsed.sampling.logprobs = 0  # trajectories carry the sampled tokens' logprobs
+    turn = Turn(runtime, TurnRequest(conversation, parsed.sampling, affinity=rollout.rollout_id if rollout else key,
+                                     prefix=prefix, check_prompt=rollout.check if rollout else None))
     writer = ResponseWriter(response_id=new_id("resp"), model=parsed.model, echo=parsed.echo)
 
     def remember(turn: Turn, final: Event) -> None:
         state = turn.token_state()
         if key and state is not None:
             runtime.sessions.put(key, state)
+        if rollout and state is not None:
+            rollout.commit(turn, state)
         if parsed.echo["store"]:
             history = dataclasses.replace(conversation, items=[*conversation.items, *turn.turn_items])
             runtime.responses.put(CachedResponse(writer.response_id, history, state))

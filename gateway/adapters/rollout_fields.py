@@ -1,0 +1,48 @@
+"""The RL request fields shared by Chat Completions and the Responses API.
+
+- `rollout_id`: records the call in that rollout's trajectory (gateway/tokenfix/rollouts.py),
+  continues from its exact tokens and pins it to one replica.
+- `response_mask`: one 0/1 per prompt token the call adds to the rollout (checked with 422).
+- `prompt_token_ids` + `generation_token_ids` on an assistant message (NeMo-RL's
+  convention): the exact tokens behind the history up to that message.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gateway.adapters.validation import expect
+from gateway.errors import invalid_request
+from gateway.runtime import Runtime
+from gateway.tokenfix.rollouts import Pending
+
+_ROLLOUT_ID = re.compile(r"[A-Za-z0-9_.:-]{1,256}")
+
+
+def begin_rollout(runtime: Runtime, body: dict[str, Any]) -> Pending | None:
+    """The call's place in its rollout, or None without `rollout_id`; 410 if the rollout is gone."""
+    rollout_id = expect(body.get("rollout_id"), str, "rollout_id")
+    mask = expect(body.get("response_mask"), list, "response_mask")
+    if rollout_id is None:
+        if mask is not None:
+            raise invalid_request("'response_mask' needs a 'rollout_id': it masks the tokens a call adds to "
+                                  "that rollout.", param="response_mask", code="missing_required_parameter")
+        return None
+    if not _ROLLOUT_ID.fullmatch(rollout_id):
+        raise invalid_request("Invalid 'rollout_id': expected 1-256 characters of A-Z, a-z, 0-9, '_', '.', ':', "
+                              "'-'.", param="rollout_id", code="invalid_value")
+    if mask is not None and any(value not in (0, 1) or isinstance(value, bool) for value in mask):
+        bad = next(v for v in mask if v not in (0, 1) or isinstance(v, bool))
+        raise invalid_request(f"Invalid value in 'response_mask': {bad!r}; expected only 0 and 1.",
+                              param="response_mask", code="invalid_value")
+    return runtime.rollouts.begin(rollout_id, mask)
+
+
+def token_ids(value: Any, param: str) -> list[int]:
+    ids = expect(value, list, param, optional=False)
+    if not all(type(t) is int and t >= 0 for t in ids):
+        raise invalid_request(f"Invalid '{param}': expected an array of token ids (non-negative integers).",
+                              param=param, code="invalid_type")
+    return ids
+
