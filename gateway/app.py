@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
@@ -16,6 +17,7 @@ from gateway.adapters import reasoning_blob
 from gateway.adapters.chat_http import create_chat_completion
 from gateway.adapters.responses_http import create_response
 from gateway.adapters.rollouts_http import delete_rollout, get_rollout, rollout_stats
+from gateway.drain import Drain, DrainMiddleware
 from gateway.errors import APIError
 from gateway.formats import load_format
 from gateway.http import JSONResponse, api_error_handler, http_error_handler
@@ -23,6 +25,7 @@ from gateway.runtime import Runtime
 from gateway.sampling import GenerationDefaults
 from gateway.settings import Settings
 from gateway.tokenfix.rollouts import RolloutStore
+from gateway.upstream.health import HealthPolicy
 from gateway.upstream.pool import Pool
 from gateway.ws.connection import responses_websocket
 
@@ -36,7 +39,8 @@ def build_runtime(settings: Settings) -> Runtime:
         model_name=settings.model_name,
         format=chat_format,
         defaults=GenerationDefaults.load(settings.model),
-        pool=Pool(settings.upstreams, api=settings.upstream_api, health_interval=settings.health_interval),
+        pool=Pool(settings.upstreams, api=settings.upstream_api, resolve_interval=settings.resolve_interval,
+                  policy=HealthPolicy(interval=settings.health_interval, backoff_max=settings.health_backoff_max)),
         rollouts=RolloutStore(max_tokens=settings.rollout_max_tokens, ttl=settings.rollout_ttl),
     )
 
@@ -49,12 +53,20 @@ async def list_models(request: Request) -> Response:
 
 
 async def health(request: Request) -> Response:
+    """Replicas and their state; 200 while at least one is routable."""
     pool = request.app.state.runtime.pool
     healthy = len(pool.healthy)
     body = {"status": "ok" if healthy else "unavailable", "healthy_replicas": healthy,
-            "replicas": [{"url": r.url, "healthy": r.healthy, "api": r.api, "inflight": r.inflight}
-                         for r in pool.replicas]}
+            "draining": request.app.state.drain.draining,
+            "replicas": [{"url": r.url, "state": r.state, "healthy": r.healthy, "api": r.api,
+                          "inflight": r.inflight, "requests": r.requests} for r in pool.replicas]}
     return JSONResponse(body, status_code=200 if healthy else 503)
+
+
+async def ready(request: Request) -> Response:
+    """Readiness for a load balancer: a routable replica, and not shutting down."""
+    is_ready = request.app.state.runtime.pool.ready and not request.app.state.drain.draining
+    return JSONResponse({"ready": is_ready}, status_code=200 if is_ready else 503)
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
@@ -79,11 +91,14 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         Route("/v1/rollouts/{rollout_id}", delete_rollout, methods=["DELETE"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
-        Route("/ready", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
     ]
     handlers = {APIError: api_error_handler, HTTPException: http_error_handler}
-    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
+    drain = Drain(settings.drain_timeout)
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan,
+                    middleware=[Middleware(DrainMiddleware, drain=drain)])
     app.state.settings = settings
+    app.state.drain = drain
     reasoning_blob.use_secret(settings.reasoning_secret)
     app.state.ws_connections = 0  # open WebSocket connections, against settings.max_websocket_connections
     return app

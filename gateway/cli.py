@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="tokens all RL rollouts may hold; least recently used rollouts are evicted beyond")
     serve.add_argument("--rollout-ttl", type=float, default=float(_env("rollout_ttl", "3600")),
                        help="seconds a rollout lives without a call or an export")
+    serve.add_argument("--resolve-interval", type=float, default=float(_env("resolve_interval", "10")),
+                       help="seconds between DNS lookups of an --upstream hostname (a headless Service: one "
+                            "replica per address); 0 resolves once")
+    serve.add_argument("--drain-timeout", type=float, default=float(_env("drain_timeout", "30")),
+                       help="on SIGTERM, seconds in-flight streams may run on before they are stopped")
     serve.add_argument("--log-level", default=_env("log_level", "info"))
     serve.set_defaults(env_upstreams=env_upstreams)
     return parser
@@ -74,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_websocket_connections=args.max_websocket_connections, websocket_lifetime=args.websocket_lifetime,
         websocket_warning=args.websocket_warning, reasoning_secret=args.reasoning_secret,
         rollout_max_tokens=args.rollout_max_tokens, rollout_ttl=args.rollout_ttl,
+        resolve_interval=args.resolve_interval, drain_timeout=args.drain_timeout,
     )
     run(settings)
 
@@ -82,6 +88,9 @@ def run(settings: Settings) -> None:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.drain import GracefulServer
 
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                ws_per_message_deflate=True, ws_max_size=settings.max_body_bytes)
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                            ws_per_message_deflate=True, ws_max_size=settings.max_body_bytes)
+    GracefulServer(config, app).run()

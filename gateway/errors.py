@@ -61,3 +61,8 @@ class UpstreamFailed(APIError):
 
     def __init__(self, message: str, *, status: int = 502) -> None:
         super().__init__(message, status=status, type="server_error", code="upstream_error")
+
+
+def shutting_down() -> APIError:
+    return APIError("The gateway is shutting down; retry on another instance.", status=503, type="server_error",
+                    code="server_shutting_down")

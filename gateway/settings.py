@@ -17,7 +17,10 @@ class Settings:
     chat_format: str = "auto"  # auto | harmony | hf
     reasoning_parser: str = "auto"  # auto | qwen3 | none
     tool_parser: str = "auto"  # auto | hermes | none
-    health_interval: float = 5.0
+    health_interval: float = 5.0  # seconds between health checks of a routable replica
+    health_backoff_max: float = 30.0  # cap of the retry backoff of a failing replica
+    resolve_interval: float = 10.0  # seconds between DNS lookups of hostname upstreams (0: once)
+    drain_timeout: float = 30.0  # on SIGTERM, how long in-flight streams may run on
     max_body_bytes: int = 64 * 1024 * 1024
     log_level: str = "info"
     max_websocket_connections: int = 100

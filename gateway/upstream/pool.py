@@ -1,43 +1,67 @@
-"""The replica pool: probing, health monitoring and picking a replica for a request."""
+"""The replica pool: which replicas exist, which are routable, and which gets a request.
+
+Membership comes from `discovery` (re-resolved every `resolve_interval` when an upstream
+is a DNS name), health from one `health.watch` task per replica, the choice from
+`routing.pick`.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Sequence
 
 import httpx
 
 from gateway.errors import UpstreamUnavailable
-from gateway.upstream.protocol import UpstreamAPI
+from gateway.upstream import health, routing
+from gateway.upstream.discovery import Resolver
+from gateway.upstream.health import HealthPolicy
 from gateway.upstream.replica import Replica
 
 log = logging.getLogger(__name__)
 
 
 class Pool:
-    def __init__(self, urls: Sequence[str], *, api: str = "auto", health_interval: float = 5.0,
+    def __init__(self, upstreams: Sequence[str], *, api: str = "auto", policy: HealthPolicy | None = None,
+                 resolve_interval: float = 10.0, load_factor: float = routing.LOAD_FACTOR,
                  timeout: httpx.Timeout | None = None) -> None:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
         self.client = httpx.AsyncClient(timeout=timeout or httpx.Timeout(None, connect=5.0), limits=limits)
-        self.replicas = [Replica(url=url.rstrip("/"), client=self.client) for url in urls]
+        self.resolver = Resolver(upstreams)
         self.api = api
-        self.health_interval = health_interval
-        self._monitor: asyncio.Task | None = None
+        self.policy = policy or HealthPolicy()
+        self.resolve_interval = resolve_interval
+        self.load_factor = load_factor
+        self.replicas: list[Replica] = []
+        self._watchers: dict[Replica, asyncio.Task] = {}
+        self._resolving: asyncio.Task | None = None
 
     async def start(self) -> None:
-        await asyncio.gather(*(self.probe(replica) for replica in self.replicas))
-        self._monitor = asyncio.create_task(self._monitor_loop())
+        """Resolve and try to admit every replica once (so a healthy pool serves at once),
+        then keep watching."""
+        added = self.sync(await self.resolver.resolve(), watch=False)
+        await asyncio.gather(*(health.admit(r, self.api, self.policy) for r in added))
+        for replica in added:
+            self._watch(replica)
+        if self.resolver.dynamic and self.resolve_interval > 0:
+            self._resolving = asyncio.create_task(self._resolve_loop())
 
     async def close(self) -> None:
-        if self._monitor:
-            self._monitor.cancel()
+        tasks = [*self._watchers.values(), *([self._resolving] if self._resolving else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.client.aclose()
 
     @property
     def healthy(self) -> list[Replica]:
+        """The routable replicas."""
         return [r for r in self.replicas if r.healthy]
+
+    @property
+    def ready(self) -> bool:
+        return any(r.healthy for r in self.replicas)
 
     @property
     def max_model_len(self) -> int | None:
@@ -45,54 +69,46 @@ class Pool:
         return min(lengths) if lengths else None
 
     def pick(self, affinity: str | None = None, exclude: Sequence[Replica] = ()) -> Replica:
-        """Same affinity key → same replica while it is healthy (its prefix cache is warm);
-        otherwise the replica with the fewest requests in flight."""
+        """The session's replica (bounded load) for an affinity key, else the least busy one."""
         candidates = [r for r in self.replicas if r.healthy and r not in exclude]
         if not candidates:
             raise UpstreamUnavailable("no healthy vLLM replica is available")
-        if affinity is not None:
-            return max(candidates, key=lambda r: _rendezvous(affinity, r.url))
-        return min(candidates, key=lambda r: r.inflight)
+        return routing.pick(candidates, affinity, load_factor=self.load_factor)
 
-    async def probe(self, replica: Replica) -> None:
-        """Learn the served model, max_model_len and which token endpoint works."""
-        try:
-            models = (await self.client.get(replica.url + "/v1/models", timeout=5.0)).json()["data"][0]
-            replica.served_model = models["id"]
-            replica.max_model_len = models.get("max_model_len")
-            replica.api = await self._detect_api(replica)
-            replica.healthy = (await self.client.get(replica.url + "/health", timeout=5.0)).status_code == 200
-        except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-            replica.healthy = False
-            log.warning("replica %s not ready: %r", replica.url, exc)
-            return
-        log.info("replica %s: model=%s max_model_len=%s api=%s", replica.url, replica.served_model,
-                 replica.max_model_len, replica.api)
+    def interrupt(self) -> int:
+        """Fail every open upstream stream (shutdown deadline); returns how many."""
+        return sum(replica.interrupt() for replica in self.replicas)
 
-    async def _detect_api(self, replica: Replica) -> UpstreamAPI:
-        if self.api != "auto":
-            return self.api  # type: ignore[return-value]
-        body = {"model": replica.served_model, "token_ids": [0], "sampling_params": {"max_tokens": 1}}
-        response = await self.client.post(replica.url + "/inference/v1/generate", json=body, timeout=30.0)
-        return "generate" if response.status_code == 200 else "completions"
+    def sync(self, urls: Sequence[str], *, watch: bool = True) -> list[Replica]:
+        """Make the membership `urls`: new replicas start unroutable (admitted by their
+        watcher after warmup); vanished ones drain, and leave once idle. Returns the new ones."""
+        known = {r.url: r for r in self.replicas}
+        added = [Replica(url=url, client=self.client) for url in urls if url not in known]
+        for replica in self.replicas:
+            if replica.url not in urls and replica.state != "draining":
+                log.info("replica %s left the upstream set; draining it", replica.url)
+                replica.state = "draining"
+                self._unwatch(replica)
+            elif replica.url in urls and replica.state == "draining":
+                log.info("replica %s is back", replica.url)
+                replica.state = "starting"
+                self._watch(replica)
+        self.replicas = [r for r in self.replicas if r.state != "draining" or r.inflight] + added
+        if watch:
+            for replica in added:
+                self._watch(replica)
+        for replica in added:
+            log.info("replica %s joined", replica.url)
+        return added
 
-    async def _monitor_loop(self) -> None:
+    def _watch(self, replica: Replica) -> None:
+        self._watchers[replica] = asyncio.create_task(health.watch(replica, self.api, self.policy))
+
+    def _unwatch(self, replica: Replica) -> None:
+        if (task := self._watchers.pop(replica, None)) is not None:
+            task.cancel()
+
+    async def _resolve_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.health_interval)
-            await asyncio.gather(*(self._check(r) for r in self.replicas))
-
-    async def _check(self, replica: Replica) -> None:
-        if replica.served_model is None:
-            await self.probe(replica)
-            return
-        try:
-            ok = (await self.client.get(replica.url + "/health", timeout=5.0)).status_code == 200
-        except httpx.HTTPError:
-            ok = False
-        if ok != replica.healthy:
-            log.warning("replica %s is now %s", replica.url, "healthy" if ok else "unhealthy")
-        replica.healthy = ok
-
-
-def _rendezvous(key: str, url: str) -> int:
-    return int.from_bytes(hashlib.blake2b(f"{key}|{url}".encode(), digest_size=8).digest(), "big")
+            await asyncio.sleep(self.resolve_interval)
+            self.sync(await self.resolver.resolve())

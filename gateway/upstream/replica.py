@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -22,15 +23,32 @@ RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 @dataclass(eq=False)
 class Replica:
+    """`state`: "starting" (probing and warming up), "ready" (routable), "ejected" (failing;
+    re-probed with backoff) or "draining" (gone from DNS; dropped once idle)."""
+
     url: str
     client: httpx.AsyncClient
     api: UpstreamAPI = "completions"
-    healthy: bool = False
-    inflight: int = 0
+    state: str = "starting"
+    inflight: int = 0  # requests picked for this replica and not finished
+    requests: int = 0  # requests sent, ever
     max_model_len: int | None = None
     served_model: str | None = None
+    streams: set[UpstreamStream] = field(default_factory=set)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # set: health-check now
 
-    async def open(self, prompt_ids: list[int], sampling: dict[str, Any], request_id: str) -> "UpstreamStream":
+    @property
+    def healthy(self) -> bool:
+        """Routable: probed, warmed up and passing its health checks."""
+        return self.state == "ready"
+
+    def eject(self, reason: str) -> None:
+        if self.state == "ready":
+            log.warning("replica %s ejected: %s", self.url, reason)
+            self.state = "ejected"
+        self.wake.set()
+
+    async def open(self, prompt_ids: list[int], sampling: dict[str, Any], request_id: str) -> UpstreamStream:
         """Send the request and wait for the replica to accept it (HTTP 200).
 
         Raises UpstreamUnavailable when nothing was accepted, so the caller may try
@@ -40,18 +58,30 @@ class Replica:
                             sampling=sampling, request_id=request_id, stream=True)
         request = self.client.build_request("POST", self.url + PATHS[self.api], content=orjson.dumps(body),
                                             headers={"content-type": "application/json"})
+        self.inflight += 1  # counted from now, so concurrent picks see it
+        self.requests += 1
         try:
             response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
+            self.inflight -= 1
+            if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+                self.eject(f"unreachable: {exc!r}")
             raise UpstreamUnavailable(f"replica {self.url} is unreachable: {exc!r}") from exc
         if response.status_code != 200:
+            self.inflight -= 1
             text = (await response.aread()).decode(errors="replace")[:500]
             await response.aclose()
             if response.status_code in RETRYABLE_STATUS:
                 raise UpstreamUnavailable(f"replica {self.url} answered {response.status_code}: {text}")
             raise UpstreamFailed(f"replica {self.url} rejected the request ({response.status_code}): {text}")
-        self.inflight += 1
         return UpstreamStream(self, response, request_id)
+
+    def interrupt(self) -> int:
+        """Fail every open stream (the gateway is shutting down); returns how many."""
+        streams = list(self.streams)
+        for stream in streams:
+            stream.interrupt()
+        return len(streams)
 
     async def abort(self, request_id: str) -> None:
         """Closing the stream already makes vLLM abort; the abort endpoint makes sure."""
@@ -73,11 +103,18 @@ class UpstreamStream:
         self._response = response
         self._finished = False
         self._closed = False
+        self._interrupted = False
+        self._reader: asyncio.Task | None = None  # the task waiting for the next line, if one is
+        replica.streams.add(self)
 
     async def __aiter__(self) -> AsyncIterator[TokenChunk | Usage]:
         api, url = self.replica.api, self.replica.url
+        lines = self._response.aiter_lines()
         try:
-            async for line in self._response.aiter_lines():
+            while not self._interrupted:
+                line = await self._next_line(lines)
+                if line is None:
+                    break
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
@@ -94,14 +131,38 @@ class UpstreamStream:
                 if (usage := parse_usage(payload)) is not None:
                     yield usage
         except httpx.HTTPError as exc:
+            self.replica.wake.set()  # a dead replica is found (and ejected) by the next health check
             raise UpstreamFailed(f"replica {url} stream broke: {exc!r}") from exc
+        if self._interrupted:
+            raise UpstreamFailed("the gateway is shutting down; the generation was stopped")
         raise UpstreamFailed(f"replica {url} closed the stream before it finished")
+
+    async def _next_line(self, lines: AsyncIterator[str]) -> str | None:
+        self._reader = asyncio.current_task()
+        try:
+            return await anext(lines)
+        except StopAsyncIteration:
+            return None
+        except asyncio.CancelledError:
+            if not self._interrupted or self._reader is None:
+                raise
+            self._reader.uncancel()  # our own cancel (interrupt): end the stream as failed instead
+            return None
+        finally:
+            self._reader = None
+
+    def interrupt(self) -> None:
+        """Stop waiting for tokens: iteration raises UpstreamFailed, and `aclose()` aborts upstream."""
+        self._interrupted = True
+        if self._reader is not None:
+            self._reader.cancel()
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
         self.replica.inflight -= 1
+        self.replica.streams.discard(self)
         await self._response.aclose()
         if not self._finished:
             await self.replica.abort(self.request_id)

@@ -24,7 +24,7 @@ from gateway.adapters.responses import Event, check_model, failed_events, respon
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.adapters.validation import expect
-from gateway.errors import APIError
+from gateway.errors import APIError, shutting_down
 from gateway.ids import new_id
 from gateway.runtime import Runtime
 from gateway.settings import Settings
@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 # What sending on a socket the client (or we) already closed raises.
 _GONE = (WebSocketDisconnect, WebSocketDisconnected)
 TRY_AGAIN_LATER = 1013
+GOING_AWAY = 1001
 
 
 async def responses_websocket(websocket: WebSocket) -> None:
@@ -54,9 +55,12 @@ async def responses_websocket(websocket: WebSocket) -> None:
         await websocket.close(code=TRY_AGAIN_LATER)
         return
     state.ws_connections += 1
+    socket = ResponsesSocket(websocket, state.runtime, settings)
+    state.drain.sockets.add(socket)  # on shutdown: finish what runs, then close with 1001
     try:
-        await ResponsesSocket(websocket, state.runtime, settings).serve()
+        await socket.serve()
     finally:
+        state.drain.sockets.discard(socket)
         state.ws_connections -= 1
 
 
@@ -68,12 +72,24 @@ class ResponsesSocket:
         self.connection_id = new_id("ws")
         self.cache = ResponseCache()
         self.lanes: Lanes[CreateRequest] = Lanes(self._respond)
+        self.close_code = 1000
+        self._reader: asyncio.Task | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.lanes.busy
+
+    def go_away(self) -> None:
+        """The server is shutting down: stop, cancel what still runs, close with 1001."""
+        self.close_code = GOING_AWAY
+        if self._reader is not None:
+            self._reader.cancel()
 
     async def serve(self) -> None:
         """Read frames until the client leaves or the lifetime ends; then cancel what is in
         flight (closing a turn's event stream aborts its upstream request)."""
         log.info("websocket %s opened", self.connection_id)
-        reader = asyncio.create_task(self._read_frames())
+        reader = self._reader = asyncio.create_task(self._read_frames())
         expiry = asyncio.create_task(self._expire())
         try:
             await asyncio.wait({reader, expiry}, return_when=asyncio.FIRST_COMPLETED)
@@ -106,6 +122,8 @@ class ResponsesSocket:
             await self._send_error(invalid_json(f"got a JSON {type(frame).__name__}"))
             return
         try:
+            if self.websocket.app.state.drain.draining:
+                raise shutting_down()
             request = read_create(frame)
             self.lanes.submit(request.stream_id, request)
         except APIError as exc:
@@ -232,7 +250,7 @@ class ResponsesSocket:
         if WebSocketState.DISCONNECTED in (websocket.application_state, websocket.client_state):
             return
         with contextlib.suppress(*_GONE, OSError):
-            await websocket.close(code=1000)
+            await websocket.close(code=self.close_code)
 
 
 async def _send(websocket: WebSocket, event: dict[str, Any]) -> None:

@@ -42,6 +42,11 @@ class Lanes(Generic[Job]):
             raise concurrent_request(f"{self.max_queued} responses are already queued on this lane")
         queue.append(job)
 
+    @property
+    def busy(self) -> bool:
+        """Some request is running or queued."""
+        return bool(self._queues)
+
     async def _drain(self, lane: str | None, queue: deque[Job]) -> None:
         try:
             while queue:

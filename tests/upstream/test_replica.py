@@ -7,7 +7,6 @@ import respx
 
 from gateway.errors import UpstreamFailed, UpstreamUnavailable
 from gateway.upstream.chunks import TokenChunk, Usage
-from gateway.upstream.pool import Pool
 from gateway.upstream.replica import Replica
 
 URL = "http://replica-a:8000"
@@ -103,22 +102,3 @@ async def test_stream_cut_without_done_is_a_failure(client):
     respx.post(URL + "/inference/v1/abort_requests").mock(return_value=httpx.Response(200))
     with pytest.raises(UpstreamFailed, match="before it finished"):
         await collect(Replica(URL, client, api="generate"))
-
-
-async def test_pool_affinity_and_least_loaded():
-    pool = Pool(["http://a", "http://b", "http://c"])
-    for replica in pool.replicas:
-        replica.healthy = True
-    chosen = pool.pick("session-1")
-    assert all(pool.pick("session-1") is chosen for _ in range(5))
-    keys = {pool.pick(f"s{i}").url for i in range(50)}
-    assert keys == {"http://a", "http://b", "http://c"}  # sessions spread over replicas
-    pool.replicas[0].inflight, pool.replicas[1].inflight, pool.replicas[2].inflight = 3, 1, 2
-    assert pool.pick().url == "http://b"
-    chosen.healthy = False
-    assert pool.pick("session-1") is not chosen
-    for replica in pool.replicas:
-        replica.healthy = False
-    with pytest.raises(UpstreamUnavailable):
-        pool.pick()
-    await pool.close()

@@ -1,0 +1,98 @@
+"""Admitting, watching and ejecting one replica.
+
+A replica is routable only after it answered /health, told us its model, and served a
+one-token warmup generation on the token endpoint the turns use (vLLM's /health is 200
+before the first request has compiled anything). A routable replica is checked every
+`interval`; a failing one (or one a request found unreachable) is ejected and re-admitted
+the same way, retried with capped exponential backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+import httpx
+
+from gateway.ids import new_id
+from gateway.upstream.protocol import PATHS, UpstreamAPI, request_body
+from gateway.upstream.replica import Replica
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    interval: float = 5.0  # between checks of a routable replica
+    backoff_min: float = 0.5  # first retry of a failing replica; doubles up to backoff_max
+    backoff_max: float = 30.0
+    timeout: float = 5.0  # of /health and /v1/models
+    warmup_timeout: float = 120.0  # the first generation may compile kernels
+
+
+async def admit(replica: Replica, api: str, policy: HealthPolicy) -> bool:
+    """Probe and warm up `replica`; True (and routable) if it served the warmup."""
+    client = replica.client
+    try:
+        (await client.get(replica.url + "/health", timeout=policy.timeout)).raise_for_status()
+        models = await client.get(replica.url + "/v1/models", timeout=policy.timeout)
+        model = models.raise_for_status().json()["data"][0]
+        replica.served_model = model["id"]
+        replica.max_model_len = model.get("max_model_len")
+        replica.api = api if api != "auto" else await _detect_api(replica, policy)  # type: ignore[assignment]
+        await _warmup(replica, policy)
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+        log.info("replica %s not ready: %r", replica.url, exc)
+        return False
+    if replica.state in ("starting", "ejected"):  # not dropped from DNS meanwhile
+        replica.state = "ready"
+    log.info("replica %s ready: model=%s max_model_len=%s api=%s", replica.url, replica.served_model,
+             replica.max_model_len, replica.api)
+    return True
+
+
+async def check(replica: Replica, policy: HealthPolicy) -> bool:
+    try:
+        return (await replica.client.get(replica.url + "/health", timeout=policy.timeout)).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+async def watch(replica: Replica, api: str, policy: HealthPolicy) -> None:
+    """Run for the replica's lifetime in the pool: keep `replica.state` true to what it can do."""
+    delay = policy.backoff_min
+    while True:
+        if replica.healthy:
+            await _sleep(replica, policy.interval)
+            if replica.healthy and not await check(replica, policy):
+                replica.eject("health check failed")
+            continue
+        if await admit(replica, api, policy):
+            delay = policy.backoff_min
+            continue
+        await _sleep(replica, delay)
+        delay = min(delay * 2, policy.backoff_max)
+
+
+async def _sleep(replica: Replica, seconds: float) -> None:
+    """Sleep, unless a request saw the replica fail (`replica.wake`): then check at once."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(replica.wake.wait(), seconds)
+    replica.wake.clear()
+
+
+async def _detect_api(replica: Replica, policy: HealthPolicy) -> UpstreamAPI:
+    """/inference/v1/generate if the replica serves it (vLLM --enable-scale-out), else /v1/completions."""
+    body = request_body("generate", model=replica.served_model or "", prompt_ids=[0], sampling={"max_tokens": 1},
+                        request_id=new_id("probe"), stream=False)
+    response = await replica.client.post(replica.url + PATHS["generate"], json=body, timeout=policy.warmup_timeout)
+    return "generate" if response.status_code == 200 else "completions"
+
+
+async def _warmup(replica: Replica, policy: HealthPolicy) -> None:
+    body = request_body(replica.api, model=replica.served_model or "", prompt_ids=[0], sampling={"max_tokens": 1},
+                        request_id=new_id("warmup"), stream=False)
+    response = await replica.client.post(replica.url + PATHS[replica.api], json=body, timeout=policy.warmup_timeout)
+    response.raise_for_status()

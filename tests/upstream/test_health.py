@@ -1,0 +1,118 @@
+"""Admission, ejection and backoff of one replica, with faults injected by respx."""
+
+from __future__ import annotations
+
+import httpx
+import orjson
+import pytest
+import respx
+
+from gateway.upstream import health
+from gateway.upstream.health import HealthPolicy
+from gateway.upstream.replica import Replica
+
+URL = "http://10.0.0.1:8000"
+MODELS = {"object": "list", "data": [{"id": "tiny-qwen3", "object": "model", "max_model_len": 4096}]}
+COMPLETION = {"choices": [{"index": 0, "text": "", "token_ids": [11], "finish_reason": "length"}]}
+
+
+@pytest.fixture
+async def replica():
+    async with httpx.AsyncClient() as client:
+        yield Replica(URL, client)
+
+
+@respx.mock
+async def test_admitted_only_after_a_one_token_warmup_on_the_token_endpoint(replica):
+    respx.get(URL + "/health").mock(return_value=httpx.Response(200))
+    respx.get(URL + "/v1/models").mock(return_value=httpx.Response(200, json=MODELS))
+    generate = respx.post(URL + "/inference/v1/generate").mock(
+        side_effect=[httpx.Response(200, json={"choices": [{"token_ids": [11]}]}),  # the endpoint probe
+                     httpx.Response(500, text="engine not ready"),  # the warmup fails: not routable
+                     httpx.Response(200, json={"choices": [{"token_ids": [11]}]}),
+                     httpx.Response(200, json={"choices": [{"token_ids": [11]}]})])
+    assert not await health.admit(replica, "auto", HealthPolicy())
+    assert replica.state == "starting" and not replica.healthy
+    assert await health.admit(replica, "auto", HealthPolicy())
+    assert replica.healthy and replica.api == "generate"
+    assert (replica.served_model, replica.max_model_len) == ("tiny-qwen3", 4096)
+    warmup = orjson.loads(generate.calls[-1].request.content)
+    assert warmup["token_ids"] == [0] and warmup["sampling_params"]["max_tokens"] == 1
+    assert warmup["model"] == "tiny-qwen3" and warmup["stream"] is False
+
+
+@respx.mock
+async def test_warmup_uses_completions_when_generate_is_not_served(replica):
+    respx.get(URL + "/health").mock(return_value=httpx.Response(200))
+    respx.get(URL + "/v1/models").mock(return_value=httpx.Response(200, json=MODELS))
+    respx.post(URL + "/inference/v1/generate").mock(return_value=httpx.Response(403, text="scale-out disabled"))
+    completions = respx.post(URL + "/v1/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
+    assert await health.admit(replica, "auto", HealthPolicy())
+    assert replica.api == "completions"
+    assert orjson.loads(completions.calls[0].request.content)["prompt"] == [0]
+
+
+@respx.mock
+async def test_failing_replica_is_ejected_retried_with_capped_backoff_and_readmitted(replica, monkeypatch):
+    up = True
+    respx.get(URL + "/health").mock(side_effect=lambda request: httpx.Response(200 if up else 503))
+    respx.get(URL + "/v1/models").mock(return_value=httpx.Response(200, json=MODELS))
+    respx.post(URL + "/v1/completions").mock(return_value=httpx.Response(200, json=COMPLETION))
+    replica.state = "ready"
+    sleeps: list[tuple[float, str]] = []
+
+    class Done(Exception):
+        pass
+
+    async def fake_sleep(r: Replica, seconds: float) -> None:
+        nonlocal up
+        sleeps.append((seconds, r.state))
+        if len(sleeps) == 1:
+            up = False  # the replica dies during the first interval
+        elif len(sleeps) == 7:
+            up = True  # and comes back after six failed attempts
+        elif len(sleeps) == 8:
+            raise Done
+
+    monkeypatch.setattr(health, "_sleep", fake_sleep)
+    policy = HealthPolicy(interval=5.0, backoff_min=0.5, backoff_max=8.0)
+    with pytest.raises(Done):
+        await health.watch(replica, "completions", policy)
+    assert sleeps == [(5.0, "ready"), (0.5, "ejected"), (1.0, "ejected"), (2.0, "ejected"), (4.0, "ejected"),
+                      (8.0, "ejected"), (8.0, "ejected"), (5.0, "ready")]
+
+
+@respx.mock
+async def test_connection_refused_by_a_request_ejects_at_once(replica):
+    respx.post(URL + "/v1/completions").mock(side_effect=httpx.ConnectError("connection refused"))
+    replica.state, replica.served_model = "ready", "tiny-qwen3"
+    with pytest.raises(Exception, match="unreachable"):
+        await replica.open([1, 2], {"max_tokens": 1}, "r1")
+    assert replica.state == "ejected" and replica.wake.is_set()  # the watcher re-probes now
+    assert replica.inflight == 0 and replica.requests == 1
+
+
+@respx.mock
+async def test_a_broken_stream_triggers_a_health_check_but_a_busy_answer_does_not(replica):
+    respx.post(URL + "/v1/completions").mock(side_effect=[
+        httpx.Response(503, text="overloaded"),
+        httpx.Response(200, stream=BrokenStream()),
+    ])
+    respx.post(URL + "/inference/v1/abort_requests").mock(return_value=httpx.Response(200))
+    replica.state = "ready"
+    with pytest.raises(Exception, match="503"):
+        await replica.open([1], {}, "r1")
+    assert replica.healthy and not replica.wake.is_set()
+    stream = await replica.open([1], {}, "r2")
+    with pytest.raises(Exception, match="stream broke"):
+        async for _ in stream:
+            pass
+    await stream.aclose()
+    assert replica.wake.is_set() and replica.healthy  # ejected only if the health check fails
+    assert replica.inflight == 0 and not replica.streams
+
+
+class BrokenStream(httpx.AsyncByteStream):
+    async def __aiter__(self):
+        yield b'data: {"choices": [{"index": 0, "token_ids": [5]}]}\n\n'
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
