@@ -45,6 +45,7 @@ class Script:
     per streamed event (default one each). `error_after` sends vLLM's in-stream error
     event after that many chunks; `status` != 200 answers with vLLM's error body instead.
     `hang` keeps the stream open after the last scripted chunk until the client leaves.
+    `drop_after` cuts the connection after that many chunks, as a replica that died would.
     """
 
     token_ids: list[int]
@@ -58,6 +59,7 @@ class Script:
     error_message: str = "scripted failure"
     status: int = 200
     hang: bool = False
+    drop_after: int | None = None
     cached_tokens: int | None = None
 
 
@@ -245,6 +247,8 @@ class FakeVLLM:
                              "code": 500}
                     yield f"data: {json.dumps({'error': error})}\n\n".encode()
                     break
+                if index == script.drop_after:
+                    raise ConnectionDropped  # uvicorn closes the socket mid-body
                 if index and script.delay:
                     await asyncio.sleep(script.delay)
                 yield b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
@@ -256,6 +260,10 @@ class FakeVLLM:
         finally:
             if not finished:
                 self.disconnected.append(request_id)
+
+
+class ConnectionDropped(Exception):
+    pass
 
 
 class _Output:

@@ -12,6 +12,7 @@ import httpx
 import uvicorn
 
 from gateway.app import create_app
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 
 
@@ -22,10 +23,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_gateway(settings: Settings) -> Iterator[str]:
-    """Yield the gateway's base URL (http://127.0.0.1:PORT) while it serves `settings`."""
+def running_gateway(settings: Settings, runtime: Runtime | None = None) -> Iterator[str]:
+    """Yield the gateway's base URL (http://127.0.0.1:PORT) while it serves `settings`
+    (with `runtime`, if given, so a test can look at its pool and caches)."""
     settings.port = settings.port if settings.port not in (0, 8080) else free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=settings.port, log_level="warning",
+    config = uvicorn.Config(create_app(settings, runtime), host="127.0.0.1", port=settings.port, log_level="warning",
                             ws_per_message_deflate=True)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

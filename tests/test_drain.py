@@ -1,0 +1,132 @@
+"""SIGTERM on a real `vllm-gateway serve` process: drain, then exit.
+
+In flight at the signal: a short SSE stream (finishes within --drain-timeout), a long SSE
+stream and a long WebSocket response (outlive it), and an idle WebSocket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from tests.support.fake_vllm import FakeVLLM, Script
+from tests.support.gateway_server import free_port
+
+IM_END = 151645
+WORD = 9707  # "Hello"
+DRAIN_TIMEOUT = 4.0
+
+
+@pytest.fixture
+def gateway(qwen_tokenizer_dir, tmp_path: Path):
+    with FakeVLLM() as fake:
+        port = free_port()
+        log = (tmp_path / "gateway.log").open("wb")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--upstream", fake.url, "--model", str(qwen_tokenizer_dir),
+             "--served-model-name", "tiny-qwen3", "--port", str(port), "--drain-timeout", str(DRAIN_TIMEOUT)],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 120
+            while not _ready(url):
+                assert process.poll() is None, (tmp_path / "gateway.log").read_text()
+                assert time.monotonic() < deadline, "the gateway did not become ready"
+                time.sleep(0.2)
+            fake.requests.clear()
+            yield url, process, fake
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            log.close()
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/ready").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+async def sse_stream(client: httpx.AsyncClient, url: str, started: asyncio.Event) -> list[str]:
+    body = {"model": "tiny-qwen3", "input": "Talk", "stream": True}
+    types = []
+    async with client.stream("POST", url + "/v1/responses", json=body) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                types.append(json.loads(line[5:])["type"])
+                if types[-1] == "response.output_text.delta":
+                    started.set()
+    return types
+
+
+async def ws_response(ws, started: asyncio.Event) -> tuple[list[dict], int | None]:
+    await ws.send(orjson.dumps({"type": "response.create", "model": "tiny-qwen3", "input": "Talk"}).decode())
+    events = []
+    try:
+        async for frame in ws:
+            events.append(orjson.loads(frame))
+            if events[-1]["type"] == "response.output_text.delta":
+                started.set()
+    except ConnectionClosed:
+        pass
+    return events, ws.close_code
+
+
+async def test_sigterm_drains_streams_then_closes_sockets_going_away(gateway):
+    url, process, fake = gateway
+    ws_url = url.replace("http://", "ws://") + "/v1/responses"
+    long = Script([WORD] * 2000 + [IM_END], delay=0.02)  # ~40 s: outlives the drain deadline
+    short = Script([WORD] * 60 + [IM_END], delay=0.02)  # ~1.2 s: finishes within it
+    async with httpx.AsyncClient(timeout=60) as client, connect(ws_url) as busy_ws, connect(ws_url) as idle_ws:
+        started = [asyncio.Event() for _ in range(3)]
+        fake.queue(long)
+        long_sse = asyncio.create_task(sse_stream(client, url, started[0]))
+        await started[0].wait()
+        fake.queue(long)
+        long_ws = asyncio.create_task(ws_response(busy_ws, started[1]))
+        await started[1].wait()
+        fake.queue(short)
+        short_sse = asyncio.create_task(sse_stream(client, url, started[2]))
+        await started[2].wait()
+
+        process.send_signal(signal.SIGTERM)
+        while (await client.get(url + "/ready")).status_code == 200:
+            await asyncio.sleep(0.05)
+        refused = await client.post(url + "/v1/responses", json={"model": "tiny-qwen3", "input": "x"})
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down"
+        with pytest.raises(InvalidStatus) as denied:
+            async with connect(ws_url):
+                pass
+        assert denied.value.response.status_code == 503
+        assert not short_sse.done()
+
+        short_types = await short_sse
+        assert short_types[-1] == "response.completed" and short_types.count("response.output_text.delta") == 60
+        long_types = await long_sse
+        assert long_types[-1] == "response.failed"  # a proper end, not a cut stream
+        assert "response.completed" not in long_types
+        ws_events, close_code = await long_ws
+        assert ws_events[-1]["type"] == "response.failed"
+        assert "shutting down" in ws_events[-1]["response"]["error"]["message"]
+        assert close_code == 1001
+        with pytest.raises(ConnectionClosed):
+            await idle_ws.recv()
+        assert idle_ws.close_code == 1001
+
+    assert await asyncio.to_thread(process.wait, 30) == 0
+    assert len(fake.aborted) == 2  # both long generations were aborted upstream
+    assert len(fake.completed) == 1
