@@ -240,6 +240,7 @@ class VLLMProcess:
         # Engine children may outlive the API server; none may survive it.
         _signal_group(process.pid, signal.SIGKILL)
         process.wait()
+        _wait_group_gone(process.pid, timeout=5.0)
 
     def __enter__(self) -> Self:
         self.start()
@@ -271,3 +272,14 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         pass
+
+
+def _wait_group_gone(pgid: int, timeout: float) -> None:
+    """Until the killed group's last member has died (SIGKILL is not instantaneous)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
