@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 # Answers that mean "this replica cannot take it now": another replica may.
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
+YIELD_EVERY = 16  # upstream reads between turns given to the other tasks
+
 
 @dataclass(eq=False)
 class Replica:
@@ -75,6 +77,98 @@ class Replica:
                 raise UpstreamUnavailable(f"replica {self.url} answered {response.status_code}: {text}")
             raise UpstreamFailed(f"replica {self.url} rejected the request ({response.status_code}): {text}")
         return UpstreamStream(self, response, request_id)
+
+    def interrupt(self) -> int:
+        """Fail every open stream (the gateway is shutting down); returns how many."""
+        streams = list(self.streams)
+        for stream in streams:
+            stream.interrupt()
+        return len(streams)
+
+    async def abort(self, request_id: str) -> None:
+        """Closing the stream already makes vLLM abort; the abort endpoint makes sure."""
+        if self.api != "generate":
+            return
+        try:
+            await self.client.post(self.url + "/inference/v1/abort_requests",
+                                   json={"request_ids": [engine_request_id(self.api, request_id)]}, timeout=2.0)
+        except httpx.HTTPError as exc:
+            log.debug("abort on %s failed: %r", self.url, exc)
+
+
+class UpstreamStream:
+    """An accepted streaming generation. Iterate for chunks; `aclose()` aborts if unfinished."""
+
+    def __init__(self, replica: Replica, response: httpx.Response, request_id: str) -> None:
+        self.replica = replica
+        self.request_id = request_id
+        self._response = response
+        self._finished = False
+        self._closed = False
+        self._interrupted = False
+        self._reader: asyncio.Task | None = None  # the task waiting for the next line, if one is
+        replica.streams.add(self)
+
+    async def __aiter__(self) -> AsyncIterator[TokenChunk | Usage]:
+        api, url = self.replica.api, self.replica.url
+        try:
+            async for data in self._payloads():
+                if data == b"[DONE]":
+                    # Read on to the response's end, so that its connection goes back to the pool
+                    # instead of being closed: a new connection costs more than a short request.
+                    self._finished = True
+                    continue
+                payload = orjson.loads(data)
+                if "error" in payload:
+                    error = payload["error"]
+                    message = error.get("message") if isinstance(error, dict) else str(error)
+                    raise UpstreamFailed(f"replica {url} failed mid-stream: {message}")
+                for choice in payload.get("choices") or ():
+                    yield parse_choice(api, choice)
+                if (usage := parse_usage(payload)) is not None:
+                    yield usage
+        except httpx.HTTPError as exc:
+            self.replica.wake.set()  # a dead replica is found (and ejected) by the next health check
+            raise UpstreamFailed(f"replica {url} stream broke: {exc!r}") from exc
+        if self._finished:
+            return
+        if self._interrupted:
+            raise UpstreamFailed("the gateway is shutting down; the generation was stopped")
+        raise UpstreamFailed(f"replica {url} closed the stream before it finished")
+
+    async def _payloads(self) -> AsyncIterator[bytes]:
+        """The SSE `data:` payloads as bytes (orjson takes bytes: no text decoding)."""
+        reads = self._response.aiter_raw()
+        pending = b""
+        count = 0
+        while not self._interrupted:
+            data = await self._next_read(reads)
+            if data is None:
+                return
+            lines = (pending + data).split(b"\n") if pending else data.split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                if line.startswith(b"data:"):
+                    yield line[5:].strip()
+            count += 1
+            if count % YIELD_EVERY == 0:
+                # A replica that streams faster than we relay fills our socket buffer, and then
+                # reads never wait: let the other streams (and new connections) have the loop.
+                await asyncio.sleep(0)
+
+    async def _next_read(self, reads: AsyncIterator[bytes]) -> bytes | None:
+        self._reader = asyncio.current_task()
+        try:
+            return await anext(reads)
+        except StopAsyncIteration:
+            return None
+        except asyncio.CancelledError:
+            if not self._interrupted or self._reader is None:
+                raise
+            self._reader.uncancel()  # our own cancel (interrupt): end the stream as failed instead
+            return None
+        finally:
+            self._reader = None
 
     def interrupt(self) -> int:
         """Fail every open stream (the gateway is shutting down); returns how many."""
