@@ -1,0 +1,112 @@
+"""Measurement 3: streaming relay throughput and per-token added latency, one gateway core.
+
+One gateway process, pinned to its own core, relays a token server's chunks (upstream
+chunk → parsed → Responses SSE event) to N concurrent streams. References from the same
+run: the load generator reading the token server directly (what the client side can
+take, so the load generator is shown not to be the limit).
+
+- throughput: the token server emits as fast as the sockets take it; tokens/s relayed,
+  and tokens per gateway CPU-second (the core's capacity even when others share it).
+- per-token latency: the token server steps like an engine, one token to every stream
+  each STEP_MS (256 streams → 20,000 tokens/s); a token's delay is client arrival −
+  token server send, through the gateway and direct.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from functools import partial
+from typing import Any
+
+from bench import procs
+from bench.models import MODELS, BenchModel
+from gateway.upstream.protocol import request_body
+
+STEP_MS = 12.8  # an engine step: 256 streams × 1000/12.8 = 20,000 tokens/s
+GATEWAY_MARKER = "_text.delta\n"  # `event: response.output_text.delta` (or reasoning_text)
+DIRECT_MARKER = '"token_ids":['
+
+
+def _bodies(model: BenchModel) -> tuple[str, str]:
+    """(gateway /v1/responses body, direct /inference/v1/generate body) with `__TAG__` as max tokens."""
+    gateway = {"model": model.name, "input": "Write about a fox.", "stream": True, "store": False,
+               "max_output_tokens": 0}
+    prompt = list(range(1000, 1020))  # the token server ignores the prompt
+    direct = request_body("generate", model=model.name, prompt_ids=prompt, sampling={"max_tokens": 0},
+                          request_id="bench", stream=True)
+    return (json.dumps(gateway).replace('"max_output_tokens": 0', '"max_output_tokens": __TAG__'),
+            json.dumps(direct).replace('"max_tokens": 0', '"max_tokens": __TAG__'))
+
+
+def _config(port: int, path: str, body: str, marker: str, streams: int, requests: int, tag_base: int,
+            timings_port: int | None = None, content_offset: int = 0) -> dict[str, Any]:
+    return {"port": port, "path": path, "body": body, "marker": marker, "streams": streams,
+            "requests": requests, "tag_base": tag_base, "timings_port": timings_port,
+            "content_offset": content_offset}
+
+
+def _pace(server: procs.Process, step_ms: float) -> None:
+    import httpx
+
+    httpx.get(f"{server.url}/pace/{step_ms}").raise_for_status()
+
+
+def run(*, quick: bool, formats: tuple[str, ...] = ("qwen", "harmony"), concurrency: tuple[int, ...] = (1, 64, 256),
+        tokens: int | None = None) -> list[dict[str, Any]]:
+    tokens = tokens or (100 if quick else 1000)
+    rows = []
+    for name in formats:
+        model = MODELS[name]()
+        output = model.output(tokens)
+        gateway_body, direct_body = _bodies(model)
+        with procs.token_server(model.name, output) as upstream, \
+                procs.gateway(upstream.url, str(model.model_dir), model.chat_format,
+                              extra=["--max-websocket-connections", "10"]) as gateway:
+            offset = len(model.header)
+            gw = partial(_config, gateway.port, "/v1/responses", gateway_body, GATEWAY_MARKER)
+            direct = partial(_config, upstream.port, "/inference/v1/generate", direct_body, DIRECT_MARKER)
+            procs.load(gw(16, 2, 10_000))  # warm-up: connections, code paths
+            for streams in concurrency:
+                requests = 1 if quick or streams > 1 else 5
+                tag = 1_000_000 * streams  # distinct max_output_tokens per request, below max_model_len
+                _pace(upstream, 0)
+                reference = procs.load(direct(streams, requests, tag))
+                cpu_before = gateway.cpu_seconds()
+                relayed = procs.load(gw(streams, requests, tag + 500_000))
+                cpu = gateway.cpu_seconds() - cpu_before
+                _pace(upstream, STEP_MS)
+                paced_direct = procs.load(direct(streams, 1, tag + 100_000, timings_port=upstream.port))
+                paced = procs.load(gw(streams, 1, tag + 200_000, timings_port=upstream.port,
+                                      content_offset=offset))
+                expected = streams * requests * tokens
+                if relayed["tokens"] != expected:
+                    raise RuntimeError(f"{name}: the gateway relayed {relayed['tokens']} of {expected} tokens")
+                rows.append(_row(name, streams, tokens, requests, reference, relayed, cpu, paced_direct, paced))
+    return rows
+
+
+def _row(name: str, streams: int, tokens: int, requests: int, reference: dict, relayed: dict, cpu: float,
+         paced_direct: dict, paced: dict) -> dict[str, Any]:
+    direct_latency = paced_direct["token_latency_ms"] or {}
+    gateway_latency = paced["token_latency_ms"] or {}
+    relay_rate = relayed["tokens"] / relayed["wall_s"]
+    return {
+        "format": name,
+        "streams": streams,
+        "tokens_per_stream": tokens * requests,
+        "direct_tokens_per_s": round(reference["tokens"] / reference["wall_s"]),
+        "gateway_tokens_per_s": round(relay_rate),
+        "gateway_cpu_s": round(cpu, 3),
+        "gateway_tokens_per_cpu_s": round(relayed["tokens"] / cpu) if cpu > 0 else None,
+        "paced_tokens_per_s": round(paced["tokens"] / paced["wall_s"]),
+        "direct_token_latency_ms": direct_latency,
+        "gateway_token_latency_ms": gateway_latency,
+        "added_token_latency_p50_ms": _diff(gateway_latency, direct_latency, "p50"),
+        "added_token_latency_p99_ms": _diff(gateway_latency, direct_latency, "p99"),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def _diff(a: dict, b: dict, key: str) -> float | None:
+    return round(a[key] - b[key], 4) if key in a and key in b else None

@@ -1,0 +1,70 @@
+"""The benchmark runner end to end in its smoke mode: instant token server only, a few requests.
+
+Checks the shape of what it writes and the invariants that do not depend on speed (every
+token relayed, every socket open, session tokens stored compactly). No wall-clock asserts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PERCENTILES = {"p50", "p90", "p99", "min", "max", "n"}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("bench")
+    command = [sys.executable, "-m", "bench", "--smoke", "--vllm", "off", "--no-docs", "--out", str(out),
+               "--only", "latency", "--only", "relay", "--only", "memory"]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    [stamped] = out.glob("run-*.json")
+    latest = json.loads((out / "latest.json").read_text())
+    assert json.loads(stamped.read_text())["sections"] == latest["sections"]
+    return latest
+
+
+def test_machine_is_described(results):
+    machine = results["machine"]
+    assert machine["cores"] >= 1 and machine["ram_gb"] > 0 and machine["python"].startswith("3.")
+
+
+def test_latency_compares_the_gateway_with_the_same_upstream(results):
+    section = results["sections"]["latency"]
+    assert section["smoke"] and not section["vllm"]
+    [row] = section["data"]
+    assert row["upstream"] == "instant token server" and row["requests"] == 20
+    for metric in ("ttft_ms", "total_ms"):
+        assert set(row[f"direct_{metric}"]) == PERCENTILES == set(row[f"gateway_{metric}"])
+        assert row[f"gateway_{metric}"]["n"] == 20
+        assert row[f"added_{metric}"]["p50"] == pytest.approx(
+            row[f"gateway_{metric}"]["p50"] - row[f"direct_{metric}"]["p50"], abs=1e-3)
+    # 15 words then <|im_end|>: one text delta per word reaches the client.
+    assert row["gateway_tokens_mean"] == 15
+
+
+def test_relay_delivers_every_token_of_every_stream(results):
+    rows = results["sections"]["relay"]["data"]
+    assert [(r["format"], r["streams"]) for r in rows] == [("qwen", 1), ("qwen", 4), ("harmony", 1), ("harmony", 4)]
+    for row in rows:
+        # paced run: one delay per text token of every stream, through the gateway and direct (+ the stop token)
+        assert row["gateway_token_latency_ms"]["n"] == row["streams"] * 20
+        header = 3 if row["format"] == "harmony" else 0
+        assert row["direct_token_latency_ms"]["n"] == row["streams"] * (20 + header + 1)
+        assert row["gateway_tokens_per_s"] > 0 and row["direct_tokens_per_s"] > 0
+
+
+def test_memory_counts_open_sockets_and_compact_sessions(results):
+    memory = results["sections"]["memory"]["data"]
+    assert [r["client_compression"] for r in memory["websockets"]] == ["none", "deflate"]
+    assert all(r["open"] == r["connections"] == 20 for r in memory["websockets"])
+    sessions = memory["sessions"]
+    ids_kb = sessions["prompt_tokens"] * 4 / 1024
+    # int32 token ids plus item digests: far from a list of Python ints (≥ 8 bytes per pointer alone)
+    assert ids_kb <= sessions["retained_per_session_kb"] < ids_kb * 1.5
