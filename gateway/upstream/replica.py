@@ -106,7 +106,7 @@ class UpstreamStream:
         self._finished = False
         self._closed = False
         self._interrupted = False
-        self._reader: asyncio.Task | None = None  # the task waiting for the next line, if one is
+        self._reader: asyncio.Task | None = None  # the task waiting for the next read, if one is
         replica.streams.add(self)
 
     async def __aiter__(self) -> AsyncIterator[TokenChunk | Usage]:
@@ -160,81 +160,6 @@ class UpstreamStream:
         self._reader = asyncio.current_task()
         try:
             return await anext(reads)
-        except StopAsyncIteration:
-            return None
-        except asyncio.CancelledError:
-            if not self._interrupted or self._reader is None:
-                raise
-            self._reader.uncancel()  # our own cancel (interrupt): end the stream as failed instead
-            return None
-        finally:
-            self._reader = None
-
-    def interrupt(self) -> int:
-        """Fail every open stream (the gateway is shutting down); returns how many."""
-        streams = list(self.streams)
-        for stream in streams:
-            stream.interrupt()
-        return len(streams)
-
-    async def abort(self, request_id: str) -> None:
-        """Closing the stream already makes vLLM abort; the abort endpoint makes sure."""
-        if self.api != "generate":
-            return
-        try:
-            await self.client.post(self.url + "/inference/v1/abort_requests",
-                                   json={"request_ids": [engine_request_id(self.api, request_id)]}, timeout=2.0)
-        except httpx.HTTPError as exc:
-            log.debug("abort on %s failed: %r", self.url, exc)
-
-
-class UpstreamStream:
-    """An accepted streaming generation. Iterate for chunks; `aclose()` aborts if unfinished."""
-
-    def __init__(self, replica: Replica, response: httpx.Response, request_id: str) -> None:
-        self.replica = replica
-        self.request_id = request_id
-        self._response = response
-        self._finished = False
-        self._closed = False
-        self._interrupted = False
-        self._reader: asyncio.Task | None = None  # the task waiting for the next line, if one is
-        replica.streams.add(self)
-
-    async def __aiter__(self) -> AsyncIterator[TokenChunk | Usage]:
-        api, url = self.replica.api, self.replica.url
-        lines = self._response.aiter_lines()
-        try:
-            while not self._interrupted:
-                line = await self._next_line(lines)
-                if line is None:
-                    break
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    self._finished = True
-                    return
-                payload = orjson.loads(data)
-                if "error" in payload:
-                    error = payload["error"]
-                    message = error.get("message") if isinstance(error, dict) else str(error)
-                    raise UpstreamFailed(f"replica {url} failed mid-stream: {message}")
-                for choice in payload.get("choices") or ():
-                    yield parse_choice(api, choice)
-                if (usage := parse_usage(payload)) is not None:
-                    yield usage
-        except httpx.HTTPError as exc:
-            self.replica.wake.set()  # a dead replica is found (and ejected) by the next health check
-            raise UpstreamFailed(f"replica {url} stream broke: {exc!r}") from exc
-        if self._interrupted:
-            raise UpstreamFailed("the gateway is shutting down; the generation was stopped")
-        raise UpstreamFailed(f"replica {url} closed the stream before it finished")
-
-    async def _next_line(self, lines: AsyncIterator[str]) -> str | None:
-        self._reader = asyncio.current_task()
-        try:
-            return await anext(lines)
         except StopAsyncIteration:
             return None
         except asyncio.CancelledError:
