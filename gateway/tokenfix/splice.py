@@ -54,7 +54,10 @@ def splice(
 
     The model's last turn ended with a terminator it emitted (kept as is, even when the
     template writes a different one, e.g. harmony `<|return|>` vs `<|end|>`), or was cut
-    by the length limit: then the template's terminator closes it.
+    by the length limit: then the template's terminator closes it. The template may
+    render that turn as more messages than the model wrote (a client that shaped the
+    assistant message itself, e.g. harmony text + a tool call): the model's tokens
+    replace all of them.
     """
     turns = count_terminators(template_prefix, terminators)
     end = nth_terminator(template, terminators, turns)
@@ -65,9 +68,10 @@ def splice(
     if start is None or start >= end or list(template[: start + 1]) != list(template_prefix[: start + 1]):
         return None  # the re-render changed the history before the last generation
     model_turns = count_terminators(model_prefix, terminators)
+    if model_turns > turns:
+        return None
+    if len(model_prefix) > prompt_len and model_prefix[-1] in terminators:
+        return [*model_prefix, *template[end + 1:]]  # the model closed its turn
     if model_turns == turns:
-        # The model closed its turn; tokens after its terminator would be a dangling header.
-        return [*model_prefix, *template[end + 1:]] if model_prefix[-1] in terminators else None
-    if model_turns == turns - 1:
-        return [*model_prefix, *template[end:]]  # cut by the length limit: close it the template's way
-    return None
+        return None  # tokens after the model's last terminator would be a dangling header
+    return [*model_prefix, *template[end:]]  # cut by the length limit: close it the template's way

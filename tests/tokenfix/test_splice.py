@@ -74,6 +74,21 @@ def test_rewritten_history_is_refused(case, position):
     assert splice(model_prefix, prompt_len, template_prefix, changed, QWEN) is None
 
 
+@given(st.lists(content, min_size=1, max_size=4), content, st.booleans(),
+       st.lists(st.tuples(content, st.sampled_from(sorted(HARMONY))), min_size=1, max_size=3), content)
+def test_a_model_turn_the_template_renders_as_more_messages_is_replaced_whole(history, generated, cut, shaped,
+                                                                              tail):
+    """The client shaped the assistant message itself (harmony text + a tool call: two
+    messages) while the model wrote one: its tokens stand for all of them."""
+    closed = render(history, [200007] * len(history))
+    model_prefix = closed + generated + ([] if cut else [200002])
+    turn = render([body for body, _ in shaped], [term for _, term in shaped])
+    template_prefix = closed + turn
+    template = template_prefix + tail
+    expected = model_prefix + ([turn[-1]] if cut else []) + tail
+    assert splice(model_prefix, len(closed), template_prefix, template, HARMONY) == expected
+
+
 def test_fewer_turns_in_the_new_render_is_refused():
     prefix = [1, IM_END, 2, IM_END]
     assert splice(prefix, 2, prefix, [1, IM_END, 9], QWEN) is None

@@ -1,0 +1,104 @@
+"""A thin HTTP proxy in front of a real vLLM that records each generation's exact tokens.
+
+Sits between the gateway and vLLM, forwards every request unchanged, and for each
+/inference/v1/generate call keeps the prompt token ids vLLM received and the token ids
+it streamed back: the ground truth a rollout's trajectory must equal.
+
+    with RecordingProxy(vllm.url) as proxy:
+        ... point the gateway at proxy.url ...
+        proxy.exchanges[-1].prompt, proxy.exchanges[-1].output
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Self
+
+import httpx
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from gateway.launcher import free_port
+
+GENERATE = "/inference/v1/generate"
+_HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "host", "content-encoding",
+                          "accept-encoding"})
+
+
+@dataclass
+class Exchange:
+    prompt: list[int]
+    output: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+@dataclass
+class RecordingProxy:
+    target: str
+    exchanges: list[Exchange] = field(default_factory=list)  # finished generations, in order
+    url: str = ""
+
+    def __enter__(self) -> Self:
+        port = free_port()
+        app = Starlette(routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "DELETE"])])
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the recording proxy did not start")
+            time.sleep(0.01)
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    async def _forward(self, request: Request) -> Response:
+        body = await request.body()
+        client = httpx.AsyncClient(timeout=None)
+        upstream = await client.send(client.build_request(
+            request.method, self.target + request.url.path, params=request.query_params, content=body,
+            headers={k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}), stream=True)
+        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
+        exchange = None
+        if request.url.path == GENERATE and upstream.status_code == 200:
+            exchange = Exchange(prompt=orjson.loads(body)["token_ids"])
+
+        async def relay() -> AsyncIterator[bytes]:
+            buffer = b""
+            try:
+                async for chunk in upstream.aiter_raw():
+                    if exchange is not None:
+                        buffer = self._record(exchange, buffer + chunk)
+                    yield chunk
+                if exchange is not None:
+                    self._record(exchange, buffer + b"\n\n")
+                    self.exchanges.append(exchange)
+            finally:
+                await upstream.aclose()
+                await client.aclose()
+
+        return StreamingResponse(relay(), status_code=upstream.status_code, headers=headers)
+
+    @staticmethod
+    def _record(exchange: Exchange, buffer: bytes) -> bytes:
+        """Collect the token ids of complete SSE events (or a whole JSON body); return the rest."""
+        *events, rest = buffer.split(b"\n\n")
+        for event in events:
+            data = event.removeprefix(b"data: ").strip()
+            if not data or data == b"[DONE]":
+                continue
+            for choice in orjson.loads(data).get("choices") or []:
+                exchange.output.extend(choice.get("token_ids") or [])
+                exchange.finish_reason = choice.get("finish_reason") or exchange.finish_reason
+        return rest
