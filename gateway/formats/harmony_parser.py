@@ -14,6 +14,7 @@ text item, and parsing resumes at the next `<|start|>`.
 from __future__ import annotations
 
 import codecs
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -30,15 +31,20 @@ _CHANNEL_ITEMS: dict[str, tuple[ItemKind, str | None]] = {
 }
 
 
+@functools.lru_cache(maxsize=4)
+def _marker_ids(encoding: HarmonyEncoding) -> tuple[int, int, int, frozenset[int]]:
+    """<|start|>, <|message|>, <|endoftext|> (a stop id harmony would decode as content) and the
+    message ends <|end|> <|return|> <|call|>. Once per encoding: `encode` with special tokens
+    builds a regex of them all, which per parser cost more than parsing a 500-token answer."""
+    start, message, end_of_text = (encoding.encode(name, allowed_special={name})[0]
+                                   for name in ("<|start|>", "<|message|>", "<|endoftext|>"))
+    return start, message, end_of_text, frozenset(encoding.stop_tokens())
+
+
 class HarmonyParser:
     def __init__(self, encoding: HarmonyEncoding) -> None:
         self._encoding = encoding
-        token = {name: encoding.encode(name, allowed_special={name})[0]
-                 for name in ("<|start|>", "<|message|>", "<|endoftext|>")}
-        self._start_token = token["<|start|>"]
-        self._message_token = token["<|message|>"]
-        self._message_ends = frozenset(encoding.stop_tokens())  # <|end|> <|return|> <|call|>
-        self._end_of_text = token["<|endoftext|>"]  # a stop id; harmony would decode it as content
+        self._start_token, self._message_token, self._end_of_text, self._message_ends = _marker_ids(encoding)
         self._silent = self._message_ends | {self._end_of_text}  # never text, even in raw mode
         # The prompt ends with `<|start|>assistant`: output begins inside a header.
         self._parser: StreamableParser | None = StreamableParser(encoding, Role.ASSISTANT)
