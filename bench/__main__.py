@@ -54,7 +54,7 @@ def vllm_server(choice: str, fast: bool) -> Iterator[str | None]:
 
     try:
         model_dir = qwen_model_dir()
-        process = VLLMProcess(model_dir, served_model_name="tiny-qwen3", max_model_len=140_000,
+        process = VLLMProcess(model_dir, served_model_name="tiny-qwen3", max_model_len=150_000,
                               enforce_eager=True, cpus=str(CLIENT_CPU))
         process.start()
     except (VLLMError, RuntimeError) as exc:

@@ -126,16 +126,29 @@ def _prepare(rows: list[dict[str, Any]] | None, run: dict[str, Any]) -> str:
     if rows is None:
         return ("### Prompt preparation and scaling\n\n"
                 "Not measured: bench/prepare.py is not in this checkout.\n")
-    render = {r["history_tokens"]: r["p50_ms"] for r in rows if r["mode"] == "vllm_render"}
+    render = {r["history"]: r["p50_ms"] for r in rows if r["mode"] == "vllm_render"}
     table = []
-    for r in sorted(rows, key=lambda r: (r["history_tokens"], list(MODES).index(r["mode"]))):
-        reference = render.get(r["history_tokens"])
+    for r in sorted(rows, key=lambda r: (r["history"], list(MODES).index(r["mode"]))):
+        reference = render.get(r["history"])
         ratio = reference / r["p50_ms"] if reference and r["mode"] != "vllm_render" and r["p50_ms"] else None
-        table.append([MODES[r["mode"]], r["history_tokens"], r["p50_ms"], r["p90_ms"], r["min_ms"],
+        table.append([MODES[r["mode"]], r["tokens"], r["p50_ms"], r["p90_ms"], r["min_ms"],
                       f"{ratio:,.1f}×" if ratio else ""])
     return ("### Prompt preparation and scaling (target: ≥ 20× faster than vLLM's render at 52k tokens; "
             "128k within 1.5× of 16k)\n\n"
             "Per-turn preparation of Codex-shaped histories, in ms; the last column is vLLM's render time "
             "divided by the gateway's at the same length.\n\n"
-            + _table(["mode", "history tokens", "p50", "p90", "min", "vs vLLM render"], table)
+            + _table(["mode", "prompt tokens", "p50", "p90", "min", "vs vLLM render"], table)
+            + _growth(rows)
             + f"\n![preparation time vs history length]({PNG_NAME})\n")
+
+
+def _growth(rows: list[dict[str, Any]]) -> str:
+    """The longest history's time over 16k's, per gateway mode (target: ≤ 1.5× for cached turns)."""
+    lines = []
+    for mode in ("gateway_cached_http", "gateway_ws_continuation"):
+        times = {r["history"]: r["p50_ms"] for r in rows if r["mode"] == mode}
+        if 16_000 in times and len(times) > 1:
+            longest = max(times)
+            ratio = times[longest] / times[16_000]
+            lines.append(f"{MODES[mode]}: {longest // 1000}k / 16k = {ratio:.2f}× ({_verdict(ratio <= 1.5)})")
+    return ("\nGrowth with the history, same new items appended: " + "; ".join(lines) + ".\n") if lines else ""

@@ -35,12 +35,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
     figure, axes = pyplot.subplots(figsize=(7, 4.5), dpi=120)
     for mode, label in MODES.items():
-        points = sorted((r["history_tokens"], r["p50_ms"]) for r in rows if r["mode"] == mode)
+        points = sorted((r["tokens"], r["p50_ms"]) for r in rows if r["mode"] == mode)
         if points:
             axes.plot(*zip(*points), marker="o", label=label)
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")
-    axes.set_xlabel("history length (tokens)")
+    axes.set_xlabel("prompt length (tokens)")
     axes.set_ylabel("per-turn preparation, p50 (ms)")
     axes.set_title("Prompt preparation vs history length")
     axes.grid(True, which="both", alpha=0.3)
