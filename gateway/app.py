@@ -63,6 +63,12 @@ async def health(request: Request) -> Response:
     return JSONResponse(body, status_code=200 if healthy else 503)
 
 
+async def live(request: Request) -> Response:
+    """Liveness: the gateway process answers, whatever its replicas' state (a liveness probe on
+    /health would restart a healthy gateway while vLLM loads its model)."""
+    return JSONResponse({"status": "alive"})
+
+
 async def ready(request: Request) -> Response:
     """Readiness for a load balancer: a routable replica, and not shutting down."""
     is_ready = request.app.state.runtime.pool.ready and not request.app.state.drain.draining
@@ -92,6 +98,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
+        Route("/live", live, methods=["GET"]),
     ]
     handlers = {APIError: api_error_handler, HTTPException: http_error_handler}
     drain = Drain(settings.drain_timeout)

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 GOING_AWAY = 1001
 FAIL_GRACE = 5.0  # seconds for interrupted streams to send their failure and end
-PROBE_PATHS = frozenset({"/health", "/ready", "/metrics"})  # still answered while draining
+PROBE_PATHS = frozenset({"/health", "/ready", "/live", "/metrics"})  # still answered while draining
 
 
 class Socket(Protocol):
