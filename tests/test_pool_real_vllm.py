@@ -60,8 +60,8 @@ def stack(replicas, qwen_model_dir) -> Iterator[tuple[str, Runtime]]:
         yield url, runtime
 
 
-def requests_by_replica(url: str) -> dict[str, int]:
-    return {r["url"]: r["requests"] for r in httpx.get(url + "/health").json()["replicas"]}
+async def requests_by_replica(client: httpx.AsyncClient, url: str) -> dict[str, int]:
+    return {r["url"]: r["requests"] for r in (await client.get(url + "/health")).json()["replicas"]}
 
 
 def key_for(runtime: Runtime, replica_url: str) -> str:
@@ -70,22 +70,23 @@ def key_for(runtime: Runtime, replica_url: str) -> str:
                 if routing.ranked(key, runtime.pool.replicas)[0].url == replica_url)
 
 
-def test_a_session_stays_on_one_replica(stack, replicas):
+async def test_a_session_stays_on_one_replica(stack, replicas):
     url, runtime = stack
     assert [r.state for r in runtime.pool.replicas] == ["ready", "ready"]
-    for replica_url in (replicas[0].url, replicas[1].url):
-        key = key_for(runtime, replica_url)
-        before = requests_by_replica(url)
-        history = [{"type": "message", "role": "user", "content": "Count with me."}]
-        for _ in range(3):  # a growing conversation, as Codex sends it
-            body = {"model": MODEL, "input": history, "prompt_cache_key": key, "max_output_tokens": 8,
-                    "temperature": 0}
-            response = httpx.post(url + "/v1/responses", json=body, timeout=120)
-            assert response.status_code == 200, response.text
-            history += [*response.json()["output"], {"type": "message", "role": "user", "content": "Go on."}]
-        after = requests_by_replica(url)
-        assert {u: after[u] - before[u] for u in after} == {r.url: 3 if r.url == replica_url else 0
-                                                            for r in replicas}
+    async with httpx.AsyncClient(timeout=120) as client:
+        for replica_url in (replicas[0].url, replicas[1].url):
+            key = key_for(runtime, replica_url)
+            before = await requests_by_replica(client, url)
+            history = [{"type": "message", "role": "user", "content": "Count with me."}]
+            for _ in range(3):  # a growing conversation, as Codex sends it
+                body = {"model": MODEL, "input": history, "prompt_cache_key": key, "max_output_tokens": 8,
+                        "temperature": 0}
+                response = await client.post(url + "/v1/responses", json=body)
+                assert response.status_code == 200, response.text
+                history += [*response.json()["output"], {"type": "message", "role": "user", "content": "Go on."}]
+            after = await requests_by_replica(client, url)
+            assert {u: after[u] - before[u] for u in after} == {r.url: 3 if r.url == replica_url else 0
+                                                                for r in replicas}
 
 
 async def stream(client: httpx.AsyncClient, url: str, started: asyncio.Event) -> list[str]:
@@ -123,29 +124,28 @@ async def test_kill_9_of_a_replica_under_load(stack, replicas, qwen_model_dir, t
         assert all(types[-1] in TERMINAL for types in outcomes)  # every stream ended properly
         assert sorted(types[-1] == "response.failed" for types in outcomes) == [False, False, True, True]
 
-    await asyncio.to_thread(victim.stop)
-    deadline = time.monotonic() + 30
-    while (state := _state(url, victim.url)) != "ejected":
-        assert time.monotonic() < deadline, state
+        await asyncio.to_thread(victim.stop)
+        await until(client, url, victim.url, "ejected", timeout=30)
+        assert (await client.get(url + "/ready")).status_code == 200  # the survivor serves
+
+        restarted = replica(qwen_model_dir, min(os.sched_getaffinity(0)), tmp_path, "a-restarted", port=victim.port)
+        replicas[0] = restarted  # the module fixture stops it
+        restarted.start()
+        await restarted.wait_ready(timeout=900)
+        await until(client, url, victim.url, "ready", timeout=300)  # probed and warmed up again
+        before = (await requests_by_replica(client, url))[victim.url]
+        body = {"model": MODEL, "input": "Hi again", "max_output_tokens": 4,
+                "prompt_cache_key": key_for(runtime, victim.url)}
+        assert (await client.post(url + "/v1/responses", json=body)).status_code == 200
+        assert (await requests_by_replica(client, url))[victim.url] == before + 1
+
+
+async def until(client: httpx.AsyncClient, url: str, replica_url: str, state: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        replicas = (await client.get(url + "/health")).json()["replicas"]
+        current = next(r["state"] for r in replicas if r["url"] == replica_url)
+        if current == state:
+            return
+        assert time.monotonic() < deadline, f"{replica_url} is {current}, not {state}"
         await asyncio.sleep(0.1)
-    assert httpx.get(url + "/ready").status_code == 200  # the survivor serves
-
-    restarted = replica(qwen_model_dir, sorted(os.sched_getaffinity(0))[0], tmp_path, "a-restarted",
-                        port=victim.port)
-    replicas[0] = restarted  # the module fixture stops it
-    restarted.start()
-    await restarted.wait_ready(timeout=900)
-    deadline = time.monotonic() + 300
-    while _state(url, victim.url) != "ready":  # probed and warmed up again
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.2)
-    before = requests_by_replica(url)[victim.url]
-    body = {"model": MODEL, "input": "Hi again", "max_output_tokens": 4, "prompt_cache_key": key_for(runtime,
-                                                                                                      victim.url)}
-    assert httpx.post(url + "/v1/responses", json=body, timeout=120).status_code == 200
-    assert requests_by_replica(url)[victim.url] == before + 1
-
-
-def _state(url: str, replica_url: str) -> str:
-    replicas = httpx.get(url + "/health").json()["replicas"]
-    return next(r["state"] for r in replicas if r["url"] == replica_url)

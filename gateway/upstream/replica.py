@@ -60,17 +60,22 @@ class Replica:
                             sampling=sampling, request_id=request_id, stream=True)
         request = self.client.build_request("POST", self.url + PATHS[self.api], content=orjson.dumps(body),
                                             headers={"content-type": "application/json"})
-        self.inflight += 1  # counted from now, so concurrent picks see it
+        self.inflight += 1  # counted from the pick on, so concurrent picks see it
         self.requests += 1
+        try:
+            return await self._send(request, request_id)
+        except BaseException:  # cancelled too
+            self.inflight -= 1
+            raise
+
+    async def _send(self, request: httpx.Request, request_id: str) -> UpstreamStream:
         try:
             response = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            self.inflight -= 1
             if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
                 self.eject(f"unreachable: {exc!r}")
             raise UpstreamUnavailable(f"replica {self.url} is unreachable: {exc!r}") from exc
         if response.status_code != 200:
-            self.inflight -= 1
             text = (await response.aread()).decode(errors="replace")[:500]
             await response.aclose()
             if response.status_code in RETRYABLE_STATUS:
