@@ -94,7 +94,7 @@ def test_sessions_spread_and_unkeyed_requests_go_to_the_least_busy():
 async def test_pool_routes_among_ready_replicas_only():
     pool = Pool(["http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"])
     pool.sync(pool.resolver.upstreams, watch=False)
-    a, b, c = pool.replicas
+    a, b, _starting = pool.replicas
     a.state, b.state = "ready", "ready"  # c is still starting (not warmed up)
     assert {pool.pick(f"s{i}").url for i in range(40)} == {a.url, b.url}
     assert pool.pick("s1", exclude=[pool.pick("s1")]) is not pool.pick("s1")  # the retry goes elsewhere
