@@ -104,8 +104,7 @@ def serve_supervised(processes: Sequence[VLLMProcess], settings: Settings, *, ma
     # SIGTERM may come while the models load, and uvicorn re-raises it after its own shutdown:
     # either way it becomes SystemExit here, so the `finally` stops the replicas.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1 if supervisor.gave_up else 0))
-    log.info("starting %d vLLM replica(s) on %s; logs: %s", len(processes), ", ".join(supervisor.urls),
-             ", ".join(str(p.log_path) for p in processes))
+    log.info("starting %d vLLM replica(s) on %s", len(processes), ", ".join(supervisor.urls))
     try:
         supervisor.start()
         run(dataclasses.replace(settings, upstreams=supervisor.urls))
