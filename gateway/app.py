@@ -21,6 +21,8 @@ from gateway.drain import Drain, DrainMiddleware
 from gateway.errors import APIError
 from gateway.formats import load_format
 from gateway.http import JSONResponse, api_error_handler, http_error_handler
+from gateway.metrics import Metrics, metrics_endpoint
+from gateway.observe import ObserveMiddleware
 from gateway.runtime import Runtime
 from gateway.sampling import GenerationDefaults
 from gateway.settings import Settings
@@ -99,6 +101,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/live", live, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
     ]
     handlers = {APIError: api_error_handler, HTTPException: http_error_handler}
     drain = Drain(settings.drain_timeout)
@@ -108,4 +111,6 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     app.state.drain = drain
     reasoning_blob.use_secret(settings.reasoning_secret)
     app.state.ws_connections = 0  # open WebSocket connections, against settings.max_websocket_connections
+    app.state.metrics = Metrics(app.state)
+    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: drain refusals are counted too
     return app

@@ -7,11 +7,11 @@ vLLM replicas itself (gateway/launch.py) and serves the gateway in front of them
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
 
+from gateway.logs import FORMATS, configure_logging
 from gateway.settings import Settings
 
 
@@ -73,6 +73,8 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drain-timeout", type=float, default=float(_env("drain_timeout", "30")),
                         help="on SIGTERM, seconds in-flight streams may run on before they are stopped")
     parser.add_argument("--log-level", default=_env("log_level", "info"))
+    parser.add_argument("--log-format", choices=FORMATS, default=_env("log_format", "text"),
+                        help="text lines, or JSON lines (timestamp, level, logger, message, request_id, ...)")
 
 
 def add_launch_args(launch: argparse.ArgumentParser) -> None:
@@ -105,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args, vllm_args = parser.parse_known_args(argv)
     if vllm_args and args.command != "launch":
         parser.error(f"unrecognized arguments: {' '.join(vllm_args)}")
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_format, args.log_level)
     if args.command == "launch":
         from gateway.launch import launch
 
@@ -141,6 +143,7 @@ def run(settings: Settings) -> None:
     from gateway.drain import GracefulServer
 
     app = create_app(settings)
+    # log_config=None: uvicorn's loggers keep the format main() configured (gateway/logs.py).
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                            ws_per_message_deflate=True, ws_max_size=settings.max_body_bytes)
+                            log_config=None, ws_per_message_deflate=True, ws_max_size=settings.max_body_bytes)
     GracefulServer(config, app).run()

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from gateway import observe
 from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall
 from gateway.errors import APIError, UpstreamUnavailable, context_length_exceeded
 from gateway.formats.base import ItemDone, ItemStarted, ParseEvent
@@ -55,7 +57,11 @@ class Turn:
         self.output_items: list[Item] = []  # the model's output as canonical items
         self.spliced = False  # the prompt reuses the exact tokens of `request.prefix`
         self.non_monotonic = False  # a prefix was offered but the history no longer continues it
+        self.attempts = 0  # replicas asked to take the prompt: more than one means retries
+        self.first_token_at: float | None = None  # time.perf_counter() of the first output token
+        self.interrupted: BaseException | None = None  # what ended events() early: a failure or the client leaving
         self._stream: UpstreamStream | None = None
+        observe.attach(self)
 
     async def start(self) -> None:
         """Render and get the prompt accepted by a replica; raises APIError before any output."""
@@ -108,6 +114,7 @@ class Turn:
             except UpstreamUnavailable as exc:
                 raise last_error or exc
             try:
+                self.attempts += 1
                 return await replica.open(self.prompt_ids, params, self.request_id)
             except UpstreamUnavailable as exc:
                 log.warning("request %s: %s; trying another replica", self.request_id, exc.message)
@@ -127,6 +134,8 @@ class Turn:
                     self.usage = chunk
                     continue
                 ids = chunk.token_ids
+                if self.first_token_at is None and ids:
+                    self.first_token_at = time.perf_counter()
                 self.output_ids.extend(ids)
                 if self.logprobs is not None and chunk.logprobs is not None:
                     self.logprobs.extend(chunk.logprobs)
@@ -142,6 +151,9 @@ class Turn:
             for event in parser.finish():
                 self._track(event, started)
                 yield event
+        except BaseException as exc:
+            self.interrupted = exc
+            raise
         finally:
             await self._stream.aclose()
 
@@ -178,6 +190,11 @@ class Turn:
         conversation = self.request.conversation
         return TokenState.build(conversation, [*conversation.items, *self.turn_items], self.prompt_ids,
                                 self.output_ids)
+
+    @property
+    def replica(self) -> str | None:
+        """The URL of the replica that accepted the prompt."""
+        return self._stream.replica.url if self._stream else None
 
     @property
     def input_tokens(self) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected, WebSocketState
 
+from gateway import logs, observe
 from gateway.adapters.responses import Event, check_model, failed_events, response_events
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
@@ -70,6 +71,7 @@ class ResponsesSocket:
         self.runtime = runtime
         self.settings = settings
         self.connection_id = new_id("ws")
+        self.metrics = websocket.app.state.metrics
         self.cache = ResponseCache()
         self.lanes: Lanes[CreateRequest] = Lanes(self._respond)
         self.close_code = 1000
@@ -88,6 +90,7 @@ class ResponsesSocket:
     async def serve(self) -> None:
         """Read frames until the client leaves or the lifetime ends; then cancel what is in
         flight (closing a turn's event stream aborts its upstream request)."""
+        logs.connection_id.set(self.connection_id)  # this task's, and its frame reader's and lanes'
         log.info("websocket %s opened", self.connection_id)
         reader = self._reader = asyncio.create_task(self._read_frames())
         expiry = asyncio.create_task(self._expire())
@@ -133,14 +136,15 @@ class ResponsesSocket:
 
     async def _respond(self, request: CreateRequest) -> None:
         lane = request.stream_id
-        try:
-            await self._create(request)
-        except _GONE:
-            raise  # the socket is closing; serve() cancels the rest
-        except Exception:
-            log.exception("websocket %s: a response failed", self.connection_id)
-            self.cache.evict(lane)
-            await self._send_error(processing_error(), lane)
+        with observe.traced("responses_ws", self.metrics, new_id("req"), request.received):
+            try:
+                await self._create(request)
+            except _GONE:
+                raise  # the socket is closing; serve() cancels the rest
+            except Exception:
+                log.exception("websocket %s: a response failed", self.connection_id)
+                self.cache.evict(lane)
+                await self._send_error(processing_error(), lane)
 
     async def _create(self, request: CreateRequest) -> None:
         lane = request.stream_id
@@ -243,6 +247,7 @@ class ResponsesSocket:
             await self._send(event, stream_id)
 
     async def _send_error(self, exc: APIError, stream_id: str | None = None) -> None:
+        observe.error(exc.status)
         await _send(self.websocket, error_event(exc, stream_id))
 
     async def _close(self) -> None:

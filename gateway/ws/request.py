@@ -9,7 +9,8 @@ effort carry over unless the frame sets them again.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.adapters.responses_input import ResponsesRequest, parse_request
@@ -28,6 +29,7 @@ class CreateRequest:
     body: dict[str, Any]  # the Responses body, transport fields removed
     stream_id: str | None
     generate: bool
+    received: float = field(default_factory=time.perf_counter)  # when the frame arrived, for latency and TTFT
 
 
 def frame_stream_id(frame: dict[str, Any]) -> str | None:
