@@ -5,10 +5,13 @@ Every trajectory is checked against what the fake vLLM actually received and gen
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
 from transformers import AutoTokenizer
+from websockets.asyncio.client import connect
 
 from gateway.settings import Settings
 from tests.support.fake_vllm import FakeVLLM, Script
@@ -258,3 +261,65 @@ def test_responses_api_takes_rollout_id_as_an_extra_body_field(fake, url, tokeni
     assert got["loss_mask"] == [0] * len(prompt1) + [1] * len(first) + [0] * len(delta) + [1] * len(second)
     assert [t["mask_source"] for t in got["turns"]] == ["gateway", "client"]
 
+
+
+async def test_websocket_mode_records_rollouts_and_answers_a_wrong_mask_with_an_error_event(fake, url, tokenizer):
+    first, second = [*ids(tokenizer, "One."), IM_END], [*ids(tokenizer, "Two."), IM_END]
+    fake.queue(Script(first), Script(second))
+    delta = ids(tokenizer, "\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n")
+
+    async def create(socket, **fields):
+        await socket.send(json.dumps({"type": "response.create", "model": "tiny-qwen3", "rollout_id": "r-ws",
+                                      **fields}))
+        while True:
+            event = json.loads(await socket.recv())
+            if event["type"] in ("response.completed", "error"):
+                return event
+
+    async with connect(url.replace("http", "ws") + "/v1/responses") as socket:
+        one = await create(socket, input="count")
+        prompt1 = fake.bodies(GENERATE)[-1]["token_ids"]
+        more = {"previous_response_id": one["response"]["id"],
+                "input": [{"type": "message", "role": "user", "content": "again"}]}
+        error = await create(socket, **more, response_mask=[0])
+        assert error["status"] == 422 and f"(expected {len(delta)}, got 1)" in error["error"]["message"]
+        await create(socket, **more, response_mask=[0] * len(delta))
+    prompt2 = fake.bodies(GENERATE)[-1]["token_ids"]
+    assert prompt2 == prompt1 + first + delta
+    got = trajectory(url, "r-ws")
+    assert got["token_ids"] == prompt2 + second
+    assert got["loss_mask"] == [0] * len(prompt1) + [1] * len(first) + [0] * len(delta) + [1] * len(second)
+
+
+def test_harmony_rollout_keeps_the_call_terminator_the_model_emitted(o200k_dir):
+    from gateway.fixtures.o200k import harmony_tokenizer_dir
+    from gateway.formats.harmony import load_harmony_format
+
+    harmony = load_harmony_format()
+    enc = harmony.encoding.encode
+    message, channel, call, ret = 200008, 200005, 200012, 200002
+    generated = [channel, *enc("commentary to=functions.exec_command json", disallowed_special=()), message,
+                 *enc('{"cmd":"ls"}', disallowed_special=()), call]
+    final = [channel, *enc("final", disallowed_special=()), message, *enc("Done.", disallowed_special=()), ret]
+    with FakeVLLM(model="tiny-harmony") as fake, running_gateway(Settings(
+            model=str(harmony_tokenizer_dir()), upstreams=[fake.url], chat_format="harmony")) as url:
+        fake.queue(Script(generated, logprobs=[-0.1] * len(generated), stop_reason=call), Script(final))
+        history = [{"role": "user", "content": "list files"}]
+        one = httpx.post(url + "/v1/chat/completions", timeout=30, json={
+            "model": "tiny-harmony", "messages": history, "tools": TOOLS, "rollout_id": "r-harmony"}).json()
+        prompt1 = fake.bodies(GENERATE)[-1]["token_ids"]
+        tool_call = one["choices"][0]["message"]["tool_calls"][0]
+        assert tool_call["function"]["name"] == "exec_command"
+        history += [assistant(one), {"role": "tool", "tool_call_id": tool_call["id"], "content": "a.txt"}]
+        httpx.post(url + "/v1/chat/completions", timeout=30, json={
+            "model": "tiny-harmony", "messages": history, "tools": TOOLS, "rollout_id": "r-harmony"})
+        prompt2 = fake.bodies(GENERATE)[-1]["token_ids"]
+        delta = prompt2[len(prompt1) + len(generated):]
+        assert prompt2[:len(prompt1) + len(generated)] == prompt1 + generated  # <|call|> as the model wrote it
+        assert harmony.decode(delta) == ('<|start|>functions.exec_command to=assistant<|channel|>commentary'
+                                         '<|message|>a.txt<|end|><|start|>assistant')
+        got = trajectory(url, "r-harmony")
+        assert got["token_ids"] == prompt2 + final
+        assert got["loss_mask"] == [0] * len(prompt1) + [1] * len(generated) + [0] * len(delta) + [1] * len(final)
+        assert got["logprobs"][len(prompt1):len(prompt1) + len(generated)] == [-0.1] * len(generated)
+        assert [turn["spliced"] for turn in got["turns"]] == [False, True]

@@ -24,11 +24,13 @@ from gateway import logs, observe
 from gateway.adapters.responses import Event, check_model, failed_events, response_events
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
+from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import expect
 from gateway.errors import APIError, shutting_down
 from gateway.ids import new_id
 from gateway.runtime import Runtime
 from gateway.settings import Settings
+from gateway.tokenfix.rollouts import Pending
 from gateway.tokenfix.state import TokenState
 from gateway.turn import Turn, TurnRequest
 from gateway.ws.cache import CachedResponse, ResponseCache
@@ -152,11 +154,12 @@ class ResponsesSocket:
             previous = self._previous(request.body)
             parsed = parse_continuation(request.body, previous)
             check_model(self.runtime, parsed.model)
+            rollout = begin_rollout(self.runtime, request.body)
         except APIError as exc:  # nothing ran: the lane's cache stays as it was
             await self._send_error(exc, lane)
             return
         if request.generate:
-            await self._generate(parsed, previous, lane)
+            await self._generate(parsed, previous, lane, rollout)
         else:
             await self._warm_up(parsed, previous, lane)
 
@@ -176,11 +179,18 @@ class ResponsesSocket:
             return previous.tokens
         return self.runtime.sessions.get(key) if key else None
 
-    async def _generate(self, parsed: ResponsesRequest, previous: CachedResponse | None, lane: str | None) -> None:
+    async def _generate(self, parsed: ResponsesRequest, previous: CachedResponse | None, lane: str | None,
+                        rollout: Pending | None = None) -> None:
         key = parsed.prompt_cache_key
         conversation = parsed.conversation
-        turn = Turn(self.runtime, TurnRequest(conversation, parsed.sampling, affinity=key or self.connection_id,
-                                              prefix=self._prefix(previous, key)))
+        prefix = self._prefix(previous, key)
+        if rollout is not None:  # an RL rollout: its own exact tokens, logprobs, replica and record
+            prefix = previous.tokens if previous and previous.tokens else rollout.prefix or prefix
+            if parsed.sampling.logprobs is None:
+                parsed.sampling.logprobs = 0
+        turn = Turn(self.runtime, TurnRequest(conversation, parsed.sampling, prefix=prefix,
+                                              affinity=rollout.rollout_id if rollout else key or self.connection_id,
+                                              check_prompt=rollout.check if rollout else None))
         writer = ResponseWriter(response_id=new_id("resp"), model=parsed.model, echo=parsed.echo)
 
         def remember(turn: Turn, final: Event) -> None:
@@ -192,6 +202,8 @@ class ResponsesSocket:
                 self.runtime.responses.put(entry)
             if key and tokens is not None:
                 self.runtime.sessions.put(key, tokens)
+            if rollout and tokens is not None:
+                rollout.commit(turn, tokens)
 
         try:
             await turn.start()
