@@ -23,6 +23,7 @@ from bench import latency, machine, memory, relay, report, scaling
 from bench.procs import CLIENT_CPU, ROOT
 
 SECTIONS = ("latency", "relay", "memory", "prepare")
+VLLM_SECTIONS = {"latency", "prepare"}
 DOC = ROOT / "docs" / "benchmarks.md"
 log = logging.getLogger("bench")
 
@@ -84,21 +85,31 @@ def _measure(name: str, quick: bool, smoke: bool, vllm_url: str | None) -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not every health poll
     quick = args.quick or args.smoke
     names = args.only or list(SECTIONS)
     args.out.mkdir(parents=True, exist_ok=True)
     sections: dict[str, Any] = {}
-    with vllm_server(args.vllm, quick) as vllm_url:
+
+    def measure(name: str, vllm_url: str | None) -> None:
+        if name == "prepare" and not scaling.available():
+            log.warning("prepare: bench/prepare.py is not in this checkout; skipping preparation and scaling")
+        started = time.monotonic()
+        load = [round(x, 2) for x in os.getloadavg()]
+        data = _measure(name, quick, args.smoke, vllm_url)
+        sections[name] = {"quick": quick, "smoke": args.smoke, "vllm": vllm_url is not None,
+                          "measured_at": time.strftime("%Y-%m-%d %H:%M"), "load_average": load,
+                          "seconds": round(time.monotonic() - started, 1), "data": data}
+        log.info("%s done in %.0f s", name, time.monotonic() - started)
+
+    # vLLM only while the sections that use it run: its engine shares the load generator's core.
+    with vllm_server(args.vllm if set(names) & VLLM_SECTIONS else "off", quick) as vllm_url:
         for name in names:
-            if name == "prepare" and not scaling.available():
-                log.warning("prepare: bench/prepare.py is not in this checkout; skipping preparation and scaling")
-            started = time.monotonic()
-            load = [round(x, 2) for x in os.getloadavg()]
-            data = _measure(name, quick, args.smoke, vllm_url)
-            sections[name] = {"quick": quick, "smoke": args.smoke, "vllm": vllm_url is not None,
-                              "measured_at": time.strftime("%Y-%m-%d %H:%M"), "load_average": load,
-                              "seconds": round(time.monotonic() - started, 1), "data": data}
-            log.info("%s done in %.0f s", name, time.monotonic() - started)
+            if name in VLLM_SECTIONS:
+                measure(name, vllm_url)
+    for name in names:
+        if name not in VLLM_SECTIONS:
+            measure(name, None)
     results = {"machine": machine.describe(), "sections": sections}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     (args.out / f"run-{stamp}.json").write_text(json.dumps(results, indent=1))

@@ -94,7 +94,8 @@ def _row(name: str, streams: int, tokens: int, requests: int, reference: dict, r
     return {
         "format": name,
         "streams": streams,
-        "tokens_per_stream": tokens * requests,
+        "tokens_per_request": tokens,
+        "requests_per_stream": requests,
         "direct_tokens_per_s": round(reference["tokens"] / reference["wall_s"]),
         "gateway_tokens_per_s": round(relay_rate),
         "gateway_cpu_s": round(cpu, 3),

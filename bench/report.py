@@ -93,7 +93,7 @@ def _relay(rows: list[dict[str, Any]], run: dict[str, Any]) -> str:
                         r["added_token_latency_p99_ms"], _verdict((r["added_token_latency_p99_ms"] or 0) <= 1)])
     return ("### Streaming relay (target: ≥ 20,000 tokens/s on one core at 256 streams; ≤ 1 ms added per token "
             "at p99)\n\n"
-            f"One gateway process pinned to one core; {rows[0]['tokens_per_stream']} tokens per stream, one "
+            f"One gateway process pinned to one core; {rows[-1]['tokens_per_request']} tokens per request, one "
             "token per upstream chunk. *direct* is the load generator reading the token server itself (the "
             "most the client side can take); tokens per CPU-second counts only the gateway process's CPU time."
             "\n\n"
