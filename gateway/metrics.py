@@ -90,6 +90,16 @@ class LiveCollector(Collector):
         evictions.add_metric(["expired"], stats.expired)
         yield evictions
         yield GaugeMetricFamily("gateway_session_cache_sessions", "Sessions held", value=len(sessions))
+        rollouts = runtime.rollouts.summary()
+        yield GaugeMetricFamily("gateway_rollouts", "RL rollouts held", value=rollouts["rollouts"])
+        yield GaugeMetricFamily("gateway_rollout_tokens", "Tokens held by RL rollouts", value=rollouts["tokens"])
+        yield CounterMetricFamily("gateway_rollout_turns", "Calls recorded in RL rollouts", value=rollouts["turns"])
+        removals = CounterMetricFamily("gateway_rollout_removals", "RL rollouts dropped, by reason",
+                                       labels=["reason"])
+        removals.add_metric(["capacity"], rollouts["evicted"])
+        removals.add_metric(["expired"], rollouts["expired"])
+        removals.add_metric(["deleted"], rollouts["deleted"])
+        yield removals
 
 
 async def metrics_endpoint(request: Request) -> Response:

@@ -215,6 +215,9 @@ def test_eviction_keeps_memory_bounded_and_answers_410_with_why(fake, qwen_token
         stats = httpx.get(f"{url}/v1/rollouts").json()
         assert (stats["rollouts"], stats["evicted"], stats["created"]) == (1, 1, 2)
         assert stats["tokens"] == trajectory(url, "new")["num_tokens"]
+        metrics = httpx.get(f"{url}/metrics").text
+        assert 'gateway_rollout_removals_total{reason="capacity"} 1.0' in metrics
+        assert f"gateway_rollout_tokens {float(stats['tokens'])}" in metrics
 
 
 def test_bad_rollout_fields(url):
