@@ -101,9 +101,10 @@ def serve_supervised(processes: Sequence[VLLMProcess], settings: Settings, *, ma
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health probe would bury the rest
     supervisor = Supervisor(processes, max_restarts=max_restarts, ready_timeout=ready_timeout,
                             on_give_up=lambda: os.kill(os.getpid(), signal.SIGTERM))
-    # SIGTERM may come while the models load, and uvicorn re-raises it after its own shutdown:
-    # either way it becomes SystemExit here, so the `finally` stops the replicas.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1 if supervisor.gave_up else 0))
+    # SIGTERM while the models load becomes SystemExit here, so the `finally` stops the replicas;
+    # while the gateway serves, its own handler drains it first (and what uvicorn re-raises after
+    # its shutdown lands here too).
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(1 if supervisor.gave_up else 0))
     log.info("starting %d vLLM replica(s) on %s", len(processes), ", ".join(supervisor.urls))
     try:
         supervisor.start()
@@ -115,4 +116,5 @@ def serve_supervised(processes: Sequence[VLLMProcess], settings: Settings, *, ma
         return 130
     finally:
         supervisor.stop()
+        signal.signal(signal.SIGTERM, previous)
     return 1 if supervisor.gave_up else 0

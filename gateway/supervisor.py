@@ -96,8 +96,11 @@ class Supervisor:
         except ExceptionGroup as failures:
             self._error = failures.exceptions[0]
             return
-        except (VLLMError, OSError) as exc:  # OSError: no such vLLM command
+        except VLLMError as exc:
             self._error = exc
+            return
+        except OSError as exc:  # no such vLLM command
+            self._error = VLLMError(f"cannot start vLLM: {exc}")
             return
         finally:
             self._ready.set()

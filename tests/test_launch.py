@@ -106,6 +106,19 @@ def test_launch_mutually_exclusive_vllm_choice(capsys: pytest.CaptureFixture[str
     assert "not allowed with argument" in capsys.readouterr().err
 
 
+def test_launch_refuses_without_a_model_or_a_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv("GATEWAY_MODEL", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        main(["launch", "--replicas", "2"])
+    assert exit_.value.code == 2 and "--model-path (or GATEWAY_MODEL) is required" in caplog.text
+    # A vLLM command that does not exist fails the start, before the gateway serves anything.
+    with pytest.raises(SystemExit) as exit_:
+        main(["launch", "--model-path", "m", "--vllm-cmd", str(tmp_path / "no-vllm"), "--vllm-log-dir", str(tmp_path)])
+    assert exit_.value.code == 1 and f"cannot start vLLM: [Errno 2] No such file or directory: '{tmp_path / 'no-vllm'}'" \
+        in caplog.text
+
+
 # --- The supervisor, on stand-in servers --------------------------------------------------------
 
 def stub(tmp_path: Path, name: str) -> VLLMProcess:
