@@ -107,16 +107,17 @@ def test_launch_mutually_exclusive_vllm_choice(capsys: pytest.CaptureFixture[str
 
 
 def test_launch_refuses_without_a_model_or_a_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+                                                 capfd: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("GATEWAY_MODEL", raising=False)
     with pytest.raises(SystemExit) as exit_:
         main(["launch", "--replicas", "2"])
-    assert exit_.value.code == 2 and "--model-path (or GATEWAY_MODEL) is required" in caplog.text
+    assert exit_.value.code == 2 and "--model-path (or GATEWAY_MODEL) is required" in capfd.readouterr().err
     # A vLLM command that does not exist fails the start, before the gateway serves anything.
+    missing = tmp_path / "no-vllm"
     with pytest.raises(SystemExit) as exit_:
-        main(["launch", "--model-path", "m", "--vllm-cmd", str(tmp_path / "no-vllm"), "--vllm-log-dir", str(tmp_path)])
-    assert exit_.value.code == 1 and f"cannot start vLLM: [Errno 2] No such file or directory: '{tmp_path / 'no-vllm'}'" \
-        in caplog.text
+        main(["launch", "--model-path", "m", "--vllm-cmd", str(missing), "--vllm-log-dir", str(tmp_path)])
+    assert exit_.value.code == 1
+    assert f"cannot start vLLM: [Errno 2] No such file or directory: '{missing}'" in capfd.readouterr().err
 
 
 # --- The supervisor, on stand-in servers --------------------------------------------------------
