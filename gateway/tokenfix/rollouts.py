@@ -46,7 +46,9 @@ class RolloutTurn:
     segment: int
     finish_reason: str
     spliced: bool  # the prompt reused earlier exact tokens instead of re-tokenizing them
-    non_monotonic: bool  # the prompt does not continue the rollout's sequence: a new segment starts here
+    # The history did not continue the exact tokens offered (the rollout's or the client's), so the
+    # prompt was rendered in full; when it does not extend the sequence either, a new segment starts here.
+    non_monotonic: bool
     mask_source: str  # "client" (response_mask) | "gateway"
 
     def export(self, index: int) -> dict[str, Any]:
@@ -68,11 +70,6 @@ class Rollout:
     @property
     def num_tokens(self) -> int:
         return len(self.mask)
-
-    @property
-    def open_start(self) -> int:
-        """Offset of the open segment in the whole sequence."""
-        return self.num_tokens - (len(self.state.tokens) if self.state else 0)
 
     def export(self) -> dict[str, Any]:
         tokens = array("i")
@@ -151,8 +148,8 @@ class Pending:
                    "the prompt does not continue the rollout's token sequence (non-monotonic history), so a "
                    "new segment starts and every prompt token is new")
         else:
-            why = (f"the rollout's sequence so far is {start} tokens and this prompt is {len(turn.prompt_ids)}; "
-                   f"the new tokens are those after the previous call's generation")
+            why = (f"the previous call's prompt and generation are {start} tokens and this prompt is "
+                   f"{len(turn.prompt_ids)}; the new tokens are those after the previous call's generation")
         raise APIError(f"'response_mask' has {got} values but this call added {expected} prompt tokens: {why}. "
                        f"Send one 0/1 per added token (expected {expected}, got {got}).", status=422,
                        param="response_mask", code="response_mask_length_mismatch")

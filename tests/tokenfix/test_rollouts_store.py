@@ -78,7 +78,7 @@ def test_a_wrong_mask_length_names_expected_and_got_and_records_nothing():
     with pytest.raises(APIError) as error:
         call(store, "r", [6, 7], [8], mask=[0, 0, 0])
     assert error.value.status == 422 and "(expected 2, got 3)" in error.value.message
-    assert "sequence so far is 5 tokens and this prompt is 7" in error.value.message
+    assert "prompt and generation are 5 tokens and this prompt is 7" in error.value.message
     assert len(store.get("r").turns) == 1
 
 
