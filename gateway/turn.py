@@ -12,25 +12,28 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from array import array
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from gateway import observe
 from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall
 from gateway.errors import APIError, UpstreamUnavailable, context_length_exceeded
-from gateway.formats.base import ItemDone, ItemStarted, ParseEvent
+from gateway.formats.base import Covered, ItemDone, ItemStarted, ParseEvent
 from gateway.ids import new_id
 from gateway.runtime import Runtime
 from gateway.sampling import SamplingOptions, resolve
-from gateway.tokenfix.splice import splice
+from gateway.tokenfix.splice import splice, splice_tail
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.chunks import Usage
 from gateway.upstream.replica import UpstreamStream
 
 log = logging.getLogger(__name__)
 
-# Conversations with more text than this render off the event loop.
+# Renders of items with more text than this run off the event loop.
 _INLINE_RENDER_CHARS = 16_384
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -48,7 +51,7 @@ class Turn:
         self.runtime = runtime
         self.request = request
         self.request_id = new_id("gw")
-        self.prompt_ids: list[int] = []
+        self.prompt_ids: Sequence[int] = []  # a list, or an int32 array when spliced onto exact tokens
         self.output_ids: list[int] = []
         self.logprobs: list[float] | None = [] if request.sampling.logprobs is not None else None
         self.finish_reason: str | None = None
@@ -81,20 +84,31 @@ class Turn:
                          stop_token_ids=self.runtime.stop_token_ids)
         self._stream = await self._open(params)
 
-    async def _render(self) -> list[int]:
-        if _text_size(self.request.conversation) <= _INLINE_RENDER_CHARS:
-            return self._prompt_ids()
-        return await asyncio.to_thread(self._prompt_ids)
+    async def _render(self) -> Sequence[int]:
+        """The prompt: the exact earlier tokens and the new items' when the history continues
+        them, else the full render. Big renders run off the event loop."""
+        conversation, prefix, chat_format = self.request.conversation, self.request.prefix, self.runtime.format
+        covered = prefix.continued_by(conversation) if prefix is not None else None
+        if covered is not None:
+            # Cost follows the new items: the format renders them alone when it can.
+            tail = await _off_loop_if_big(conversation.items[covered.items:], chat_format.render_tail,
+                                          conversation, covered)
+            if tail is not None:
+                spliced = splice_tail(prefix, tail, chat_format.turn_terminators)
+                if spliced is not None:
+                    self.spliced = True
+                    return spliced
+                covered = None  # the same verdict as splicing the full renders: it does not continue
+        return await _off_loop_if_big(conversation.items, self._prompt_ids, covered)
 
-    def _prompt_ids(self) -> list[int]:
+    def _prompt_ids(self, covered: Covered | None) -> Sequence[int]:
         """The full render, with the exact earlier tokens spliced in when the history continues."""
         conversation, prefix, chat_format = self.request.conversation, self.request.prefix, self.runtime.format
         template = chat_format.render(conversation)
         if prefix is None:
             return template
-        covered = prefix.continued_by(conversation)
         if covered is not None:
-            head = dataclasses.replace(conversation, items=conversation.items[:covered])
+            head = dataclasses.replace(conversation, items=conversation.items[:covered.items])
             spliced = splice(prefix.tokens, prefix.prompt_len, chat_format.render(head), template,
                              chat_format.turn_terminators)
             if spliced is not None:
@@ -189,7 +203,13 @@ class Turn:
             return None
         conversation = self.request.conversation
         return TokenState.build(conversation, [*conversation.items, *self.turn_items], self.prompt_ids,
-                                self.output_ids)
+                                self.output_ids, self.runtime.format.turn_terminators)
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        """`prompt_ids` as a list, for JSON."""
+        ids = self.prompt_ids
+        return ids.tolist() if isinstance(ids, array) else list(ids)
 
     @property
     def replica(self) -> str | None:
@@ -205,8 +225,18 @@ class Turn:
         return (self.usage.cached_tokens or 0) if self.usage else 0
 
 
-def _text_size(conversation: Conversation) -> int:
-    total = len(conversation.instructions or "")
-    for item in conversation.items:
+async def _off_loop_if_big(items: Sequence[Item], render: Callable[..., T], *args: Any) -> T:
+    """`render(*args)` inline when `items` hold little text, else in a thread: a thread hop
+    costs more than a small render, and a big one must not stall the event loop."""
+    if _text_size(items) <= _INLINE_RENDER_CHARS:
+        return render(*args)
+    return await asyncio.to_thread(render, *args)
+
+
+def _text_size(items: Sequence[Item]) -> int:
+    total = 0
+    for item in items:
         total += len(getattr(item, "text", None) or getattr(item, "output", None) or getattr(item, "arguments", ""))
+        if total > _INLINE_RENDER_CHARS:
+            break
     return total

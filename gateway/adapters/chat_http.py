@@ -75,7 +75,7 @@ def _completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[s
                               "logprobs": _logprobs(turn) if parsed.logprobs else None}
     body = {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(turn)}
     if parsed.return_token_ids:
-        body["prompt_token_ids"] = turn.prompt_ids
+        body["prompt_token_ids"] = turn.prompt_token_ids
         choice["token_ids"] = turn.output_ids
     return body
 
@@ -130,7 +130,7 @@ async def _stream(turn: Turn, parsed: ChatRequest, head: dict[str, Any],
 
 def _with_prompt_ids(first_chunk: bytes, turn: Turn) -> bytes:
     body = orjson.loads(first_chunk[6:])
-    body["prompt_token_ids"] = turn.prompt_ids
+    body["prompt_token_ids"] = turn.prompt_token_ids
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -32,6 +33,7 @@ def use_secret(secret: str | None) -> None:
     global _key
     if secret:
         _key = secret.encode()
+        unseal.cache_clear()
 
 
 def seal(text: str) -> str:
@@ -41,8 +43,10 @@ def seal(text: str) -> str:
     return base64.urlsafe_b64encode(header + mac + payload).decode("ascii")
 
 
+@functools.lru_cache(maxsize=4096)
 def unseal(blob: str) -> str | None:
-    """The reasoning text in a blob this gateway sealed; None for a tampered or foreign blob."""
+    """The reasoning text in a blob this gateway sealed; None for a tampered or foreign blob.
+    Cached: Codex sends every earlier turn's blobs again with each request."""
     try:
         raw = base64.urlsafe_b64decode(blob.encode("ascii"))
     except (binascii.Error, UnicodeEncodeError, ValueError):

@@ -77,7 +77,7 @@ def usage(turn: Turn) -> dict[str, Any]:
 def token_fields(turn: Turn) -> dict[str, Any]:
     """Exact tokens, on request (`return_token_ids`): for RL and for checking on-policy prompts."""
     return {
-        "prompt_token_ids": turn.prompt_ids,
+        "prompt_token_ids": turn.prompt_token_ids,
         "output_token_ids": turn.output_ids,
         "output_logprobs": turn.logprobs,
     }

@@ -44,6 +44,30 @@ class ItemDone:
 ParseEvent = ItemStarted | ItemDelta | ItemDone
 
 
+@dataclass(slots=True)
+class Covered:
+    """The part of a conversation's history that an earlier turn's exact tokens cover."""
+
+    items: int  # items[:items] are covered…
+    turn_start: int  # …and items[turn_start:items] were the model's own turn
+    prompt_turns: int  # turn terminators in that turn's prompt (the render of items[:turn_start])
+    context: bytes  # digest of what else shaped that render (instructions, tools), for caches
+
+
+@dataclass(slots=True)
+class Tail:
+    """What splicing needs from a render, computed without rendering the covered history.
+
+    `turns`: turn terminators in the render of the covered history (`items[:covered]`).
+    `ids`: the render of the whole conversation from its `turns`-th terminator on: the new
+    items and the generation prompt. Both renders must agree on the history before the
+    model's turn (what `splice` checks).
+    """
+
+    turns: int
+    ids: list[int]
+
+
 class OutputParser(Protocol):
     """Per-request streaming parser: output token ids in, item events out.
 
@@ -69,6 +93,14 @@ class ChatFormat(Protocol):
 
         User, developer, tool and assistant text must never produce special tokens:
         a tool output containing `<|im_end|>` is tokenized as plain text.
+        """
+        ...
+
+    def render_tail(self, conversation: Conversation, covered: Covered) -> Tail | None:
+        """`render`'s end past the covered history, in time that grows with the new items only.
+
+        Exactly what the full renders would give (tests compare); None when this format cannot
+        tell for these items without rendering everything (the caller then does).
         """
         ...
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from openai_harmony import HarmonyEncoding, HarmonyEncodingName, load_harmony_encoding
 
 from gateway.conversation import Conversation
+from gateway.formats.base import Covered, Tail
 from gateway.formats.harmony_parser import HarmonyParser
 from gateway.formats.harmony_render import HarmonyRenderer
 
@@ -27,6 +28,9 @@ class HarmonyFormat:
 
     def render(self, conversation: Conversation) -> list[int]:
         return self.renderer.render(conversation)
+
+    def render_tail(self, conversation: Conversation, covered: Covered) -> Tail | None:
+        return self.renderer.render_tail(conversation, covered)
 
     def parser(self) -> HarmonyParser:
         return HarmonyParser(self.encoding)

@@ -27,6 +27,7 @@ from openai_harmony import (
 )
 
 from gateway.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.formats.base import Covered, Tail
 
 REASONING_EFFORT = {
     "minimal": ReasoningEffort.LOW,
@@ -53,32 +54,32 @@ class HarmonyRenderer:
         self.constrain = special["<|constrain|>"]
 
     def render(self, conversation: Conversation) -> list[int]:
-        tools = conversation.tools if conversation.tool_choice != "none" else []
-        out = self.render_head(conversation, tools)
+        out = self.render_head(conversation, _offered(conversation))
         items = conversation.items
         keep_reasoning_from = _last_final_index(items) + 1
-        call_names = {item.call_id: item.name for item in items if isinstance(item, ToolCall)}
+        call_names = _CallNames(items)
         for index, item in enumerate(items):
-            if isinstance(item, Message):
-                if item.role == "assistant":
-                    self._message(out, "assistant", "commentary" if item.channel == "commentary" else "final", item.text)
-                elif item.role == "user":
-                    self._message(out, "user", None, item.text)
-                else:  # a later system/developer message: harmony's system slot is its own
-                    self._message(out, "developer", None, item.text)
-            elif isinstance(item, Reasoning):
-                if index >= keep_reasoning_from:
-                    self._message(out, "assistant", "analysis", item.text)
-            elif isinstance(item, ToolCall):
-                self._tool_call(out, item)
-            elif isinstance(item, ToolOutput):
-                name = item.name or call_names.get(item.call_id)
-                if name is None:
-                    raise ValueError(f"tool output {item.call_id!r} has no matching tool call")
-                self._tool_output(out, name, item.output)
-        out.append(self.start)
-        out += self._text("assistant")
-        return out
+            if index >= keep_reasoning_from or not isinstance(item, Reasoning):
+                self._item(out, item, call_names)
+        return self._generation_prompt(out)
+
+    def render_tail(self, conversation: Conversation, covered: Covered) -> Tail | None:
+        """The new items rendered alone: items render one by one, and the one rule that looks
+        across items (reasoning before the last final answer is dropped) changes nothing
+        before them unless they hold a final answer."""
+        items, count = conversation.items, covered.items
+        if any(_is_final(item) for item in items[count:]):
+            return None
+        keep_reasoning_from = _last_final_index(items[:count]) + 1
+        kept = [i for i in range(count) if i >= keep_reasoning_from or not isinstance(items[i], Reasoning)]
+        # One terminator per system/developer message and per rendered item.
+        turns = (2 if conversation.instructions or _offered(conversation) else 1) + len(kept)
+        last = items[kept[-1]] if kept else None
+        out = [self.call if isinstance(last, ToolCall) else self.end]
+        call_names = _CallNames(items)
+        for item in items[count:]:
+            self._item(out, item, call_names)
+        return Tail(turns=turns, ids=self._generation_prompt(out))
 
     def render_head(self, conversation: Conversation, tools: Sequence[Tool]) -> list[int]:
         """The system message and (when there are instructions or tools) the developer message."""
@@ -99,6 +100,29 @@ class HarmonyRenderer:
                 developer = developer.with_function_tools(
                     [ToolDescription.new(tool.name, tool.description, tool.parameters) for tool in tools])
             out += self.encoding.render(HarmonyMessage.from_role_and_content(Role.DEVELOPER, developer), options)
+        return out
+
+    def _item(self, out: list[int], item: Item, call_names: _CallNames) -> None:
+        if isinstance(item, Message):
+            if item.role == "assistant":
+                self._message(out, "assistant", "commentary" if item.channel == "commentary" else "final", item.text)
+            elif item.role == "user":
+                self._message(out, "user", None, item.text)
+            else:  # a later system/developer message: harmony's system slot is its own
+                self._message(out, "developer", None, item.text)
+        elif isinstance(item, Reasoning):
+            self._message(out, "assistant", "analysis", item.text)
+        elif isinstance(item, ToolCall):
+            self._tool_call(out, item)
+        elif isinstance(item, ToolOutput):
+            name = item.name or call_names.get(item.call_id)
+            if name is None:
+                raise ValueError(f"tool output {item.call_id!r} has no matching tool call")
+            self._tool_output(out, name, item.output)
+
+    def _generation_prompt(self, out: list[int]) -> list[int]:
+        out.append(self.start)
+        out += self._text("assistant")
         return out
 
     def _text(self, text: str) -> list[int]:
@@ -145,6 +169,27 @@ class HarmonyRenderer:
         out.append(self.end)
 
 
+class _CallNames:
+    """Tool names by call id, looked up only for outputs that do not carry their name."""
+
+    def __init__(self, items: Sequence[Item]) -> None:
+        self._items = items
+        self._names: dict[str, str] | None = None
+
+    def get(self, call_id: str) -> str | None:
+        if self._names is None:
+            self._names = {item.call_id: item.name for item in self._items if isinstance(item, ToolCall)}
+        return self._names.get(call_id)
+
+
+def _offered(conversation: Conversation) -> Sequence[Tool]:
+    return conversation.tools if conversation.tool_choice != "none" else []
+
+
+def _is_final(item: Item) -> bool:
+    return isinstance(item, Message) and item.role == "assistant" and item.channel != "commentary"
+
+
 def _last_final_index(items: Sequence[Item]) -> int:
     """Index of the last assistant final answer, or -1.
 
@@ -155,7 +200,6 @@ def _last_final_index(items: Sequence[Item]) -> int:
     one, which is wrong for both cases, so it is not used.
     """
     for index in range(len(items) - 1, -1, -1):
-        item = items[index]
-        if isinstance(item, Message) and item.role == "assistant" and item.channel != "commentary":
+        if _is_final(items[index]):
             return index
     return -1

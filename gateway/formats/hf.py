@@ -17,8 +17,10 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from gateway.conversation import Conversation, Message
+from gateway.formats.base import Covered, Tail
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
+from gateway.formats.hf_window import TemplateWindow
 
 # Tokens that end a turn in ChatML-style templates, besides the tokenizer's eos.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
@@ -53,10 +55,14 @@ class HFChatFormat:
             **ids, text={ids[f]: markers[f].encode() for f in markers if ids[f] is not None}
         )
         self._starts_in_reasoning = self._prompt_opens_reasoning()
+        self._window = self._template_window()
 
     def render(self, conversation: Conversation) -> list[int]:
         messages, tools = hf_messages(conversation)
         return self._encoder.encode(messages, tools)
+
+    def render_tail(self, conversation: Conversation, covered: Covered) -> Tail | None:
+        return self._window.tail(conversation, covered) if self._window is not None else None
 
     def parser(self) -> HermesOutputParser:
         return HermesOutputParser(
@@ -75,6 +81,15 @@ class HFChatFormat:
         last_open = max((i for i, t in enumerate(ids) if t == think_open), default=-1)
         last_close = max((i for i, t in enumerate(ids) if t == think_close), default=-1)
         return last_open > last_close
+
+    def _template_window(self) -> TemplateWindow | None:
+        """Windowed renders find turns by their terminators' text: each must be markup that no
+        other added token's text contains."""
+        markup = [token.content for token in self.tokenizer.added_tokens_decoder.values()]
+        strings = self.tokenizer.convert_ids_to_tokens(sorted(self.turn_terminators))
+        if not all(s in markup and sum(s in m for m in markup) == 1 for s in strings):
+            return None
+        return TemplateWindow(self, self._encoder, strings)
 
 
 def load_hf_format(tokenizer_path: str | Path, **options: Any) -> HFChatFormat:

@@ -19,6 +19,7 @@ import logging
 import re
 from typing import Any
 
+import orjson
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
@@ -98,13 +99,23 @@ class SafeTemplateEncoder:
         self._escape_index = {text: i for i, text in enumerate(self._escapable)}
         self._needs_escape = re.compile("|".join(map(re.escape, self._escapable)))
         self._escape = re.compile(f"{ESCAPE_OPEN}([0-9]+){ESCAPE_CLOSE}")
+        self._json_verbatim = all(orjson.dumps(text).decode() == f'"{text}"' for text in self._escapable)
         self._plain = _without_added_tokens(tokenizer.backend_tokenizer)
 
     def encode(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        text, escaped = self.render_text(messages, tools)
+        if escaped and log.isEnabledFor(logging.DEBUG):
+            self._check_branching(messages, tools or None, text)
+        return self.ids(text)
+
+    def render_text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, bool]:
+        """The template's text, content escaped; and whether any content needed escaping."""
         escaped = False
 
         def escape(value: Any) -> Any:
             nonlocal escaped
+            if self._clean(value):
+                return value
             if isinstance(value, str):
                 if self._needs_escape.search(value) is None:
                     return value
@@ -116,19 +127,29 @@ class SafeTemplateEncoder:
                 return [escape(item) for item in value]
             return value
 
-        text = self._render(escape(messages), escape(tools) or None)
+        return self._render(escape(messages), escape(tools) or None), escaped
+
+    def ids(self, text: str) -> list[int]:
+        """Ids of `render_text`'s text (or any part of it that starts at markup or at its start)."""
         parts = self._markup.split(text)  # [text, markup, text, markup, …, text]
-        pieces = parts[0::2]
-        if escaped:
-            pieces = [self._unescape(piece) for piece in pieces]
-            if log.isEnabledFor(logging.DEBUG):
-                self._check_branching(messages, tools or None, parts, pieces)
+        pieces = [self._unescape(piece) for piece in parts[0::2]]
         ids: list[int] = []
         for i, encoding in enumerate(self._plain.encode_batch_fast(pieces, add_special_tokens=False)):
             ids.extend(encoding.ids)
             if 2 * i + 1 < len(parts):
                 ids.append(self._markup_ids[parts[2 * i + 1]])
         return ids
+
+    def _clean(self, value: Any) -> bool:
+        """No string in `value` needs escaping: one search over its JSON text instead of a
+        walk over every string (tool schemas are big trees), when JSON spells each escapable
+        string as is."""
+        if not self._json_verbatim or isinstance(value, str):
+            return False
+        try:
+            return self._needs_escape.search(orjson.dumps(value, default=str).decode()) is None
+        except orjson.JSONEncodeError:  # lone surrogates, huge ints: walk it
+            return False
 
     def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
         return self._tokenizer.apply_chat_template(
@@ -140,12 +161,11 @@ class SafeTemplateEncoder:
             return text
         return self._escape.sub(lambda m: self._escapable[int(m[1])], text)
 
-    def _check_branching(self, messages, tools, parts: list[str], pieces: list[str]) -> None:
+    def _check_branching(self, messages, tools, text: str) -> None:
         # The template saw escapes where the content has markup strings; a template that
         # branches on content ("does this user text start with <tool_response>?") renders
         # differently then. The escaped rendering is the one kept: content stays content.
-        markup = parts[1::2] + [""]
-        if "".join(p + m for p, m in zip(pieces, markup)) != self._render(messages, tools):
+        if self._unescape(text) != self._render(messages, tools):
             log.debug("chat template rendered markup-bearing content differently; kept it as plain text")
 
 

@@ -12,10 +12,23 @@ produce special tokens, so every terminator in a render is the template's own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from array import array
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from gateway.formats.base import Tail
+
+if TYPE_CHECKING:
+    from gateway.tokenfix.state import TokenState
 
 
-def count_terminators(ids: Sequence[int], terminators: frozenset[int]) -> int:
+def count_terminators(ids: Sequence[int], terminators: Collection[int]) -> int:
+    if isinstance(ids, array):  # a TokenState's ids: counted without boxing each one
+        return int(np.isin(np.frombuffer(ids, dtype=np.int32), list(terminators)).sum()) if ids else 0
+    if isinstance(ids, list):
+        return sum(map(ids.count, terminators))
     return sum(1 for t in ids if t in terminators)
 
 
@@ -38,7 +51,7 @@ def splice(
     template_prefix: Sequence[int],
     template: Sequence[int],
     terminators: frozenset[int],
-) -> list[int] | None:
+) -> list[int] | array | None:
     """The prompt for the next call, or None when the template is not monotonic.
 
     - `model_prefix`: what the model saw and produced (earlier prompt + generated ids);
@@ -68,10 +81,33 @@ def splice(
     if start is None or start >= end or list(template[: start + 1]) != list(template_prefix[: start + 1]):
         return None  # the re-render changed the history before the last generation
     model_turns = count_terminators(model_prefix, terminators)
+    return _continue(model_prefix, prompt_len, model_turns, turns, template[end:], terminators)
+
+
+def splice_tail(state: TokenState, tail: Tail, terminators: frozenset[int]) -> array | None:
+    """`splice` when the format rendered only the tail (`ChatFormat.render_tail`), which
+    vouches that the history before the last generation re-renders unchanged."""
+    if state.prompt_turns >= tail.turns:
+        return None  # the re-render has no room for the last generation
+    return _continue(state.tokens, state.prompt_len, state.model_turns, tail.turns, tail.ids, terminators)
+
+
+def _continue(model_prefix: Sequence[int], prompt_len: int, model_turns: int, turns: int, tail: Sequence[int],
+              terminators: frozenset[int]) -> list[int] | array | None:
+    """The model's tokens, then the template's from the end of the model's last turn (`tail`
+    starts at the template's terminator of that turn, the `turns`-th)."""
     if model_turns > turns:
         return None
     if len(model_prefix) > prompt_len and model_prefix[-1] in terminators:
-        return [*model_prefix, *template[end + 1:]]  # the model closed its turn
+        return _join(model_prefix, tail[1:])  # the model closed its turn
     if model_turns == turns:
         return None  # tokens after the model's last terminator would be a dangling header
-    return [*model_prefix, *template[end:]]  # cut by the length limit: close it the template's way
+    return _join(model_prefix, tail)  # cut by the length limit: close it the template's way
+
+
+def _join(model_prefix: Sequence[int], tail: Sequence[int]) -> list[int] | array:
+    if isinstance(model_prefix, array):
+        joined = array("i", model_prefix)  # a memcpy, not one int object per id
+        joined.extend(tail)
+        return joined
+    return [*model_prefix, *tail]

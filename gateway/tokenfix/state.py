@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from array import array
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from gateway.conversation import Conversation, Item
+from gateway.formats.base import ChatFormat, Covered
+from gateway.tokenfix.splice import count_terminators
 
 
-def item_digest(item: Item) -> bytes:
-    return hashlib.blake2b(repr(item).encode(), digest_size=16).digest()
+def history_digest(items: Sequence[Item]) -> bytes:
+    """SHA-256 of the items' types and fields, each field length-prefixed so that no two
+    histories share an encoding. Hashed as one string: this runs over the whole history
+    on every request, so per-item work is kept to a join."""
+    parts = []
+    for item in items:
+        parts.append(type(item).__name__)
+        for name in item.__slots__:
+            value = getattr(item, name)
+            parts.append("-" if value is None else f"{len(value)}:{value}")
+    return hashlib.sha256("|".join(parts).encode("utf-8", "surrogatepass")).digest()
 
 
 def context_digest(conversation: Conversation) -> bytes:
@@ -23,29 +35,49 @@ def context_digest(conversation: Conversation) -> bytes:
 
 @dataclass(slots=True)
 class TokenState:
-    """`tokens` are exactly what the model saw and produced for the history `item_digests`
-    describes (the last items being the model's own output). Ids are a compact int32 array."""
+    """`tokens` are exactly what the model saw and produced for the first `items` items of a
+    history (the last ones being the model's own output). Ids are a compact int32 array."""
 
     context: bytes
-    item_digests: tuple[bytes, ...]
+    items: int  # how many items of the history…
+    digest: bytes  # …and their `history_digest`
     tokens: array
     prompt_len: int  # tokens[:prompt_len] was the prompt, the rest the model's generation
+    prompt_items: int  # the prompt rendered the first `prompt_items` items; the rest are the model's turn
+    prompt_turns: int  # turn terminators in the prompt…
+    model_turns: int  # …and in all of `tokens`
 
     @classmethod
     def build(cls, conversation: Conversation, items: Sequence[Item], prompt: Sequence[int],
-              generated: Sequence[int]) -> "TokenState":
+              generated: Sequence[int], terminators: Collection[int]) -> TokenState:
+        """`conversation` was the prompt; `items` are its items followed by the model's turn."""
         tokens = array("i", prompt)
         tokens.extend(generated)
-        return cls(context_digest(conversation), tuple(item_digest(i) for i in items), tokens, len(prompt))
+        prompt_turns = count_terminators(prompt, terminators)
+        return cls(context_digest(conversation), len(items), history_digest(items), tokens, len(prompt),
+                   len(conversation.items), prompt_turns, prompt_turns + count_terminators(generated, terminators))
 
-    def continued_by(self, conversation: Conversation) -> int | None:
-        """How many leading items of `conversation` this state covers, or None if it
-        does not continue it (a rewritten history, other instructions or tools)."""
-        count = len(self.item_digests)
-        items = conversation.items
+    @classmethod
+    def of_template_turn(cls, chat_format: ChatFormat, before: Conversation, turn: Sequence[Item], *,
+                         cut: bool = False) -> TokenState | None:
+        """The state after a turn in which the model wrote `turn` exactly as the template renders
+        it (`cut`: stopped by the length limit before its last terminator). For probes, tests and
+        benchmarks; None when the template's render of the turn does not extend the prompt."""
+        prompt = chat_format.render(before)
+        items = [*before.items, *turn]
+        head = chat_format.render(dataclasses.replace(before, items=items))
+        terminators = chat_format.turn_terminators
+        end = max((i for i, token in enumerate(head) if token in terminators), default=-1)
+        if head[:len(prompt)] != prompt or end < len(prompt):
+            return None
+        return cls.build(before, items, prompt, head[len(prompt):end if cut else end + 1], terminators)
+
+    def continued_by(self, conversation: Conversation) -> Covered | None:
+        """What of `conversation` this state covers, or None if it does not continue it
+        (a rewritten history, other instructions or tools)."""
+        count, items = self.items, conversation.items
         if count == 0 or len(items) <= count or context_digest(conversation) != self.context:
             return None
-        for digest, item in zip(self.item_digests, items):
-            if item_digest(item) != digest:
-                return None
-        return count
+        if history_digest(items[:count]) != self.digest:
+            return None
+        return Covered(items=count, turn_start=self.prompt_items, prompt_turns=self.prompt_turns, context=self.context)

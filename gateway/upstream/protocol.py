@@ -8,7 +8,12 @@ token ids in and out, generation-config defaults NOT applied (we always send the
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
 from typing import Any, Literal
+
+import numpy as np
+import orjson
 
 from gateway.upstream.chunks import TokenChunk, Usage
 
@@ -24,12 +29,15 @@ def request_body(
     api: UpstreamAPI,
     *,
     model: str,
-    prompt_ids: list[int],
+    prompt_ids: Sequence[int],
     sampling: dict[str, Any],
     request_id: str,
     stream: bool,
 ) -> dict[str, Any]:
-    """`sampling` holds SamplingParams fields (max_tokens, temperature, stop_token_ids, logprobs …)."""
+    """`sampling` holds SamplingParams fields (max_tokens, temperature, stop_token_ids, logprobs …).
+    An int32 `array` of ids goes in as a numpy view: `encode` writes it without boxing each id."""
+    if isinstance(prompt_ids, array):
+        prompt_ids = np.frombuffer(prompt_ids, dtype=np.int32)
     if api == "generate":
         params = {**sampling, "detokenize": False, "skip_special_tokens": False}
         body: dict[str, Any] = {
@@ -54,6 +62,10 @@ def request_body(
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def encode(body: dict[str, Any]) -> bytes:
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def engine_request_id(api: UpstreamAPI, request_id: str) -> str:

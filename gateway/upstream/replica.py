@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +13,15 @@ import orjson
 
 from gateway.errors import UpstreamFailed, UpstreamUnavailable
 from gateway.upstream.chunks import TokenChunk, Usage
-from gateway.upstream.protocol import PATHS, UpstreamAPI, engine_request_id, parse_choice, parse_usage, request_body
+from gateway.upstream.protocol import (
+    PATHS,
+    UpstreamAPI,
+    encode,
+    engine_request_id,
+    parse_choice,
+    parse_usage,
+    request_body,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +58,7 @@ class Replica:
             self.state = "ejected"
         self.wake.set()
 
-    async def open(self, prompt_ids: list[int], sampling: dict[str, Any], request_id: str) -> UpstreamStream:
+    async def open(self, prompt_ids: Sequence[int], sampling: dict[str, Any], request_id: str) -> UpstreamStream:
         """Send the request and wait for the replica to accept it (HTTP 200).
 
         Raises UpstreamUnavailable when nothing was accepted, so the caller may try
@@ -58,7 +66,7 @@ class Replica:
         """
         body = request_body(self.api, model=self.served_model or "", prompt_ids=prompt_ids,
                             sampling=sampling, request_id=request_id, stream=True)
-        request = self.client.build_request("POST", self.url + PATHS[self.api], content=orjson.dumps(body),
+        request = self.client.build_request("POST", self.url + PATHS[self.api], content=encode(body),
                                             headers={"content-type": "application/json"})
         self.inflight += 1  # counted from the pick on, so concurrent picks see it
         self.requests += 1

