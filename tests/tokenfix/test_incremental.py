@@ -11,7 +11,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.conversation import (
+    Conversation,
+    Item,
+    Message,
+    Reasoning,
+    Tool,
+    ToolCall,
+    ToolOutput,
+)
 from gateway.formats.base import ChatFormat, Covered
 from gateway.runtime import Runtime
 from gateway.sampling import GenerationDefaults, SamplingOptions
