@@ -154,7 +154,7 @@ def _failing_kinds(chat_format: ChatFormat, tail: Callable[[Conversation, Covere
                         continue
                     if found is None:
                         continue  # declined: the full render runs instead
-                    spliced = splice_tail(state.tokens, state.prompt_turns, state.model_turns, found, terminators)
+                    spliced = splice_tail(state, found, terminators)
                     if _ids(spliced) != _ids(expected):
                         failing.add(kind)
     return failing
