@@ -97,9 +97,8 @@ def _retained_bytes(items: list[dict], output: list[int]) -> int:
     prompt = load_format(str(model.model_dir), chat_format="hf").render(conversation)
     state = TokenState.build(conversation, [*conversation.items, Message(role="assistant", text="")], prompt,
                              output)
-    digests = state.item_digests
     return (sys.getsizeof(state) + sys.getsizeof(state.tokens) + sys.getsizeof(state.context)
-            + sys.getsizeof(digests) + sum(sys.getsizeof(d) for d in digests))
+            + sys.getsizeof(state.digest))
 
 
 def run(*, quick: bool, sockets: int = 1000, sessions: int | None = None,

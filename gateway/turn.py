@@ -88,7 +88,7 @@ class Turn:
         """The prompt: the exact earlier tokens and the new items' when the history continues
         them, else the full render. Big renders run off the event loop."""
         conversation, prefix, chat_format = self.request.conversation, self.request.prefix, self.runtime.format
-        covered = prefix.continued_by(conversation) if prefix is not None else None
+        covered = prefix.continued_by(conversation, chat_format.turn_terminators) if prefix is not None else None
         if covered is not None:
             # Cost follows the new items: the format renders them alone when it can.
             tail = await _off_loop_if_big(conversation.items[covered.items:], chat_format.render_tail,

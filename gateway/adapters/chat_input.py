@@ -36,11 +36,13 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise invalid_request("'messages' must not be empty.", param="messages", code="empty_input")
     items: list[Item] = []
     names: dict[str, str] = {}
-    last_assistant: tuple[int, dict[str, Any], str] | None = None  # items up to it, message, param
+    # items before it and up to it, message, param
+    last_assistant: tuple[int, int, dict[str, Any], str] | None = None
     for i, raw in enumerate(messages):
+        start = len(items)
         items.extend(_message(expect(raw, dict, f"messages[{i}]", optional=False), f"messages[{i}]", names))
         if raw.get("role") == "assistant":
-            last_assistant = (len(items), raw, f"messages[{i}]")
+            last_assistant = (start, len(items), raw, f"messages[{i}]")
     instructions = None
     if items and isinstance(items[0], Message) and items[0].role in ("system", "developer"):
         instructions = items.pop(0).text
@@ -83,12 +85,14 @@ def parse_chat_request(body: Any) -> ChatRequest:
     conversation = Conversation(items=items, instructions=instructions, tools=tools, tool_choice=tool_choice,
                                 reasoning_effort=effort)
     prefix = None
-    if last_assistant is not None and (last_assistant[1].get("prompt_token_ids") is not None
-                                       or last_assistant[1].get("generation_token_ids") is not None):
-        covered, raw, param = last_assistant
-        prefix = TokenState.build(conversation, items[:covered - (instructions is not None)],
+    if last_assistant is not None and (last_assistant[2].get("prompt_token_ids") is not None
+                                       or last_assistant[2].get("generation_token_ids") is not None):
+        start, covered, raw, param = last_assistant
+        shift = instructions is not None
+        prefix = TokenState.build(conversation, items[:covered - shift],
                                   token_ids(raw.get("prompt_token_ids"), f"{param}.prompt_token_ids"),
-                                  token_ids(raw.get("generation_token_ids"), f"{param}.generation_token_ids"))
+                                  token_ids(raw.get("generation_token_ids"), f"{param}.generation_token_ids"),
+                                  prompt_items=start - shift)
     return ChatRequest(conversation=conversation, sampling=sampling, model=model,
                        stream=bool(expect(body.get("stream"), bool, "stream")),
                        include_usage=bool(stream_options.get("include_usage")), logprobs=logprobs,

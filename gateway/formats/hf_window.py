@@ -141,7 +141,7 @@ def _failing_kinds(chat_format: ChatFormat, tail: Callable[[Conversation, Covere
                     continue
                 for kind, items in new.items():
                     conversation = dataclasses.replace(context, items=[*before, *turn, *items])
-                    covered = state.continued_by(conversation)
+                    covered = state.continued_by(conversation, terminators)
                     assert covered is not None
                     head = dataclasses.replace(conversation, items=conversation.items[:covered.items])
                     expected = splice(state.tokens, state.prompt_len, chat_format.render(head),

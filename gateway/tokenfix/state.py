@@ -44,18 +44,24 @@ class TokenState:
     tokens: array
     prompt_len: int  # tokens[:prompt_len] was the prompt, the rest the model's generation
     prompt_items: int  # the prompt rendered the first `prompt_items` items; the rest are the model's turn
-    prompt_turns: int  # turn terminators in the prompt…
-    model_turns: int  # …and in all of `tokens`
+    prompt_turns: int | None = None  # turn terminators in the prompt… (None: not counted yet)
+    model_turns: int | None = None  # …and in all of `tokens`
 
     @classmethod
     def build(cls, conversation: Conversation, items: Sequence[Item], prompt: Sequence[int],
-              generated: Sequence[int], terminators: Collection[int]) -> TokenState:
-        """`conversation` was the prompt; `items` are its items followed by the model's turn."""
+              generated: Sequence[int], terminators: Collection[int] | None = None, *,
+              prompt_items: int | None = None) -> TokenState:
+        """`conversation` was the prompt (its first `prompt_items` items, by default all of them);
+        `items` are those followed by the model's turn. Without `terminators` they are counted
+        when the state is first continued."""
         tokens = array("i", prompt)
         tokens.extend(generated)
-        prompt_turns = count_terminators(prompt, terminators)
-        return cls(context_digest(conversation), len(items), history_digest(items), tokens, len(prompt),
-                   len(conversation.items), prompt_turns, prompt_turns + count_terminators(generated, terminators))
+        state = cls(context_digest(conversation), len(items), history_digest(items), tokens, len(prompt),
+                    len(conversation.items) if prompt_items is None else prompt_items)
+        if terminators is not None:
+            state.prompt_turns = count_terminators(prompt, terminators)
+            state.model_turns = state.prompt_turns + count_terminators(generated, terminators)
+        return state
 
     @classmethod
     def of_template_turn(cls, chat_format: ChatFormat, before: Conversation, turn: Sequence[Item], *,
@@ -72,7 +78,7 @@ class TokenState:
             return None
         return cls.build(before, items, prompt, head[len(prompt):end if cut else end + 1], terminators)
 
-    def continued_by(self, conversation: Conversation) -> Covered | None:
+    def continued_by(self, conversation: Conversation, terminators: Collection[int]) -> Covered | None:
         """What of `conversation` this state covers, or None if it does not continue it
         (a rewritten history, other instructions or tools)."""
         count, items = self.items, conversation.items
@@ -80,4 +86,7 @@ class TokenState:
             return None
         if history_digest(items[:count]) != self.digest:
             return None
+        if self.prompt_turns is None or self.model_turns is None:
+            self.prompt_turns = count_terminators(self.tokens[:self.prompt_len], terminators)
+            self.model_turns = count_terminators(self.tokens, terminators)
         return Covered(items=count, turn_start=self.prompt_items, prompt_turns=self.prompt_turns, context=self.context)

@@ -115,7 +115,8 @@ async def both_ways(chat_format: ChatFormat, case) -> tuple[Conversation, TokenS
     incremental = Turn(runtime(chat_format), TurnRequest(conversation, SamplingOptions(), prefix=state))
     ids = list(await incremental._render())
     full = Turn(runtime(chat_format), TurnRequest(conversation, SamplingOptions(), prefix=state))
-    reference = list(full._prompt_ids(state.continued_by(conversation)))  # render everything, splice
+    covered = state.continued_by(conversation, chat_format.turn_terminators)
+    reference = list(full._prompt_ids(covered))  # render everything twice, splice
     assert incremental.spliced == full.spliced
     return conversation, state, ids, reference
 
@@ -125,7 +126,7 @@ async def both_ways(chat_format: ChatFormat, case) -> tuple[Conversation, TokenS
 async def test_qwen3_incremental_prompt_equals_full_render_and_splice(qwen_format, case):
     conversation, state, ids, reference = await both_ways(qwen_format, case)
     assert ids == reference
-    covered = state.continued_by(conversation)
+    covered = state.continued_by(conversation, qwen_format.turn_terminators)
     new = conversation.items[covered.items:]
     if all(isinstance(i, ToolOutput) or isinstance(i, Message) and i.role == "developer" for i in new) and (
             conversation.instructions or covered.turn_start > 0):
@@ -137,7 +138,7 @@ async def test_qwen3_incremental_prompt_equals_full_render_and_splice(qwen_forma
 async def test_harmony_incremental_prompt_equals_full_render_and_splice(harmony, case):
     conversation, state, ids, reference = await both_ways(harmony, case)
     assert ids == reference
-    covered = state.continued_by(conversation)
+    covered = state.continued_by(conversation, harmony.turn_terminators)
     if not any(isinstance(i, Message) and i.role == "assistant" and i.channel is None
                for i in conversation.items[covered.items:]):
         assert harmony.render_tail(conversation, covered) is not None
@@ -150,7 +151,7 @@ def agent_case(chat_format: ChatFormat) -> tuple[Conversation, TokenState, Cover
     state = TokenState.of_template_turn(chat_format, before, [Reasoning(text="Look it up."), call])
     conversation = dataclasses.replace(before, items=[*before.items, Reasoning(text="Look it up."), call,
                                                       ToolOutput(call_id="call_1", output="18C", name="get_weather")])
-    return conversation, state, state.continued_by(conversation)
+    return conversation, state, state.continued_by(conversation, chat_format.turn_terminators)
 
 
 def test_qwen3_renders_tool_outputs_alone_but_not_new_user_queries(qwen_format):
