@@ -17,6 +17,7 @@ from gateway.adapters import reasoning_blob
 from gateway.adapters.chat_http import create_chat_completion
 from gateway.adapters.responses_http import create_response
 from gateway.adapters.rollouts_http import delete_rollout, get_rollout, rollout_stats
+from gateway.admission import Admission, AdmissionMiddleware
 from gateway.drain import Drain, DrainMiddleware
 from gateway.errors import APIError
 from gateway.formats import load_format
@@ -105,10 +106,14 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     ]
     handlers = {APIError: api_error_handler, HTTPException: http_error_handler}
     drain = Drain(settings.drain_timeout)
+    admission = Admission(settings.max_concurrent_requests)
+    generating = frozenset({"/v1/responses", "/v1/chat/completions"})
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan,
-                    middleware=[Middleware(DrainMiddleware, drain=drain)])
+                    middleware=[Middleware(DrainMiddleware, drain=drain),
+                                Middleware(AdmissionMiddleware, admission=admission, paths=generating)])
     app.state.settings = settings
     app.state.drain = drain
+    app.state.admission = admission  # WebSocket responses take their slots from the same budget
     reasoning_blob.use_secret(settings.reasoning_secret)
     app.state.ws_connections = 0  # open WebSocket connections, against settings.max_websocket_connections
     app.state.metrics = Metrics(app.state)

@@ -72,6 +72,10 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                              "replica per address); 0 resolves once")
     parser.add_argument("--drain-timeout", type=float, default=float(_env("drain_timeout", "30")),
                         help="on SIGTERM, seconds in-flight streams may run on before they are stopped")
+    parser.add_argument("--max-concurrent-requests", type=int,
+                        default=int(_env("max_concurrent_requests", "0")) or None,
+                        help="model requests in flight in this process beyond which new ones get a 429 with "
+                             "Retry-After (default: no limit)")
     parser.add_argument("--log-level", default=_env("log_level", "info"))
     parser.add_argument("--log-format", choices=FORMATS, default=_env("log_format", "text"),
                         help="text lines, or JSON lines (timestamp, level, logger, message, request_id, ...)")
@@ -133,6 +137,7 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         websocket_warning=args.websocket_warning, reasoning_secret=args.reasoning_secret,
         rollout_max_tokens=args.rollout_max_tokens, rollout_ttl=args.rollout_ttl,
         resolve_interval=args.resolve_interval, drain_timeout=args.drain_timeout,
+        max_concurrent_requests=args.max_concurrent_requests,
     )
 
 

@@ -20,6 +20,7 @@ class APIError(Exception):
         type: str = "invalid_request_error",
         code: str | None = None,
         param: str | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -27,12 +28,16 @@ class APIError(Exception):
         self.type = type
         self.code = code
         self.param = param
+        self.retry_after = retry_after  # seconds, sent as Retry-After (Codex waits exactly that long)
 
     def error_object(self) -> dict[str, Any]:
         return {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
 
     def http_body(self) -> dict[str, Any]:
         return {"error": self.error_object()}
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after)} if self.retry_after is not None else {}
 
 
 def invalid_request(message: str, *, param: str | None = None, code: str | None = None) -> APIError:
@@ -53,7 +58,7 @@ class UpstreamUnavailable(APIError):
     """No replica could take the request (nothing was generated yet)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(message, status=503, type="server_error", code="upstream_unavailable")
+        super().__init__(message, status=503, type="server_error", code="upstream_unavailable", retry_after=1)
 
 
 class UpstreamFailed(APIError):

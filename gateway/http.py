@@ -50,9 +50,13 @@ def sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
 
+def error_response(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.http_body(), status_code=exc.status, headers=exc.headers())
+
+
 async def api_error_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
-    return JSONResponse(exc.http_body(), status_code=exc.status)
+    return error_response(exc)
 
 
 async def http_error_handler(request: Request, exc: Exception) -> Response:

@@ -29,6 +29,7 @@ class Settings:
     rollout_max_tokens: int = 20_000_000  # tokens all rollouts may hold (~13 bytes each); LRU beyond
     rollout_ttl: float = 3600.0  # seconds a rollout lives without a call or export
     reasoning_secret: str | None = None  # HMAC key of reasoning blobs; None: random per process
+    max_concurrent_requests: int | None = None  # model requests in flight, beyond which 429; None: no limit
 
     @property
     def model_name(self) -> str:

@@ -26,6 +26,7 @@ from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import expect
+from gateway.admission import Admission
 from gateway.errors import APIError, shutting_down
 from gateway.ids import new_id
 from gateway.runtime import Runtime
@@ -158,10 +159,19 @@ class ResponsesSocket:
         except APIError as exc:  # nothing ran: the lane's cache stays as it was
             await self._send_error(exc, lane)
             return
-        if request.generate:
-            await self._generate(parsed, previous, lane, rollout)
-        else:
+        if not request.generate:
             await self._warm_up(parsed, previous, lane)
+            return
+        admission: Admission = self.websocket.app.state.admission  # the budget HTTP requests share
+        try:
+            admission.acquire()
+        except APIError as exc:  # over the limit: nothing ran
+            await self._send_error(exc, lane)
+            return
+        try:
+            await self._generate(parsed, previous, lane, rollout)
+        finally:
+            admission.release()
 
     def _previous(self, body: dict[str, Any]) -> CachedResponse | None:
         response_id = expect(body.get("previous_response_id"), str, "previous_response_id")

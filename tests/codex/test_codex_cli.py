@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -19,60 +16,27 @@ from transformers import AutoTokenizer
 
 from gateway.launcher import VLLMProcess
 from gateway.settings import Settings
+from tests.codex.harness import (
+    END_TOOL_CALL,
+    GENERATE,
+    IM_END,
+    IM_START,
+    TOOL_CALL,
+    Run,
+    Traffic,
+    codex_exec,
+    ids,
+    recording,
+)
 from tests.support import gateway_server
 from tests.support.fake_vllm import FakeVLLM, Script
 
 pytestmark = pytest.mark.codex
 
-IM_START, IM_END, TOOL_CALL, END_TOOL_CALL = 151644, 151645, 151657, 151658
-GENERATE = "/inference/v1/generate"
-
-
-@dataclass
-class Traffic:
-    """What the gateway's clients sent and got: connection kinds, SSE bodies, WebSocket frames."""
-
-    connections: list[tuple[str, str]] = field(default_factory=list)
-    events: list[dict] = field(default_factory=list)
-
-    def responses(self) -> list[dict]:
-        """The final Response object of every response the gateway produced, in order."""
-        return [e["response"] for e in self.events if e.get("type") in ("response.completed", "response.incomplete")]
-
-
-def recording(app, traffic: Traffic):
-    """Wrap the gateway's ASGI app to record every Responses event it sends to Codex."""
-
-    async def recorded(scope, receive, send):
-        if scope["type"] not in ("http", "websocket"):
-            return await app(scope, receive, send)
-        traffic.connections.append((scope["type"], scope["path"]))
-        buffer = bytearray()
-
-        async def tap(message):
-            if message["type"] == "http.response.body":
-                buffer.extend(message.get("body", b""))
-            elif message["type"] == "websocket.send" and message.get("text"):
-                traffic.events.append(json.loads(message["text"]))
-            await send(message)
-
-        try:
-            await app(scope, receive, send if scope["path"] != "/v1/responses" else tap)
-        finally:
-            for line in bytes(buffer).decode().splitlines():
-                if line.startswith("data: "):
-                    traffic.events.append(json.loads(line[6:]))
-
-    return recorded
-
 
 @pytest.fixture(scope="module")
 def tokenizer(qwen_tokenizer_dir):
     return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
-
-
-def ids(tokenizer, text: str) -> list[int]:
-    return tokenizer.encode(text, add_special_tokens=False)
 
 
 @pytest.fixture
@@ -84,47 +48,6 @@ def stack(qwen_tokenizer_dir, monkeypatch) -> Iterator[tuple[FakeVLLM, str, Traf
         settings = Settings(model=str(qwen_tokenizer_dir), upstreams=[fake.url], served_model_name="tiny-qwen3")
         with gateway_server.running_gateway(settings) as url:
             yield fake, url, traffic
-
-
-@dataclass
-class Run:
-    returncode: int
-    events: list[dict]
-    stderr: str
-
-    def items(self, kind: str) -> list[dict]:
-        return [e["item"] for e in self.events if e["type"] == "item.completed" and e["item"]["type"] == kind]
-
-
-def codex_exec(codex_bin: Path, url: str, tmp_path: Path, prompt: str, *, websockets: bool = False,
-               timeout: float = 120) -> tuple[Run, Path]:
-    """Run `codex exec --json` in a fresh CODEX_HOME pointed at the gateway; return it and its cwd."""
-    home, work = tmp_path / "codex-home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    (home / "config.toml").write_text(
-        'model_provider = "gw"\n'
-        "[model_providers.gw]\n"
-        'name = "gateway"\n'
-        f'base_url = "{url}/v1"\n'
-        'wire_api = "responses"\n'
-        'env_key = "GW_API_KEY"\n'
-        + ("supports_websockets = true\n" if websockets else ""))
-    # workspace-write: the default read-only sandbox would refuse the scripted `echo > out.txt`.
-    command = [str(codex_bin), "exec", "--skip-git-repo-check", "--ephemeral", "--json", "-m", "tiny-qwen3",
-               "-c", "model_provider=gw", "-s", "workspace-write", prompt]
-    # Its own session: on a timeout the whole group goes, the node wrapper and the native binary.
-    process = subprocess.Popen(command, cwd=work, env={**os.environ, "CODEX_HOME": str(home), "GW_API_KEY": "x"},
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        pytest.fail(f"codex did not finish within {timeout} s:\n{stdout[-2000:]}\n{stderr[-2000:]}")
-    events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-    return Run(process.returncode, events, stderr), work
 
 
 def tool_call(tokenizer, arguments: dict) -> list[int]:
