@@ -45,8 +45,9 @@ class Traffic:
     connections: list[tuple[str, str]] = field(default_factory=list)
     posts: list[Post] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
+    app: Any = None  # the gateway's own ASGI app (its runtime is app.state.runtime)
     on_post: Callable[[Any, dict], dict] | None = None  # (gateway app, body) -> the body the gateway gets
-    on_status: Callable[[int], None] | None = None
+    on_status: Callable[[Any, int], None] | None = None  # (gateway app, HTTP status of a POST)
 
     def responses(self) -> list[dict]:
         """The final Response object of every response the gateway produced, in order."""
@@ -56,6 +57,7 @@ class Traffic:
 
 def recording(app, traffic: Traffic):
     """Wrap the gateway's ASGI app to record (and optionally alter) Codex's traffic."""
+    traffic.app = app
 
     async def recorded(scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -76,7 +78,7 @@ def recording(app, traffic: Traffic):
                 if post is not None:
                     post.status = message["status"]
                 if traffic.on_status is not None:
-                    traffic.on_status(message["status"])
+                    traffic.on_status(app, message["status"])
             elif message["type"] == "http.response.body":
                 buffer.extend(message.get("body", b""))
             elif message["type"] == "websocket.send" and message.get("text"):
@@ -130,7 +132,8 @@ def catalog(path: Path, *, context_window: int = 32768) -> Path:
     entry = {
         "slug": MODEL, "display_name": MODEL, "description": "served by vllm-gateway", "visibility": "list",
         "supported_in_api": True, "priority": 1, "shell_type": "shell_command", "supported_reasoning_levels": [],
-        "apply_patch_tool_type": "freeform", "context_window": context_window, "support_verbosity": False,
+        "apply_patch_tool_type": "freeform", "input_modalities": ["text"], "context_window": context_window,
+        "support_verbosity": False,
         "truncation_policy": {"mode": "tokens", "limit": 10000}, "experimental_supported_tools": [],
         "base_instructions": "You are a coding agent. Use the tools to change files.",
     }

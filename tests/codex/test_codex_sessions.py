@@ -10,7 +10,6 @@ spelled one character per token (`spelled`), which no re-encoding of the text re
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -22,8 +21,19 @@ from transformers import AutoTokenizer
 from gateway.adapters.responses_input import parse_request
 from gateway.formats import load_format
 from gateway.settings import Settings
-from tests.codex.harness import (END_THINK, GENERATE, IM_END, THINK, Traffic, answer_ids, call_ids, catalog,
-                                 codex_exec, ids, recording, spelled)
+from tests.codex.harness import (
+    END_THINK,
+    GENERATE,
+    THINK,
+    Traffic,
+    answer_ids,
+    call_ids,
+    catalog,
+    codex_exec,
+    ids,
+    recording,
+    spelled,
+)
 from tests.support import gateway_server
 from tests.support.fake_vllm import FakeVLLM, Script
 
@@ -111,6 +121,7 @@ def test_apply_patch_is_a_freeform_tool_codex_applies(stack, codex_bin, tokenize
     assert (call["type"], call["name"], call["input"]) == ("custom_tool_call", "apply_patch", PATCH)
     assert output["type"] == "custom_tool_call_output" and output["call_id"] == call["call_id"]
     assert "Success" in output["output"] and "notes.txt" in output["output"]
+    assert [item["input"] for item in third["input"] if item["type"] == "custom_tool_call"] == [PATCH, EDIT]
 
     p1, p2, p3 = prompts(stack.fake)
     assert continues(p2, p1, add) and continues(p3, p2, edit)
@@ -138,3 +149,182 @@ def test_every_prompt_of_a_session_holds_all_generated_ids(stack, codex_bin, tok
     assert continues(p3, p1, one)  # the first generation, still exact two turns later
     transports = [kind for kind, path in stack.traffic.connections if path == "/v1/responses"]
     assert transports == (["websocket"] if websockets else ["http"] * 3)
+
+
+THOUGHT = "I should write the file first."
+
+
+def reasoning_turn(tokenizer) -> list[int]:
+    return [THINK, *spelled(tokenizer, f"\n{THOUGHT}\n"), END_THINK, *ids(tokenizer, "\n\n"),
+            *call_ids(tokenizer, "exec_command", {"cmd": "echo hi > out.txt"})]
+
+
+def run_reasoning_session(stack, codex_bin, tokenizer, tmp_path):
+    generated = reasoning_turn(tokenizer)
+    stack.fake.queue(Script(generated), Script(answer_ids(tokenizer, "Done.")))
+    run, work = codex_exec(codex_bin, stack.url, tmp_path, "Write hi to out.txt")
+    assert run.returncode == 0, run.stderr
+    assert (work / "out.txt").read_text() == "hi\n"
+    assert [m["text"] for m in run.items("agent_message")] == ["Done."]
+    sent = stack.traffic.responses()[0]["output"][0]
+    assert sent["type"] == "reasoning" and sent["content"] == [{"type": "reasoning_text", "text": THOUGHT}]
+    # Codex sends the reasoning item back, its encrypted_content as the gateway sealed it.
+    [echoed] = [item for item in stack.traffic.posts[1].body["input"] if item["type"] == "reasoning"]
+    assert echoed["encrypted_content"] == sent["encrypted_content"]
+    return generated, prompts(stack.fake)
+
+
+def test_reasoning_is_echoed_back_and_continued_on_its_exact_ids(stack, codex_bin, tokenizer, tmp_path):
+    generated, (p1, p2) = run_reasoning_session(stack, codex_bin, tokenizer, tmp_path)
+    assert continues(p2, p1, generated)  # the spelled thinking included, id for id
+
+
+def test_after_a_session_cache_miss_the_reasoning_comes_back_from_its_blob(stack, codex_bin, tokenizer, chat_format,
+                                                                          tmp_path):
+    """As if each request reached another gateway sharing the --reasoning-secret: no session
+    tokens, and the echoed reasoning stripped of its `content`. The blob alone restores the text."""
+
+    def elsewhere(app, body):
+        app.state.runtime.sessions.discard(body["prompt_cache_key"])
+        for item in body["input"]:
+            if item["type"] == "reasoning":
+                item.pop("content", None)
+        return body
+
+    stack.traffic.on_post = elsewhere
+    _, (p1, p2) = run_reasoning_session(stack, codex_bin, tokenizer, tmp_path)
+    body = stack.traffic.posts[1].body
+    assert p2 == chat_format.render(parse_request(body).conversation)  # a full render, not a splice
+    assert p2[:len(p1)] == p1  # still the same prefix up to the model's turn (vLLM's prefix cache hits)
+    assert f"<|im_start|>assistant\n<think>\n{THOUGHT}\n</think>\n\n<tool_call>" in tokenizer.decode(p2)
+
+
+def test_a_tampered_reasoning_blob_is_ignored_with_a_log(stack, codex_bin, tokenizer, tmp_path, caplog):
+    def tamper(app, body):
+        for item in body["input"]:
+            if item["type"] == "reasoning":
+                blob = item.pop("encrypted_content")
+                item["encrypted_content"] = blob[:20] + ("A" if blob[20] != "A" else "B") + blob[21:]
+                item.pop("content", None)
+        return body
+
+    stack.traffic.on_post = tamper
+    caplog.set_level(logging.WARNING, logger="gateway.adapters.responses_input")
+    generated = reasoning_turn(tokenizer)
+    stack.fake.queue(Script(generated), Script(answer_ids(tokenizer, "Done.")))
+    run, _ = codex_exec(codex_bin, stack.url, tmp_path, "Write hi to out.txt")
+    assert run.returncode == 0, run.stderr  # not an error: the turn went on
+    assert [m["text"] for m in run.items("agent_message")] == ["Done."]
+    assert [post.status for post in stack.traffic.posts] == [200, 200]
+    assert any("not a reasoning blob of this gateway" in r.getMessage() for r in caplog.records)
+    _, p2 = prompts(stack.fake)
+    assert THOUGHT not in tokenizer.decode(p2)  # nothing of the forged blob reached the model
+
+
+def test_auto_compaction_rewrites_the_history_and_the_session_goes_on(stack, codex_bin, tokenizer, chat_format,
+                                                                     tmp_path, caplog):
+    """Codex 0.169 compacts locally for a custom provider: an ordinary POST /v1/responses with no
+    tools whose last item asks for a summary, then the turn goes on with a rewritten history (the
+    summary as a user message). Both differ from the cached session: each is rendered afresh,
+    with no stale tokens spliced in."""
+    call = call_ids(tokenizer, "exec_command", {"cmd": "echo hi > out.txt"}, spell="echo hi")
+    summary = "SUMMARY: wrote hi to out.txt."
+    stack.fake.queue(Script(call), Script(answer_ids(tokenizer, summary)), Script(answer_ids(tokenizer, "All done.")))
+    caplog.set_level(logging.INFO, logger="gateway.turn")
+    # Far below Codex's ~8.5k-token prompt: the first response's usage triggers compaction mid-turn.
+    run, work = codex_exec(codex_bin, stack.url, tmp_path, "Write hi to out.txt",
+                           config="model_auto_compact_token_limit = 2000")
+
+    assert run.returncode == 0, run.stderr
+    assert (work / "out.txt").read_text() == "hi\n"
+    assert [m["text"] for m in run.items("agent_message")] == ["All done."]
+    posts = stack.traffic.posts
+    assert [post.request_kind for post in posts] == ["turn", "compaction", "turn"]
+    compaction, after = posts[1].body, posts[2].body
+    assert compaction["tools"] == [] and compaction["input"][-1]["role"] == "user"
+    assert "COMPACTION" in compaction["input"][-1]["content"][0]["text"]
+    assert [item["type"] for item in compaction["input"][-3:-1]] == ["function_call", "function_call_output"]
+    # After it: no tool call left in the history, the model's summary handed over as user text.
+    assert {item["type"] for item in after["input"]} == {"message"}
+    assert summary in after["input"][-1]["content"][0]["text"]
+
+    p1, p2, p3 = prompts(stack.fake)
+    assert p2 == chat_format.render(parse_request(compaction).conversation)
+    assert p3 == chat_format.render(parse_request(after).conversation)
+    assert not continues(p3, p1, call)
+    rendered_afresh = [r for r in caplog.records if "does not continue its cached tokens" in r.getMessage()]
+    assert len(rendered_afresh) == 2
+
+
+def test_context_length_exceeded_fails_the_turn_without_retries(qwen_tokenizer_dir, monkeypatch, codex_bin, tmp_path):
+    with start(qwen_tokenizer_dir, monkeypatch, max_model_len=4096) as stack:
+        run, _ = codex_exec(codex_bin, stack.url, tmp_path, "Say hello")
+    assert run.returncode == 1
+    assert run.events[-1]["type"] == "turn.failed"
+    assert "context window" in run.events[-1]["error"]["message"]
+    [post] = stack.traffic.posts  # no retry
+    assert post.status == 200
+    [failed] = stack.traffic.responses()
+    assert failed["status"] == "failed" and failed["error"]["code"] == "context_length_exceeded"
+    assert prompts(stack.fake) == []  # nothing reached the replica
+
+
+def test_codex_waits_out_a_429_and_gets_the_freed_slot(qwen_tokenizer_dir, monkeypatch, codex_bin, tokenizer,
+                                                       tmp_path):
+    """One slot, held by another client: Codex gets a 429 with Retry-After, waits, retries, and
+    succeeds once the slot is free."""
+    with start(qwen_tokenizer_dir, monkeypatch, max_concurrent_requests=1) as stack:
+        stack.fake.queue(Script(ids(tokenizer, "busy"), hang=True), Script(answer_ids(tokenizer, "Hello.")))
+        holding, release = threading.Event(), threading.Event()
+
+        def hold():
+            body = {"model": "tiny-qwen3", "input": "hold the slot", "stream": True}
+            with httpx.stream("POST", stack.url + "/v1/responses", json=body, timeout=60) as response:
+                assert response.status_code == 200
+                holding.set()
+                release.wait(60)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert holding.wait(30)
+        stack.traffic.on_status = lambda app, status: release.set() if status == 429 else None
+        run, _ = codex_exec(codex_bin, stack.url, tmp_path, "Say hello")
+        holder.join(10)
+    assert run.returncode == 0, run.stderr
+    assert [m["text"] for m in run.items("agent_message")] == ["Hello."]
+    statuses = [post.status for post in stack.traffic.posts]
+    assert statuses[0] == 200 and statuses[1] == 429 and statuses[-1] == 200
+    assert any("429" in message for message in run.errors())  # Codex's "Reconnecting... n/5"
+
+
+def test_codex_retries_a_503_until_a_replica_is_back(qwen_tokenizer_dir, monkeypatch, codex_bin, tokenizer, tmp_path):
+    with start(qwen_tokenizer_dir, monkeypatch) as stack:
+        replica = stack.traffic.app.state.runtime.pool.replicas[0]
+        stack.fake.healthy = replica.healthy = False
+
+        def back(app, status):
+            if status == 503:  # the replica recovers right after the first refusal
+                stack.fake.healthy = replica.healthy = True
+
+        stack.traffic.on_status = back
+        stack.fake.queue(Script(answer_ids(tokenizer, "Hello.")))
+        run, _ = codex_exec(codex_bin, stack.url, tmp_path, "Say hello")
+    assert run.returncode == 0, run.stderr
+    assert [m["text"] for m in run.items("agent_message")] == ["Hello."]
+    assert [post.status for post in stack.traffic.posts] == [503, 200]
+
+
+def test_an_image_is_a_clear_400_for_a_text_only_model(stack, codex_bin, tmp_path):
+    image = tmp_path / "dot.png"
+    image.write_bytes(PNG)
+    run, _ = codex_exec(codex_bin, stack.url, tmp_path, "What is in the image?", args=("-i", str(image), "--"))
+    assert run.returncode == 1
+    [post] = stack.traffic.posts  # a 400 is not retried
+    assert post.status == 400
+    assert "accepts text only" in run.events[-1]["error"]["message"]
+    assert prompts(stack.fake) == []
+
+
+# A 1x1 RGB PNG.
+PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408d763f8"
+                    "cfc000000301010018dd8db00000000049454e44ae426082")

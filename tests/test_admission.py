@@ -1,0 +1,119 @@
+"""--max-concurrent-requests: a request beyond the limit gets a 429 with Retry-After at once.
+
+Slots are held for the whole response (a stream until its last event), shared by HTTP and
+WebSocket responses, and freed by a client that leaves. No reachable replica is a 503 that
+also names a delay.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import orjson
+import pytest
+from transformers import AutoTokenizer
+from websockets.asyncio.client import connect
+
+from gateway.settings import Settings
+from tests.support.fake_vllm import FakeVLLM, Script
+from tests.support.gateway_server import free_port, running_gateway
+
+IM_END = 151645
+BODY = {"model": "tiny-qwen3", "input": "hi", "stream": True}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(qwen_tokenizer_dir):
+    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
+
+
+@pytest.fixture
+def stack(qwen_tokenizer_dir):
+    with FakeVLLM() as fake:
+        settings = Settings(model=str(qwen_tokenizer_dir), upstreams=[fake.url], served_model_name="tiny-qwen3",
+                            max_concurrent_requests=1)
+        with running_gateway(settings) as url:
+            yield fake, url
+
+
+def ids(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+class Holder:
+    """A streaming request that keeps its slot until `release()`."""
+
+    def __init__(self, url: str, path: str, body: dict) -> None:
+        self.opened, self.released = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._hold, args=(url + path, body))
+        self.thread.start()
+        assert self.opened.wait(30)
+
+    def _hold(self, url: str, body: dict) -> None:
+        with httpx.stream("POST", url, json=body, timeout=60) as response:
+            assert response.status_code == 200
+            self.opened.set()
+            self.released.wait(60)
+
+    def release(self) -> None:
+        self.released.set()
+        self.thread.join(10)
+
+
+def wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/chat/completions"])
+def test_a_request_beyond_the_limit_is_a_429_with_retry_after(stack, tokenizer, path):
+    fake, url = stack
+    fake.queue(Script(ids(tokenizer, "busy"), hang=True), Script(ids(tokenizer, "Hello.") + [IM_END]))
+    body = BODY if path == "/v1/responses" else {"model": "tiny-qwen3", "stream": True,
+                                                  "messages": [{"role": "user", "content": "hi"}]}
+    holder = Holder(url, path, body)
+    refused = httpx.post(url + "/v1/responses", json=BODY)
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"] == {
+        "message": "The gateway is serving its limit of 1 concurrent requests; retry after 1 s.",
+        "type": "rate_limit_error", "param": None, "code": "rate_limit_exceeded"}
+    assert len(fake.bodies("/inference/v1/generate")) == 2  # the probe and the holder: nothing sent upstream
+    # Other routes are not counted.
+    assert httpx.get(url + "/v1/models").status_code == 200
+    holder.release()  # the client leaves: its upstream request is aborted, its slot freed
+    wait_for(lambda: fake.disconnected)
+    wait_for(lambda: httpx.post(url + "/v1/responses", json={**BODY, "stream": False}).status_code != 429)
+    assert fake.completed  # the retry got the slot and its answer
+
+
+async def test_websocket_responses_share_the_budget(stack, tokenizer):
+    fake, url = stack
+    fake.queue(Script(ids(tokenizer, "busy"), hang=True))
+    holder = Holder(url, "/v1/responses", BODY)
+    async with connect(url.replace("http://", "ws://") + "/v1/responses") as ws:
+        await ws.send(orjson.dumps({"type": "response.create", "model": "tiny-qwen3", "input": "hi"}).decode())
+        error = orjson.loads(await ws.recv())
+        assert error["type"] == "error" and error["status"] == 429
+        assert error["error"]["code"] == "rate_limit_exceeded"
+        holder.release()
+        wait_for(lambda: fake.disconnected)
+        fake.queue(Script(ids(tokenizer, "Hello.") + [IM_END]))
+        await ws.send(orjson.dumps({"type": "response.create", "model": "tiny-qwen3", "input": "hi"}).decode())
+        events = [orjson.loads(await ws.recv())]
+        while events[-1]["type"] not in ("response.completed", "error"):
+            events.append(orjson.loads(await ws.recv()))
+    assert events[-1]["type"] == "response.completed"
+
+
+def test_no_reachable_replica_is_a_503_with_retry_after(qwen_tokenizer_dir):
+    settings = Settings(model=str(qwen_tokenizer_dir), upstreams=[f"http://127.0.0.1:{free_port()}"],
+                        served_model_name="tiny-qwen3")
+    with running_gateway(settings) as url:
+        response = httpx.post(url + "/v1/responses", json=BODY)
+    assert response.status_code == 503 and response.headers["retry-after"] == "1"
+    assert response.json()["error"]["code"] == "upstream_unavailable"
