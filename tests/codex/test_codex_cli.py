@@ -43,7 +43,7 @@ def tokenizer(qwen_tokenizer_dir):
 def stack(qwen_tokenizer_dir, monkeypatch) -> Iterator[tuple[FakeVLLM, str, Traffic]]:
     traffic = Traffic()
     create_app = gateway_server.create_app
-    monkeypatch.setattr(gateway_server, "create_app", lambda settings: recording(create_app(settings), traffic))
+    monkeypatch.setattr(gateway_server, "create_app", lambda settings, runtime=None: recording(create_app(settings, runtime), traffic))
     with FakeVLLM() as fake:
         settings = Settings(model=str(qwen_tokenizer_dir), upstreams=[fake.url], served_model_name="tiny-qwen3")
         with gateway_server.running_gateway(settings) as url:
@@ -136,7 +136,7 @@ def test_smoke_against_real_vllm(short_vllm_qwen, qwen_model_dir, codex_bin, tmp
     agree with what the gateway sent Codex."""
     traffic = Traffic()
     create_app = gateway_server.create_app
-    monkeypatch.setattr(gateway_server, "create_app", lambda settings: recording(create_app(settings), traffic))
+    monkeypatch.setattr(gateway_server, "create_app", lambda settings, runtime=None: recording(create_app(settings, runtime), traffic))
     settings = Settings(model=str(qwen_model_dir), upstreams=[short_vllm_qwen.url], served_model_name="tiny-qwen3")
     with gateway_server.running_gateway(settings) as url:
         run, _ = codex_exec(codex_bin, url, tmp_path, "Say hello", timeout=480)

@@ -56,7 +56,7 @@ def start(qwen_tokenizer_dir, monkeypatch, *, max_model_len: int = 32768, **sett
     """The gateway (recorded) in front of a fresh fake vLLM: a context manager yielding both."""
     traffic = Traffic()
     create_app = gateway_server.create_app
-    monkeypatch.setattr(gateway_server, "create_app", lambda settings: recording(create_app(settings), traffic))
+    monkeypatch.setattr(gateway_server, "create_app", lambda settings, runtime=None: recording(create_app(settings, runtime), traffic))
 
     class Stack:
         def __enter__(self):
@@ -82,8 +82,8 @@ def stack(qwen_tokenizer_dir, monkeypatch) -> Iterator:
 
 
 def prompts(fake: FakeVLLM) -> list[list[int]]:
-    """The prompts of the model calls, without the gateway's start-up probe."""
-    return [body["token_ids"] for body in fake.bodies(GENERATE)[1:]]
+    """The prompts of the model calls, without the pool's one-token probes and warmups."""
+    return [body["token_ids"] for body in fake.bodies(GENERATE) if body["token_ids"] != [0]]
 
 
 def continues(later: list[int], earlier: list[int], generated: list[int]) -> bool:
@@ -300,11 +300,13 @@ def test_codex_waits_out_a_429_and_gets_the_freed_slot(qwen_tokenizer_dir, monke
 def test_codex_retries_a_503_until_a_replica_is_back(qwen_tokenizer_dir, monkeypatch, codex_bin, tokenizer, tmp_path):
     with start(qwen_tokenizer_dir, monkeypatch) as stack:
         replica = stack.traffic.app.state.runtime.pool.replicas[0]
-        stack.fake.healthy = replica.healthy = False
+        stack.fake.healthy = False
+        replica.eject("the test took it down")  # its health watch now finds it failing
 
         def back(app, status):
             if status == 503:  # the replica recovers right after the first refusal
-                stack.fake.healthy = replica.healthy = True
+                stack.fake.healthy = True
+                replica.state = "ready"  # at once, not after the watch's next backoff
 
         stack.traffic.on_status = back
         stack.fake.queue(Script(answer_ids(tokenizer, "Hello.")))
