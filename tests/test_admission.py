@@ -7,6 +7,7 @@ also names a delay.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -94,21 +95,27 @@ def test_a_request_beyond_the_limit_is_a_429_with_retry_after(stack, tokenizer, 
 
 async def test_websocket_responses_share_the_budget(stack, tokenizer):
     fake, url = stack
-    fake.queue(Script(ids(tokenizer, "busy"), hang=True))
+    fake.queue(Script(ids(tokenizer, "busy"), hang=True), Script(ids(tokenizer, "Hello.") + [IM_END]))
     holder = Holder(url, "/v1/responses", BODY)
+    create = orjson.dumps({"type": "response.create", "model": "tiny-qwen3", "input": "hi"}).decode()
     async with connect(url.replace("http://", "ws://") + "/v1/responses") as ws:
-        await ws.send(orjson.dumps({"type": "response.create", "model": "tiny-qwen3", "input": "hi"}).decode())
+        await ws.send(create)
         error = orjson.loads(await ws.recv())
         assert error["type"] == "error" and error["status"] == 429
         assert error["error"]["code"] == "rate_limit_exceeded"
-        holder.release()
-        wait_for(lambda: fake.disconnected)
-        fake.queue(Script(ids(tokenizer, "Hello.") + [IM_END]))
-        await ws.send(orjson.dumps({"type": "response.create", "model": "tiny-qwen3", "input": "hi"}).decode())
-        events = [orjson.loads(await ws.recv())]
+        holder.release()  # its slot is free once the gateway has seen it leave
+        deadline = time.monotonic() + 10
+        while True:
+            await ws.send(create)
+            events = [orjson.loads(await ws.recv())]
+            if events[0]["type"] != "error":
+                break
+            assert events[0]["status"] == 429 and time.monotonic() < deadline
+            await asyncio.sleep(0.05)
         while events[-1]["type"] not in ("response.completed", "error"):
             events.append(orjson.loads(await ws.recv()))
     assert events[-1]["type"] == "response.completed"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Hello."
 
 
 def test_no_reachable_replica_is_a_503_with_retry_after(qwen_tokenizer_dir):
