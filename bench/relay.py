@@ -66,7 +66,9 @@ def run(*, quick: bool, formats: tuple[str, ...] = ("qwen", "harmony"), concurre
             offset = len(model.header)
             gw = partial(_config, gateway.port, "/v1/responses", gateway_body, GATEWAY_MARKER)
             direct = partial(_config, upstream.port, "/inference/v1/generate", direct_body, DIRECT_MARKER)
-            procs.load(gw(16, 2, 10_000))  # warm-up: connections, code paths
+            # Warm-up: code paths, and as many pooled upstream connections as streams will run
+            # (a tag below the output's length is a short max_tokens: tags 10..N+9 answer that many tokens).
+            procs.load(gw(max(concurrency), 1, 10))
             for streams in concurrency:
                 requests = 1 if quick or streams > 1 else 5
                 tag = 1_000_000 * streams  # distinct max_output_tokens per request, below max_model_len

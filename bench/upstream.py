@@ -12,7 +12,8 @@ Two emission modes:
   next token (vLLM's batch step), so N streams make N × 1000/step_ms tokens/s.
 
 Per-token send times (CLOCK_MONOTONIC, comparable across processes) are kept per stream
-tag, the request's `max_tokens` (the load generator gives each request its own), and
+tag, the request's `max_tokens` (the load generator gives each request its own; below the
+script's length it cuts the output short, as vLLM would), and
 handed out once by GET /timings: the load generator subtracts them from arrival times.
 GET /pace/<ms> changes `step_ms` between runs.
 
@@ -120,9 +121,11 @@ class TokenServer:
             deadline += self.step
             await asyncio.sleep(max(0.0, deadline - loop.time()))
 
-    def chunk(self, request_id: bytes, index: int) -> bytes:
+    def chunk(self, request_id: bytes, index: int, cut: bool = False) -> bytes:
+        middle = (b'"finish_reason":"length","stop_reason":null,"token_ids":[%d]' % self.tokens[index] if cut
+                  else self._middle[index])
         data = (b'data: {"request_id":"' + request_id + b'","usage":null,"output_mode":"tokens","choices":'
-                b'[{"index":0,' + self._middle[index] + b',"logprobs":null}]}\n\n')
+                b'[{"index":0,' + middle + b',"logprobs":null}]}\n\n')
         return b"%x\r\n%s\r\n" % (len(data), data)
 
 
@@ -132,6 +135,8 @@ class _Stream:
         self.writer = writer
         self.request_id = request_id
         self.position = 0
+        # vLLM's max_tokens: a tag below the script's length cuts it short (finish_reason "length")
+        self.limit = min(tag, len(server.tokens)) if tag > 0 else len(server.tokens)
         self.finished = False
         self.done = asyncio.Event()
         self.times = array("q")
@@ -144,10 +149,13 @@ class _Stream:
             self._finish()
             return
         self.times.append(time.monotonic_ns())
-        self.writer.write(server.chunk(self.request_id, self.position))
+        if self.position + 1 == self.limit < len(server.tokens):
+            self.writer.write(server.chunk(self.request_id, self.position, cut=True))
+        else:
+            self.writer.write(server.chunk(self.request_id, self.position))
         self.position += 1
-        if self.position == len(server.tokens):
-            count = len(server.tokens)
+        if self.position == self.limit:
+            count = self.limit
             usage = {"request_id": self.request_id.decode(), "output_mode": "tokens", "choices": [],
                      "usage": {"prompt_tokens": 0, "completion_tokens": count, "total_tokens": count}}
             data = b"data: " + orjson.dumps(usage) + b"\n\ndata: [DONE]\n\n"
