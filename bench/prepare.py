@@ -68,7 +68,11 @@ class Scenario:
 # -- the histories -------------------------------------------------------------------------
 
 def _codex_request() -> dict[str, Any]:
-    return json.loads(CODEX_REQUEST.read_text())["body"]
+    """Codex's request with its function tools (its namespace and web_search tools are not
+    in vLLM's Responses API, and the comparison needs the same prompt on both sides)."""
+    body = json.loads(CODEX_REQUEST.read_text())["body"]
+    body["tools"] = [tool for tool in body["tools"] if tool.get("type") == "function"]
+    return body
 
 
 def _source_text() -> str:
@@ -144,11 +148,9 @@ def _previous_turn(runtime: Runtime, full: dict[str, Any]) -> CachedResponse:
 
 
 def _for_vllm(full: dict[str, Any]) -> dict[str, Any]:
-    """The same request in what vLLM's Responses parser accepts: function tools only (Codex's
-    namespace and web_search tools are gateway extensions), reasoning as its text content."""
-    tools = [tool for tool in full["tools"] if tool.get("type") == "function"]
+    """The same request for vLLM: reasoning as its text content (the blob is the gateway's)."""
     items = [{key: value for key, value in item.items() if key != "encrypted_content"} for item in full["input"]]
-    return {"model": MODEL, "input": items, "tools": tools, "tool_choice": "auto", "stream": False}
+    return {"model": MODEL, "input": items, "tools": full["tools"], "tool_choice": "auto", "stream": False}
 
 
 # -- the measurements ----------------------------------------------------------------------

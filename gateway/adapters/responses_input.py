@@ -113,7 +113,9 @@ def _input_items(raw: Any, earlier_calls: Mapping[str, str]) -> list[Item]:
     items: list[Item] = []
     call_names = dict(earlier_calls)
     for i, raw_item in enumerate(items_raw):
-        item = _item(expect(raw_item, dict, f"input[{i}]", optional=False), f"input[{i}]")
+        item = _plain_item(raw_item) if type(raw_item) is dict else None
+        if item is None:
+            item = _item(expect(raw_item, dict, f"input[{i}]", optional=False), f"input[{i}]")
         if item is None:
             continue
         if isinstance(item, ToolCall):
@@ -125,6 +127,21 @@ def _input_items(raw: Any, earlier_calls: Mapping[str, str]) -> list[Item]:
                                       f"{item.call_id!r} at 'input[{i}]'.", param=f"input[{i}].call_id")
         items.append(item)
     return items
+
+
+def _plain_item(raw: dict[str, Any]) -> Item | None:
+    """Well-formed function calls and outputs, which Codex resends for every earlier turn,
+    without `_item`'s per-field checks (they exist for the error messages); None: use `_item`."""
+    kind = raw.get("type")
+    if kind == "function_call_output":
+        call_id, output = raw.get("call_id"), raw.get("output")
+        if type(call_id) is str and type(output) is str:
+            return ToolOutput(call_id=call_id, output=output)
+    elif kind == "function_call" and raw.get("namespace") is None:
+        call_id, name, arguments = raw.get("call_id"), raw.get("name"), raw.get("arguments")
+        if type(call_id) is str and type(name) is str and type(arguments) is str:
+            return ToolCall(call_id=call_id, name=name, arguments=arguments)
+    return None
 
 
 def _item(raw: dict[str, Any], param: str) -> Item | None:

@@ -7,23 +7,27 @@ import hashlib
 from array import array
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
-from gateway.conversation import Conversation, Item
+from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.base import ChatFormat, Covered
 from gateway.tokenfix.splice import count_terminators
 
 
 def history_digest(items: Sequence[Item]) -> bytes:
-    """SHA-256 of the items' types and fields, each field length-prefixed so that no two
-    histories share an encoding. Hashed as one string: this runs over the whole history
-    on every request, so per-item work is kept to a join."""
-    parts = []
+    """SHA-256 of the items' types and fields: the lengths (-1 for None), then the text, so
+    that no two histories share an encoding. This runs over the whole history on every
+    request, so the per-item work is one C-level getter."""
+    values: list[str | None] = []
     for item in items:
-        parts.append(type(item).__name__)
-        for name in item.__slots__:
-            value = getattr(item, name)
-            parts.append("-" if value is None else f"{len(value)}:{value}")
-    return hashlib.sha256("|".join(parts).encode("utf-8", "surrogatepass")).digest()
+        values += _FIELDS[type(item)](item)
+    lengths = array("q", [-1 if value is None else len(value) for value in values])
+    digest = hashlib.sha256(lengths.tobytes())
+    digest.update("".join([value for value in values if value]).encode("utf-8", "surrogatepass"))
+    return digest.digest()
+
+
+_FIELDS = {cls: attrgetter("__class__.__name__", *cls.__slots__) for cls in (Message, Reasoning, ToolCall, ToolOutput)}
 
 
 def context_digest(conversation: Conversation) -> bytes:
