@@ -201,3 +201,19 @@ def test_a_template_that_is_not_local_is_not_windowed(qwen_tokenizer_dir: Path):
     conversation, _, covered = agent_case(chat_format)
     assert "tool" not in chat_format._window.kinds
     assert chat_format.render_tail(conversation, covered) is None
+
+
+items = st.lists(st.one_of(
+    st.builds(Message, role=st.sampled_from(["user", "assistant", "developer"]), text=text,
+              channel=st.sampled_from([None, "commentary"])),
+    st.builds(Reasoning, text=text),
+    st.builds(ToolCall, call_id=text, name=text, arguments=text),
+    st.builds(ToolOutput, call_id=text, output=text, name=st.one_of(st.none(), text)),
+), max_size=4)
+
+
+@given(items, items)
+def test_history_digest_tells_histories_apart(first, second):
+    from gateway.tokenfix.state import history_digest
+
+    assert (history_digest(first) == history_digest(second)) == (first == second)
