@@ -8,7 +8,7 @@ Neither side knows about the other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 Role = Literal["system", "developer", "user", "assistant"]
 
@@ -47,7 +47,7 @@ class ToolOutput:
     name: str | None = None
 
 
-Item = Union[Message, Reasoning, ToolCall, ToolOutput]
+Item = Message | Reasoning | ToolCall | ToolOutput
 
 
 @dataclass(slots=True)

@@ -39,7 +39,7 @@ class GenerationDefaults:
     eos_token_ids: list[int] = field(default_factory=list)
 
     @classmethod
-    def load(cls, model: str | Path) -> "GenerationDefaults":
+    def load(cls, model: str | Path) -> GenerationDefaults:
         """Read generation_config.json from a local dir or the HF cache (offline-friendly)."""
         from transformers import GenerationConfig
 

@@ -12,8 +12,8 @@ import json
 import httpx
 import orjson
 import pytest
-from websockets.asyncio.client import connect
 from transformers import AutoTokenizer
+from websockets.asyncio.client import connect
 
 from gateway.settings import Settings
 from tests.support.fake_vllm import FakeVLLM, Script

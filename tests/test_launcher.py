@@ -57,7 +57,7 @@ def test_generate_takes_and_returns_token_ids(vllm_qwen: VLLMProcess) -> None:
 
 @pytest.mark.vllm
 async def test_start_and_stop_leave_no_process_behind(qwen_model_dir: Path, tmp_path: Path) -> None:
-    cpu = sorted(os.sched_getaffinity(0))[-1]
+    cpu = max(os.sched_getaffinity(0))
     async with VLLMProcess(qwen_model_dir, served_model_name="tiny-qwen3-b", max_model_len=4096,
                            enforce_eager=True, cpus=str(cpu), log_path=tmp_path / "vllm.log") as vllm:
         async with httpx.AsyncClient() as client:
@@ -70,17 +70,17 @@ async def test_start_and_stop_leave_no_process_behind(qwen_model_dir: Path, tmp_
         assert len(group_members(pgid)) >= 3
     assert group_members(pgid) == set()
     assert vllm.pid is None
-    with pytest.raises(httpx.ConnectError):
-        httpx.get(vllm.url + "/health")
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.get(vllm.url + "/health")
 
 
 def test_exit_before_ready_fails_fast_with_the_log(tmp_path: Path) -> None:
     python = fake_python(tmp_path, 'echo "ValueError: no such model: $4" >&2\nexit 3\n')
     process = VLLMProcess(tmp_path / "missing-model", served_model_name="m", python=python,
                           log_path=tmp_path / "vllm.log")
-    with pytest.raises(VLLMError) as failure:
-        with process:
-            pass
+    with pytest.raises(VLLMError) as failure, process:
+        pass
     assert "exited with code 3" in str(failure.value)
     assert f"ValueError: no such model: {tmp_path / 'missing-model'}" in str(failure.value)
 

@@ -24,7 +24,7 @@ def expect(value: Any, types: type | tuple[type, ...], param: str, *, optional: 
                           param=param, code="invalid_type")
 
 
-def expect_range(value: float | int | None, param: str, low: float | None, high: float | None) -> None:
+def expect_range(value: float | None, param: str, low: float | None, high: float | None) -> None:
     if value is None:
         return
     if (low is not None and value < low) or (high is not None and value > high):

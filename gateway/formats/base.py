@@ -6,8 +6,9 @@ token ids back into items, incrementally, as they stream. It never does I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 from gateway.conversation import Conversation
 

@@ -18,12 +18,14 @@ from collections.abc import Sequence
 from openai_harmony import (
     DeveloperContent,
     HarmonyEncoding,
-    Message as HarmonyMessage,
     ReasoningEffort,
     RenderOptions,
     Role,
     SystemContent,
     ToolDescription,
+)
+from openai_harmony import (
+    Message as HarmonyMessage,
 )
 
 from gateway.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput

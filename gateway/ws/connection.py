@@ -35,8 +35,13 @@ from gateway.tokenfix.rollouts import Pending
 from gateway.tokenfix.state import TokenState
 from gateway.turn import Turn, TurnRequest
 from gateway.ws.cache import CachedResponse, ResponseCache
-from gateway.ws.errors import (connection_limit_reached, error_event, invalid_json, previous_response_not_found,
-                               processing_error)
+from gateway.ws.errors import (
+    connection_limit_reached,
+    error_event,
+    invalid_json,
+    previous_response_not_found,
+    processing_error,
+)
 from gateway.ws.lanes import Lanes
 from gateway.ws.request import CreateRequest, frame_stream_id, parse_continuation, read_create
 

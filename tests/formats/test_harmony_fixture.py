@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.fixtures.o200k import HARMONY_SPECIAL_TOKENS, O200K_SHA256, ensure_harmony_env, harmony_tokenizer_dir
 

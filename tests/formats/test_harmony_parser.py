@@ -6,8 +6,11 @@ import logging
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
-from openai_harmony import Conversation as HConversation, Message as HMessage, RenderConversationConfig, Role
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from openai_harmony import Conversation as HConversation
+from openai_harmony import Message as HMessage
+from openai_harmony import RenderConversationConfig, Role
 
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
 from gateway.formats.harmony import HarmonyFormat, load_harmony_format
@@ -99,7 +102,7 @@ def test_reasoning_then_tool_call(harmony: HarmonyFormat) -> None:
     assert ItemStarted(1, "tool_call", name="get_weather") in events
     assert items(events) == [("reasoning", None, None, REASONING), ("tool_call", "get_weather", None, ARGUMENTS)]
     # Arguments stream as deltas before the item is done.
-    assert [e.text for e in events if isinstance(e, ItemDelta) and e.index == 1][0] == '{"'
+    assert next(e.text for e in events if isinstance(e, ItemDelta) and e.index == 1) == '{"'
 
 
 def test_reasoning_then_final_answer(harmony: HarmonyFormat) -> None:

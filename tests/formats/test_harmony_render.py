@@ -8,15 +8,19 @@ from pathlib import Path
 import pytest
 from openai_harmony import (
     Author,
-    Conversation as HConversation,
     DeveloperContent,
-    Message as HMessage,
     ReasoningEffort,
     RenderConversationConfig,
     Role,
     StreamableParser,
     SystemContent,
     ToolDescription,
+)
+from openai_harmony import (
+    Conversation as HConversation,
+)
+from openai_harmony import (
+    Message as HMessage,
 )
 
 from gateway.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 from starlette.applications import Starlette
@@ -104,7 +104,7 @@ class FakeVLLM:
             Route("/v1/completions", self._completions, methods=["POST"]),
         ])
 
-    def __enter__(self) -> "FakeVLLM":
+    def __enter__(self) -> Self:
         port = free_port()
         config = uvicorn.Config(self.app(), host="127.0.0.1", port=port, log_level="warning")
         self._server = uvicorn.Server(config)
@@ -214,7 +214,7 @@ class FakeVLLM:
 
     # --- streaming -----------------------------------------------------------------------
 
-    def _generate_events(self, request_id: str, output: "_Output", include_usage: bool) -> Iterator[dict]:
+    def _generate_events(self, request_id: str, output: _Output, include_usage: bool) -> Iterator[dict]:
         for start, end, final in output.spans():
             yield {"request_id": request_id, "usage": None, "output_mode": "tokens",
                    "choices": [output.generate_choice(start, end, final=final)]}
@@ -222,7 +222,7 @@ class FakeVLLM:
             yield {"request_id": request_id, "usage": output.usage(details=False), "output_mode": "tokens",
                    "choices": []}
 
-    def _completion_events(self, head: dict, output: "_Output", prompt: list[int] | None,
+    def _completion_events(self, head: dict, output: _Output, prompt: list[int] | None,
                            include_usage: bool) -> Iterator[dict]:
         for start, end, final in output.spans():
             choice = output.completion_choice(start, end, final=final)

@@ -32,7 +32,7 @@ async def test_three_step_socket_session_is_the_exact_concatenation(vllm_qwen, q
 
     def user_turn(text: str, closed: bool) -> list[int]:
         """The template's tokens after the model's turn: close it if the model did not, then a user turn."""
-        encode = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+        encode = lambda s: tokenizer.encode(s, add_special_tokens=False)
         return [*([] if closed else [IM_END]), *encode("\n"), IM_START, *encode(f"user\n{text}"), IM_END,
                 *encode("\n"), IM_START, *encode("assistant\n")]
 
