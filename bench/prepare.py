@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from gateway.adapters import reasoning_blob
+from gateway.adapters.continuation import CachedResponse, parse_continuation
 from gateway.adapters.responses_input import parse_request
 from gateway.conversation import Conversation
 from gateway.formats.base import ChatFormat
@@ -43,8 +44,8 @@ from gateway.runtime import Runtime
 from gateway.sampling import GenerationDefaults, SamplingOptions
 from gateway.turn import Turn, TurnRequest
 from gateway.upstream.pool import Pool
-from gateway.ws.cache import CachedResponse, ResponseCache
-from gateway.ws.request import parse_continuation, read_create
+from gateway.ws.cache import ResponseCache
+from gateway.ws.request import read_create
 
 SIZES = (4_000, 16_000, 52_000, 128_000)
 MODEL = "bench-model"

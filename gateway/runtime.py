@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gateway.adapters.continuation import ResponseStore
 from gateway.formats.base import ChatFormat
 from gateway.sampling import GenerationDefaults
 from gateway.tokenfix.rollouts import RolloutStore
 from gateway.tokenfix.store import SessionStore
 from gateway.upstream.pool import Pool
-from gateway.ws.cache import ResponseStore
 
 
 @dataclass(eq=False)

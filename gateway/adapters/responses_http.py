@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.adapters.continuation import CachedResponse, parse_continuation
 from gateway.adapters.responses import Event, check_model, failed_events, response_events
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.rollout_fields import begin_rollout
@@ -24,8 +25,6 @@ from gateway.http import JSONResponse, read_json, sse_event, sse_response
 from gateway.ids import new_id
 from gateway.runtime import Runtime
 from gateway.turn import Turn, TurnRequest
-from gateway.ws.cache import CachedResponse
-from gateway.ws.request import parse_continuation
 
 
 async def create_response(request: Request) -> Response:

@@ -7,18 +7,7 @@ evicts its lane, so a continuation never builds on partial state.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass
-
-from gateway.conversation import Conversation
-from gateway.tokenfix.state import TokenState
-
-
-@dataclass(slots=True)
-class CachedResponse:
-    response_id: str
-    conversation: Conversation  # the whole history, the response's own output items included
-    tokens: TokenState | None  # exact prompt + generated ids; None after a warmup (nothing generated)
+from gateway.adapters.continuation import CachedResponse
 
 
 class ResponseCache:
@@ -37,23 +26,3 @@ class ResponseCache:
 
     def evict(self, lane: str | None) -> None:
         self._latest.pop(lane, None)
-
-
-class ResponseStore:
-    """Responses created with `store: true`, continuable by `previous_response_id` from any
-    connection or over HTTP. In memory, least recently used first out past `max_entries`."""
-
-    def __init__(self, max_entries: int = 1024) -> None:
-        self.max_entries = max_entries
-        self._entries: OrderedDict[str, CachedResponse] = OrderedDict()
-
-    def get(self, response_id: str) -> CachedResponse | None:
-        entry = self._entries.get(response_id)
-        if entry is not None:
-            self._entries.move_to_end(response_id)
-        return entry
-
-    def put(self, entry: CachedResponse) -> None:
-        self._entries[entry.response_id] = entry
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)

@@ -21,6 +21,7 @@ import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected, WebSocketState
 
 from gateway import logs, observe
+from gateway.adapters.continuation import CachedResponse, parse_continuation
 from gateway.adapters.responses import Event, check_model, failed_events, response_events
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
@@ -34,7 +35,7 @@ from gateway.settings import Settings
 from gateway.tokenfix.rollouts import Pending
 from gateway.tokenfix.state import TokenState
 from gateway.turn import Turn, TurnRequest
-from gateway.ws.cache import CachedResponse, ResponseCache
+from gateway.ws.cache import ResponseCache
 from gateway.ws.errors import (
     connection_limit_reached,
     error_event,
@@ -43,7 +44,7 @@ from gateway.ws.errors import (
     processing_error,
 )
 from gateway.ws.lanes import Lanes
-from gateway.ws.request import CreateRequest, frame_stream_id, parse_continuation, read_create
+from gateway.ws.request import CreateRequest, frame_stream_id, read_create
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,7 @@
-"""`response.create` frames → the same `ResponsesRequest` the HTTP endpoint builds.
+"""`response.create` frames → the POST body the HTTP endpoint reads.
 
 The frame is the POST body, flat, plus `type` and the WebSocket-only `generate` and
-`stream_id`. A continuation (`previous_response_id`) sends only new items: they are
-appended to the cached history, whose instructions, tools, tool choice and reasoning
-effort carry over unless the frame sets them again.
+`stream_id`; continuations are parsed by gateway/adapters/continuation.py as over HTTP.
 """
 
 from __future__ import annotations
@@ -13,11 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.adapters.responses_input import ResponsesRequest, parse_request
 from gateway.adapters.validation import expect
-from gateway.conversation import Conversation, ToolCall
 from gateway.errors import invalid_request
-from gateway.ws.cache import CachedResponse
 from gateway.ws.errors import unknown_event_type
 
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
@@ -51,24 +46,3 @@ def read_create(frame: dict[str, Any]) -> CreateRequest:
     generate = expect(frame.get("generate"), bool, "generate")
     body = {key: value for key, value in frame.items() if key not in _TRANSPORT_FIELDS}
     return CreateRequest(body, stream_id, generate is not False)
-
-
-def parse_continuation(body: dict[str, Any], previous: CachedResponse | None) -> ResponsesRequest:
-    """`parse_request`, with the new items appended to `previous`'s history when there is one."""
-    if previous is None:
-        return parse_request(body)
-    history = previous.conversation
-    calls = {item.call_id: item.name for item in history.items if isinstance(item, ToolCall)}
-    instructions = body.get("instructions")
-    # Leading developer messages of a continuation are new items, not the instructions.
-    parsed = parse_request({**body, "instructions": instructions if instructions is not None else ""}, calls)
-    new = parsed.conversation
-    parsed.conversation = Conversation(
-        items=[*history.items, *new.items],
-        instructions=new.instructions if instructions is not None else history.instructions,
-        tools=new.tools if "tools" in body or new.tool_choice == "none" else history.tools,
-        tool_choice=new.tool_choice if "tool_choice" in body else history.tool_choice,
-        reasoning_effort=new.reasoning_effort if "reasoning" in body else history.reasoning_effort,
-    )
-    parsed.echo["instructions"] = instructions
-    return parsed

@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.adapters.continuation import CachedResponse, parse_continuation
 from gateway.conversation import Conversation, Message, ToolCall
 from gateway.errors import APIError
-from gateway.ws.cache import CachedResponse, ResponseCache
+from gateway.ws.cache import ResponseCache
 from gateway.ws.lanes import Lanes
-from gateway.ws.request import parse_continuation, read_create
+from gateway.ws.request import read_create
 
 
 class Jobs:
