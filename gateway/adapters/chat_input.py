@@ -7,6 +7,7 @@ from typing import Any
 
 from gateway.adapters.responses_input import _content_text, _tool, _tool_choice
 from gateway.adapters.rollout_fields import token_ids
+from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.validation import expect, expect_range
 from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from gateway.errors import invalid_request
@@ -61,26 +62,11 @@ def parse_chat_request(body: Any) -> ChatRequest:
     if max_tokens is None:
         max_tokens = expect(body.get("max_tokens"), int, "max_tokens")
     expect_range(max_tokens, "max_tokens", 1, None)
-    temperature = expect(body.get("temperature"), float, "temperature")
-    expect_range(temperature, "temperature", 0, 2)
-    top_p = expect(body.get("top_p"), float, "top_p")
-    expect_range(top_p, "top_p", 0, 1)
     logprobs = bool(expect(body.get("logprobs"), bool, "logprobs"))
-    top_logprobs = expect(body.get("top_logprobs"), int, "top_logprobs")
-    expect_range(top_logprobs, "top_logprobs", 0, 20)
     return_token_ids = bool(expect(body.get("return_token_ids"), bool, "return_token_ids"))
     rollout = body.get("rollout_id") is not None  # trajectories carry the sampled tokens' logprobs
     stream_options = expect(body.get("stream_options"), dict, "stream_options") or {}
-    sampling = SamplingOptions(
-        max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-        top_k=expect(body.get("top_k"), int, "top_k"),
-        min_p=expect(body.get("min_p"), float, "min_p"),
-        seed=expect(body.get("seed"), int, "seed"),
-        presence_penalty=expect(body.get("presence_penalty"), float, "presence_penalty"),
-        frequency_penalty=expect(body.get("frequency_penalty"), float, "frequency_penalty"),
-        repetition_penalty=expect(body.get("repetition_penalty"), float, "repetition_penalty"),
-        logprobs=(top_logprobs or 0) if (logprobs or return_token_ids or rollout) else None,
-    )
+    sampling = parse_sampling(body, max_tokens=max_tokens, logprobs=logprobs or return_token_ids or rollout)
     effort = expect(body.get("reasoning_effort"), str, "reasoning_effort")
     conversation = Conversation(items=items, instructions=instructions, tools=tools, tool_choice=tool_choice,
                                 reasoning_effort=effort)

@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.adapters import reasoning_blob
 from gateway.adapters.codex_tools import LOCAL_SHELL, custom_arguments, flat_name, function_tool, offered_tools
+from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.validation import expect, expect_range
 from gateway.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.errors import invalid_request
@@ -60,30 +61,18 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
 
     max_output = expect(body.get("max_output_tokens"), int, "max_output_tokens")
     expect_range(max_output, "max_output_tokens", 1, None)
-    temperature = expect(body.get("temperature"), float, "temperature")
-    expect_range(temperature, "temperature", 0, 2)
-    top_p = expect(body.get("top_p"), float, "top_p")
-    expect_range(top_p, "top_p", 0, 1)
-    top_logprobs = expect(body.get("top_logprobs"), int, "top_logprobs")
-    expect_range(top_logprobs, "top_logprobs", 0, 20)
     return_token_ids = bool(expect(body.get("return_token_ids"), bool, "return_token_ids"))
     include = expect(body.get("include"), list, "include") or []
-    wants_logprobs = return_token_ids or top_logprobs is not None or "message.output_text.logprobs" in include
-    sampling = SamplingOptions(
-        max_tokens=max_output, temperature=temperature, top_p=top_p,
-        top_k=expect(body.get("top_k"), int, "top_k"),
-        seed=expect(body.get("seed"), int, "seed"),
-        presence_penalty=expect(body.get("presence_penalty"), float, "presence_penalty"),
-        frequency_penalty=expect(body.get("frequency_penalty"), float, "frequency_penalty"),
-        logprobs=(top_logprobs or 0) if wants_logprobs else None,
-    )
+    wants_logprobs = (return_token_ids or body.get("top_logprobs") is not None
+                      or "message.output_text.logprobs" in include)
+    sampling = parse_sampling(body, max_tokens=max_output, logprobs=wants_logprobs)
     echo = {
         "instructions": instructions if body.get("instructions") is not None else None,
         "tools": raw_tools,
         "tool_choice": body.get("tool_choice", "auto"),
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
-        "temperature": temperature,
-        "top_p": top_p,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
         "max_output_tokens": max_output,
         "metadata": expect(body.get("metadata"), dict, "metadata") or {},
         "reasoning": {"effort": effort, "summary": reasoning.get("summary")},
