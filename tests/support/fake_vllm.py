@@ -19,20 +19,18 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.launcher import free_port
+from tests.support.threaded_server import serve_in_thread
 
 SYSTEM_FINGERPRINT = "vllm-0.32.0-fake"
 
@@ -105,22 +103,12 @@ class FakeVLLM:
         ])
 
     def __enter__(self) -> Self:
-        port = free_port()
-        config = uvicorn.Config(self.app(), host="127.0.0.1", port=port, log_level="warning")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the fake vLLM server did not start")
-            time.sleep(0.01)
-        self.url = f"http://127.0.0.1:{port}"
+        self._serving = serve_in_thread(self.app(), "the fake vLLM server")
+        self.url = f"http://127.0.0.1:{self._serving.__enter__()}"
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        self._serving.__exit__(None, None, None)
 
     async def _health(self, request: Request) -> Response:
         return Response(status_code=200 if self.healthy else 503)

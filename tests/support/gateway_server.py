@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
-import uvicorn
 
 from gateway.app import create_app
+from gateway.launcher import free_port
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.support.threaded_server import serve_in_thread
 
 
 @contextmanager
@@ -27,22 +20,9 @@ def running_gateway(settings: Settings, runtime: Runtime | None = None) -> Itera
     """Yield the gateway's base URL (http://127.0.0.1:PORT) while it serves `settings`
     (with `runtime`, if given, so a test can look at its pool and caches)."""
     settings.port = settings.port if settings.port not in (0, 8080) else free_port()
-    config = uvicorn.Config(create_app(settings, runtime), host="127.0.0.1", port=settings.port, log_level="warning",
-                            ws_per_message_deflate=True)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{settings.port}"
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the gateway did not start")
-        time.sleep(0.02)
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_in_thread(create_app(settings, runtime), "the gateway", port=settings.port, timeout=60,
+                         ws_per_message_deflate=True):
+        yield f"http://127.0.0.1:{settings.port}"
 
 
 def wait_healthy(url: str, timeout: float = 30.0) -> None:

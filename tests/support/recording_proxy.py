@@ -11,21 +11,18 @@ it streamed back: the ground truth a rollout's trajectory must equal.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Self
 
 import httpx
 import orjson
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.launcher import free_port
+from tests.support.threaded_server import serve_in_thread
 
 GENERATE = "/inference/v1/generate"
 _HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "host", "content-encoding",
@@ -46,22 +43,13 @@ class RecordingProxy:
     url: str = ""
 
     def __enter__(self) -> Self:
-        port = free_port()
         app = Starlette(routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "DELETE"])])
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the recording proxy did not start")
-            time.sleep(0.01)
-        self.url = f"http://127.0.0.1:{port}"
+        self._serving = serve_in_thread(app, "the recording proxy")
+        self.url = f"http://127.0.0.1:{self._serving.__enter__()}"
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        self._serving.__exit__(None, None, None)
 
     async def _forward(self, request: Request) -> Response:
         body = await request.body()
