@@ -19,6 +19,14 @@ def qwen_tokenizer_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tokenizer(qwen_tokenizer_dir: Path):
+    """Qwen3's tokenizer, loaded once for every test that encodes or decodes ids."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
 def o200k_dir() -> Path:
     """A dir holding o200k_base.tiktoken (sha256-checked); harmony loads it offline from here."""
     from gateway.fixtures.o200k import o200k_dir as build

@@ -14,7 +14,6 @@ import time
 import httpx
 import orjson
 import pytest
-from transformers import AutoTokenizer
 from websockets.asyncio.client import connect
 
 from gateway.settings import Settings
@@ -23,11 +22,6 @@ from tests.support.gateway_server import free_port, running_gateway
 
 IM_END = 151645
 BODY = {"model": "tiny-qwen3", "input": "hi", "stream": True}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(qwen_tokenizer_dir):
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import json
 import httpx
 import openai
 import pytest
-from transformers import AutoTokenizer
 
 from gateway.settings import Settings
 from tests.support.fake_vllm import FakeVLLM, Script
@@ -18,11 +17,6 @@ GENERATE = "/inference/v1/generate"
 TOOLS = [{"type": "function", "function": {"name": "exec_command", "description": "Run a shell command",
                                            "parameters": {"type": "object",
                                                           "properties": {"cmd": {"type": "string"}}}}}]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(qwen_tokenizer_dir):
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
 
 
 @pytest.fixture(scope="module")

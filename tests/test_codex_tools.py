@@ -12,7 +12,6 @@ import json
 import httpx
 import orjson
 import pytest
-from transformers import AutoTokenizer
 from websockets.asyncio.client import connect
 
 from gateway.settings import Settings
@@ -31,11 +30,6 @@ TOOLS = [
          "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}}]},
     {"type": "web_search", "external_web_access": False},
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(qwen_tokenizer_dir):
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ import httpx
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from transformers import AutoTokenizer
 from websockets.sync.client import connect
 
 from gateway import logs
@@ -114,11 +113,6 @@ def tokens(api: str, prompt: int, output: int) -> dict[str, float]:
 
 
 # -- fixtures ----------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def tokenizer(qwen_tokenizer_dir):
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
-
 
 @pytest.fixture(scope="module")
 def stack(qwen_tokenizer_dir):

@@ -11,7 +11,6 @@ import json
 import httpx
 import openai
 import pytest
-from transformers import AutoTokenizer
 
 from gateway.settings import Settings
 from tests.support.fake_vllm import FakeVLLM, Script
@@ -22,11 +21,6 @@ THINK, END_THINK, TOOL_CALL, END_TOOL_CALL = 151667, 151668, 151657, 151658
 GENERATE = "/inference/v1/generate"
 TOOLS = [{"type": "function", "name": "exec_command", "description": "Run a shell command",
           "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(qwen_tokenizer_dir):
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
 
 
 @pytest.fixture(scope="module")

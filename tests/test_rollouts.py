@@ -10,7 +10,6 @@ import json
 import httpx
 import openai
 import pytest
-from transformers import AutoTokenizer
 from websockets.asyncio.client import connect
 
 from gateway.settings import Settings
@@ -22,11 +21,6 @@ GENERATE = "/inference/v1/generate"
 TOOLS = [{"type": "function", "function": {"name": "exec_command", "description": "Run a shell command",
                                            "parameters": {"type": "object",
                                                           "properties": {"cmd": {"type": "string"}}}}}]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(qwen_tokenizer_dir):
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
 
 
 @pytest.fixture(scope="module")

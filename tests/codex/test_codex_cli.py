@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from transformers import AutoTokenizer
 
 from gateway.launcher import VLLMProcess
 from gateway.settings import Settings
@@ -32,11 +31,6 @@ from tests.support import gateway_server
 from tests.support.fake_vllm import FakeVLLM, Script
 
 pytestmark = pytest.mark.codex
-
-
-@pytest.fixture(scope="module")
-def tokenizer(qwen_tokenizer_dir):
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
 
 
 @pytest.fixture

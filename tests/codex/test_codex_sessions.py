@@ -16,7 +16,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from transformers import AutoTokenizer
 
 from gateway.adapters.responses_input import parse_request
 from gateway.formats import load_format
@@ -40,11 +39,6 @@ from tests.support.fake_vllm import FakeVLLM, Script
 pytestmark = pytest.mark.codex
 
 SECRET = "codex-sessions"
-
-
-@pytest.fixture(scope="module")
-def tokenizer(qwen_tokenizer_dir):
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
 
 
 @pytest.fixture(scope="module")

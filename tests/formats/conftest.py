@@ -1,15 +1,11 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 
 @pytest.fixture(scope="session")
-def qwen_tokenizer(qwen_tokenizer_dir: Path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
+def qwen_tokenizer(tokenizer):
+    return tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ import time
 import httpx
 import orjson
 import pytest
-from transformers import AutoTokenizer
 from websockets.asyncio.client import connect
 
 from gateway.app import build_runtime
@@ -20,11 +19,6 @@ from tests.support.gateway_server import running_gateway
 IM_END = 151645
 GENERATE = "/inference/v1/generate"
 FINAL = ("response.completed", "response.incomplete", "response.failed", "error")
-
-
-@pytest.fixture(scope="module")
-def tokenizer(qwen_tokenizer_dir):
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
 
 
 @pytest.fixture

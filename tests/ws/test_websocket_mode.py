@@ -16,7 +16,6 @@ from pathlib import Path
 import openai
 import orjson
 import pytest
-from transformers import AutoTokenizer
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -32,11 +31,6 @@ TOOL_CALL, END_TOOL_CALL = 151657, 151658
 GENERATE = "/inference/v1/generate"
 MODEL = "tiny-qwen3"
 CAPTURES = Path(__file__).parents[1] / "data" / "codex"
-
-
-@pytest.fixture(scope="module")
-def tokenizer(qwen_tokenizer_dir):
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
 
 
 @pytest.fixture(scope="module")
