@@ -46,6 +46,9 @@ async def admit(replica: Replica, api: str, policy: HealthPolicy) -> bool:
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
         log.info("replica %s not ready: %r", replica.url, exc)
         return False
+    except Exception:  # never let the watcher die: its replica would stay unwatched for good
+        log.exception("replica %s not ready: unexpected error", replica.url)
+        return False
     if replica.state in ("starting", "ejected"):  # not dropped from DNS meanwhile
         replica.state = "ready"
     log.info("replica %s ready: model=%s max_model_len=%s api=%s", replica.url, replica.served_model,
@@ -57,6 +60,9 @@ async def check(replica: Replica, policy: HealthPolicy) -> bool:
     try:
         return (await replica.client.get(replica.url + "/health", timeout=policy.timeout)).status_code == 200
     except httpx.HTTPError:
+        return False
+    except Exception:  # as in admit()
+        log.exception("health check of %s failed: unexpected error", replica.url)
         return False
 
 

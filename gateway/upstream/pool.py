@@ -18,6 +18,7 @@ from gateway.upstream import health, routing
 from gateway.upstream.discovery import Resolver
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.replica import Replica
+from gateway.upstream.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,8 @@ class Pool:
     def __init__(self, upstreams: Sequence[str], *, api: str = "auto", policy: HealthPolicy | None = None,
                  resolve_interval: float = 10.0, load_factor: float = routing.LOAD_FACTOR,
                  timeout: httpx.Timeout | None = None) -> None:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
-        self.client = httpx.AsyncClient(timeout=timeout or httpx.Timeout(None, connect=5.0), limits=limits)
+        transport = Transport(limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
+        self.client = httpx.AsyncClient(timeout=timeout or httpx.Timeout(None, connect=5.0), transport=transport)
         self.resolver = Resolver(upstreams)
         self.api = api
         self.policy = policy or HealthPolicy()

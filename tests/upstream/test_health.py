@@ -7,8 +7,10 @@ import orjson
 import pytest
 import respx
 
+from gateway.errors import UpstreamUnavailable
 from gateway.upstream import health
 from gateway.upstream.health import HealthPolicy
+from gateway.upstream.pool import Pool
 from gateway.upstream.replica import Replica
 
 URL = "http://10.0.0.1:8000"
@@ -116,3 +118,20 @@ class BrokenStream(httpx.AsyncByteStream):
     async def __aiter__(self):
         yield b'data: {"choices": [{"index": 0, "token_ids": [5]}]}\n\n'
         raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+
+
+async def test_a_connection_that_breaks_while_opening_is_a_connection_error(monkeypatch):
+    """httpcore can leak anyio's AttributeError when the peer dies during connect (seen with kill -9)."""
+    async def broken(self, request):
+        raise AttributeError("'NoneType' object has no attribute 'getpeername'")
+
+    monkeypatch.setattr(httpx.AsyncHTTPTransport, "handle_async_request", broken)
+    pool = Pool([URL])
+    replica = Replica(URL, pool.client, state="ready", served_model="tiny-qwen3")
+    try:
+        with pytest.raises(UpstreamUnavailable, match="broke while opening"):
+            await replica.open([1, 2], {"max_tokens": 1}, "r1")
+        assert replica.state == "ejected" and replica.inflight == 0
+        assert not await health.check(replica, HealthPolicy())  # the watcher sees a failed check, not a crash
+    finally:
+        await pool.close()
