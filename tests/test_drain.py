@@ -45,7 +45,6 @@ def gateway(qwen_tokenizer_dir, tmp_path: Path):
                 assert process.poll() is None, (tmp_path / "gateway.log").read_text()
                 assert time.monotonic() < deadline, "the gateway did not become ready"
                 time.sleep(0.2)
-            fake.requests.clear()
             yield url, process, fake
         finally:
             if process.poll() is None:

@@ -16,6 +16,8 @@ from transformers import AutoTokenizer
 
 from gateway.fixtures.models import BUILD_SCRIPT
 from gateway.launcher import VLLMProcess, vllm_python
+from gateway.upstream.health import HealthPolicy
+from gateway.upstream.pool import Pool
 from tests.support.fake_vllm import FakeVLLM, Script
 
 HELLO_WORLD = [9707, 1879]
@@ -224,3 +226,22 @@ async def test_fake_status_and_disabled_scale_out(fake: FakeVLLM) -> None:
         disabled = await client.post(fake.url + "/inference/v1/generate", json={"token_ids": [1]})
         assert disabled.status_code == 403
         assert disabled.json()["error"]["type"] == "PermissionDeniedError"
+
+
+async def test_the_pools_probes_take_no_script_and_are_kept_apart(fake: FakeVLLM) -> None:
+    """A real pool admits the fake (probe + warmup) with a script queued: the script is left for
+    the first model call, and `requests` holds that call only."""
+    fake.queue(Script([11, 12]))
+    pool = Pool([fake.url], policy=HealthPolicy(interval=60))
+    await pool.start()
+    try:
+        assert pool.ready
+        async with httpx.AsyncClient() as client:
+            body = {"model": "tiny-qwen3", "token_ids": [1, 2], "sampling_params": {"max_tokens": 5}}
+            answer = (await client.post(fake.url + "/inference/v1/generate", json=body)).json()
+    finally:
+        await pool.close()
+    assert answer["choices"][0]["token_ids"] == [11, 12]
+    assert [r.body["request_id"].split("_")[0] for r in fake.probes] == ["probe", "warmup"]
+    assert [r.body["token_ids"] for r in fake.probes] == [[0], [0]]
+    assert fake.bodies("/inference/v1/generate") == [body]

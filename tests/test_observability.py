@@ -358,7 +358,7 @@ def test_cli_json_logs_cover_uvicorn_and_the_gateway(fake, qwen_tokenizer_dir, t
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: process.poll() is not None or _answers(url), timeout=60)
         wait_healthy(url)
-        fake.queue(Script(ids(tokenizer, "Hi") + [IM_END]))  # after the start-up probe, which generates too
+        fake.queue(Script(ids(tokenizer, "Hi") + [IM_END]))
         r = httpx.post(url + "/v1/responses", json={"model": MODEL, "input": "x"}, headers={"x-request-id": "cli-1"})
         assert r.status_code == 200 and r.headers["x-request-id"] == "cli-1"
     finally:

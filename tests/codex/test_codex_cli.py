@@ -72,8 +72,8 @@ def assert_tool_turn(fake: FakeVLLM, traffic: Traffic, run: Run, work: Path, cal
     [command] = run.items("command_execution")
     assert "echo hi > out.txt" in command["command"] and command["exit_code"] == 0
     assert [m["text"] for m in run.items("agent_message")] == ["All done."]
-    # The start-up probe, then the two model calls of the turn.
-    first, second = fake.bodies(GENERATE)[-2:]
+    # The two model calls of the turn.
+    first, second = fake.bodies(GENERATE)
     assert second["token_ids"][:len(first["token_ids"]) + len(call)] == first["token_ids"] + call
     # Each response carries only its own new items: nothing of Codex's history is echoed back.
     call_response, answer_response = [r for r in traffic.responses() if r["output"]]
@@ -91,7 +91,7 @@ def test_shell_tool_call_over_http(stack, codex_bin, tokenizer, tmp_path):
     assert_tool_turn(fake, traffic, run, work, call)
     assert [kind for kind, path in traffic.connections if path == "/v1/responses"] == ["http", "http"]
     # The second prompt is the first, the generated ids, then the tool output: the output is there.
-    first, second = fake.bodies(GENERATE)[-2:]
+    first, second = fake.bodies(GENERATE)
     tail = tokenizer.decode(second["token_ids"][len(first["token_ids"]) + len(call):])
     assert tail.startswith("\n<|im_start|>user\n<tool_response>\n") and "Process exited with code 0" in tail
     assert tail.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")

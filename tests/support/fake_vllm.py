@@ -10,8 +10,10 @@ vllm_shapes.md, and tests/test_fixtures_models.py compares the two live).
         ... point the gateway at fake.url ...
         assert fake.requests[-1].body["token_ids"] == [...]
 
-Requests with nothing queued get `DEFAULT_SCRIPT` (one token), which is what the
-gateway's start-up probe of /inference/v1/generate needs.
+The pool's probe and warmup requests (prompt `[0]`, `max_tokens` 1, not streamed) are
+answered with one token without taking a queued script, and recorded in `probes`, not in
+`requests`: tests queue and assert on model calls only. Other requests with nothing
+queued get `DEFAULT_SCRIPT` (one token).
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ class FakeVLLM:
     max_model_len: int = 32768
     enable_scale_out: bool = True  # False: /inference/* answers 403 like a stock replica without the flag
     healthy: bool = True
-    requests: list[Recorded] = field(default_factory=list)
+    requests: list[Recorded] = field(default_factory=list)  # model calls (and aborts), not probes
+    probes: list[Recorded] = field(default_factory=list)  # the pool's probe and warmup requests
     aborted: list[str] = field(default_factory=list)  # request ids sent to /inference/v1/abort_requests
     disconnected: list[str] = field(default_factory=list)  # request ids whose client left mid-stream
     completed: list[str] = field(default_factory=list)  # request ids whose stream reached [DONE]
@@ -128,7 +131,8 @@ class FakeVLLM:
 
     async def _record(self, request: Request) -> dict[str, Any]:
         body = await request.json()
-        self.requests.append(Recorded(request.url.path, body, dict(request.headers)))
+        recorded = Recorded(request.url.path, body, dict(request.headers))
+        (self.probes if _is_probe(body) else self.requests).append(recorded)
         return body
 
     async def _abort(self, request: Request) -> Response:
@@ -144,7 +148,7 @@ class FakeVLLM:
         body = await self._record(request)
         if (error := self._model_error(body)) is not None:
             return error
-        script = self._next_script()
+        script = self._next_script(body)
         if script.status != 200:
             return _error_response(script.error_message, script.status)
         request_id = "generate-tokens-" + (body.get("request_id") or secrets.token_hex(8))
@@ -169,7 +173,7 @@ class FakeVLLM:
         prompt = body.get("prompt")
         if not (isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)):
             return _error_response("the fake vLLM only takes integer prompts", 400)
-        script = self._next_script()
+        script = self._next_script(body)
         if script.status != 200:
             return _error_response(script.error_message, script.status)
         request_id = "cmpl-" + (body.get("request_id") or secrets.token_hex(8))
@@ -190,8 +194,10 @@ class FakeVLLM:
             "metrics": None,
         })
 
-    def _next_script(self) -> Script:
-        return self._scripts.popleft() if self._scripts else DEFAULT_SCRIPT
+    def _next_script(self, body: dict[str, Any]) -> Script:
+        if _is_probe(body) or not self._scripts:
+            return DEFAULT_SCRIPT
+        return self._scripts.popleft()
 
     def _model_error(self, body: dict[str, Any]) -> Response | None:
         if body.get("model") in (None, "", self.model):
@@ -336,6 +342,13 @@ class _Output:
             "finish_reason": self.script.finish_reason if final else None,
             "stop_reason": self.script.stop_reason if final else None,
         }
+
+
+def _is_probe(body: dict[str, Any]) -> bool:
+    """The shape of the gateway's probe and warmup requests (gateway/upstream/health.py)."""
+    prompt = body.get("token_ids", body.get("prompt"))
+    max_tokens = (body.get("sampling_params") or body).get("max_tokens")
+    return prompt == [0] and max_tokens == 1 and not body.get("stream")
 
 
 def _rank(token: int, logprob: float, top: list[tuple[int, float]]) -> int:
