@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gateway import observe
-from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall
+from gateway.conversation import Conversation, Item, Message
 from gateway.errors import APIError, UpstreamUnavailable, context_length_exceeded
-from gateway.formats.base import Covered, ItemDone, ItemStarted, ParseEvent
+from gateway.formats.base import Covered, ItemDone, ItemStarted, ParseEvent, output_item
 from gateway.ids import new_id
 from gateway.runtime import Runtime
 from gateway.sampling import SamplingOptions, resolve
+from gateway.tokenfix.restore import Generated, restore, uncovered
 from gateway.tokenfix.splice import splice, splice_tail
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.chunks import Usage
@@ -42,6 +43,9 @@ class TurnRequest:
     sampling: SamplingOptions
     affinity: str | None = None  # session key: same key → same replica
     prefix: TokenState | None = None  # exact tokens of an earlier turn this one may continue
+    # Ids the model generated in earlier turns, sent back by the client (reasoning blobs): they
+    # extend `prefix` (gateway/tokenfix/restore.py), so a history no cache holds is still exact.
+    generated: Sequence[Generated] = ()
     # Runs on the rendered prompt before anything goes upstream; may raise APIError (rollout masks).
     check_prompt: Callable[[Turn], None] | None = None
 
@@ -87,6 +91,9 @@ class Turn:
     async def _render(self) -> Sequence[int]:
         """The prompt: the exact earlier tokens and the new items' when the history continues
         them, else the full render. Big renders run off the event loop."""
+        if turns := uncovered(self.request.conversation, self.request.generated, self.request.prefix):
+            self.request.prefix = await asyncio.to_thread(restore, self.runtime.format, self.request.conversation,
+                                                          turns, self.request.prefix)
         conversation, prefix, chat_format = self.request.conversation, self.request.prefix, self.runtime.format
         covered = prefix.continued_by(conversation, chat_format.turn_terminators) if prefix is not None else None
         if covered is not None:
@@ -181,15 +188,7 @@ class Turn:
             self._on_done(event, started)
 
     def _on_done(self, event: ItemDone, started: dict[int, ItemStarted]) -> None:
-        start = started.pop(event.index)
-        if start.kind == "tool_call":
-            self.output_items.append(ToolCall(call_id=start.call_id or "", name=start.name or "",
-                                              arguments=event.text))
-        elif start.kind == "reasoning":
-            self.output_items.append(Reasoning(text=event.text))
-        else:
-            channel = "commentary" if start.channel == "commentary" else None
-            self.output_items.append(Message(role="assistant", text=event.text, channel=channel))
+        self.output_items.append(output_item(started.pop(event.index), event.text))
 
     @property
     def turn_items(self) -> list[Item]:

@@ -2,13 +2,18 @@
 
 Codex sends no `previous_response_id` over HTTP: it echoes each reasoning item back in the
 next request, and only `encrypted_content` is sure to come back as it was sent (clients may
-drop `content`). The gateway therefore puts the exact reasoning text in that field:
+drop `content`). The gateway therefore puts the exact reasoning text in that field, and with
+the first reasoning item of a turn the ids the model generated in that whole turn, so that a
+gateway without the session's cached tokens can still put them in the next prompt exactly:
 
-    base64url( version byte || HMAC-SHA256(secret, version || payload) || payload )
+    base64url( version || HMAC-SHA256(secret, version || payload) || payload )
 
-with `payload` the UTF-8 JSON `{"text": …}`. The blob is authenticated, not encrypted: the
-text is the model's own reasoning, already sent in `content`. The MAC makes sure a restored
-history holds only text this gateway (or one sharing its secret) produced.
+Version 2: `payload` is a flags byte, then the body, zlib-compressed when that is smaller
+(flag 1): the text's UTF-8 length (uint32), the text, then the ids (int32 each); all
+little-endian. Version 1 (still accepted): `payload` is the UTF-8 JSON `{"text": …}`.
+The blob is authenticated, not encrypted: the text is the model's own reasoning, already
+sent in `content`. The MAC makes sure a restored history holds only text and tokens this
+gateway (or one sharing its secret) produced.
 """
 
 from __future__ import annotations
@@ -20,12 +25,25 @@ import hashlib
 import hmac
 import json
 import secrets
+import struct
+import sys
+import zlib
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-_VERSION = 1
+_VERSION = 2
 _MAC_BYTES = hashlib.sha256().digest_size
+_ZLIB = 1
 
 # Replaced by `use_secret` at startup; a random key means blobs are valid for this process only.
 _key = secrets.token_bytes(32)
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    text: str
+    token_ids: array | None  # int32 ids of the whole turn; None: the text alone (shared, do not mutate)
 
 
 def use_secret(secret: str | None) -> None:
@@ -36,25 +54,38 @@ def use_secret(secret: str | None) -> None:
         unseal.cache_clear()
 
 
-def seal(text: str) -> str:
-    payload = json.dumps({"text": text}, ensure_ascii=False).encode()
+def seal(text: str, token_ids: Sequence[int] | None = None) -> str:
+    encoded = text.encode("utf-8", "surrogatepass")
+    ids = array("i", token_ids or ())
+    if sys.byteorder == "big":
+        ids.byteswap()
+    body = struct.pack("<I", len(encoded)) + encoded + ids.tobytes()
+    packed = zlib.compress(body)
+    payload = bytes([_ZLIB]) + packed if len(packed) < len(body) else b"\0" + body
     header = bytes([_VERSION])
     mac = hmac.new(_key, header + payload, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(header + mac + payload).decode("ascii")
 
 
 @functools.lru_cache(maxsize=4096)
-def unseal(blob: str) -> str | None:
-    """The reasoning text in a blob this gateway sealed; None for a tampered or foreign blob.
+def unseal(blob: str) -> Sealed | None:
+    """What a blob this gateway sealed holds; None for a tampered or foreign blob.
     Cached: Codex sends every earlier turn's blobs again with each request."""
     try:
         raw = base64.urlsafe_b64decode(blob.encode("ascii"))
     except (binascii.Error, UnicodeEncodeError, ValueError):
         return None
-    if len(raw) <= 1 + _MAC_BYTES or raw[0] != _VERSION:
+    if len(raw) <= 1 + _MAC_BYTES or raw[0] not in (1, _VERSION):
         return None
     header, mac, payload = raw[:1], raw[1:1 + _MAC_BYTES], raw[1 + _MAC_BYTES:]
     if not hmac.compare_digest(mac, hmac.new(_key, header + payload, hashlib.sha256).digest()):
         return None
-    text = json.loads(payload).get("text")
-    return text if isinstance(text, str) else None
+    if raw[0] == 1:
+        text = json.loads(payload).get("text")
+        return Sealed(text, None) if isinstance(text, str) else None
+    body = zlib.decompress(payload[1:]) if payload[0] & _ZLIB else payload[1:]
+    (size,) = struct.unpack_from("<I", body)
+    ids = array("i", body[4 + size:])
+    if sys.byteorder == "big":
+        ids.byteswap()
+    return Sealed(body[4:4 + size].decode("utf-8", "surrogatepass"), ids or None)

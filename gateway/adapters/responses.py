@@ -38,8 +38,12 @@ async def response_events(turn: Turn, writer: ResponseWriter, parsed: ResponsesR
             for event in writer.on_parse_event(parse_event):
                 yield event
     except APIError as exc:
+        for event in writer.finish(None):
+            yield event
         yield writer.failed(exc.code or "server_error", exc.message, usage(turn))
         return
+    for event in writer.finish(turn.output_ids if turn.finish_reason in ("stop", "length") else None):
+        yield event
     final = final_event(turn, writer, parsed)
     if on_finished is not None and final["type"] != "response.failed":
         on_finished(turn, final)

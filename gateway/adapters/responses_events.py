@@ -10,12 +10,16 @@ Calls of Codex's namespaced and custom tools map back onto their wire shapes
 (gateway/adapters/codex_tools.py). Reasoning items always carry `encrypted_content`, the
 exact text sealed by gateway/adapters/reasoning_blob.py: whether or not the request's
 `include` asked for it, it is what lets a stateless client's echoed history restore the
-reasoning exactly, and clients that did not ask ignore the field.
+reasoning exactly, and clients that did not ask ignore the field. The first reasoning item
+of a turn also seals the ids of the whole generation, known only when it ends: from that
+item on, `output_item.done` events wait for `finish()` (deltas still stream), which keeps
+them in output order, the order Codex records items in.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from gateway.adapters import reasoning_blob
@@ -39,6 +43,7 @@ class ResponseWriter:
         self._open: dict[int, dict[str, Any]] = {}  # parser index -> output item being streamed
         self._position: dict[int, int] = {}  # parser index -> output_index
         self._routes = routes(echo.get("tools"))
+        self._held: list[tuple[int, dict[str, Any]]] | None = None  # done items waiting for finish()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -46,6 +51,16 @@ class ResponseWriter:
         snapshot = self.response("in_progress")
         return [self._event("response.created", response=snapshot),
                 self._event("response.in_progress", response=snapshot)]
+
+    def finish(self, token_ids: Sequence[int] | None) -> list[Event]:
+        """The held `output_item.done` events, once the generation ended: `token_ids` is all of
+        it, sealed with the first reasoning item (None: it did not finish; the text alone)."""
+        held, self._held = self._held or [], None
+        for output_index, item in held:
+            if item["type"] == "reasoning":
+                item["encrypted_content"] = reasoning_blob.seal(item["content"][0]["text"], token_ids)
+                token_ids = None
+        return [self._event("response.output_item.done", output_index=i, item=item) for i, item in held]
 
     def completed(self, usage: dict[str, Any]) -> Event:
         return self._event("response.completed", response=self.response("completed", usage=usage))
@@ -142,7 +157,7 @@ class ResponseWriter:
             item["status"] = "completed"
             return [self._event("response.function_call_arguments.done", output_index=output_index,
                                 item_id=item["id"], arguments=text),
-                    self._event("response.output_item.done", output_index=output_index, item=item)]
+                    *self._item_done(output_index, item)]
         if kind == "custom_tool_call":
             item["input"] = custom_input(text)
             item["status"] = "completed"
@@ -150,11 +165,12 @@ class ResponseWriter:
             events = [self._event("response.custom_tool_call_input.delta", **fields, delta=item["input"])
                       ] if item["input"] else []
             return [*events, self._event("response.custom_tool_call_input.done", **fields, input=item["input"]),
-                    self._event("response.output_item.done", output_index=output_index, item=item)]
+                    *self._item_done(output_index, item)]
         if kind == "reasoning":
             part = {"type": "reasoning_text", "text": text}
             item["content"] = [part]
-            item["encrypted_content"] = reasoning_blob.seal(text)
+            if self._held is None:
+                self._held = []
             events = [self._event("response.reasoning_text.done", output_index=output_index,
                                   item_id=item["id"], content_index=0, text=text)]
         else:
@@ -165,8 +181,14 @@ class ResponseWriter:
                                   content_index=0, text=text, logprobs=[])]
         events.append(self._event("response.content_part.done", output_index=output_index, item_id=item["id"],
                                   content_index=0, part=part))
-        events.append(self._event("response.output_item.done", output_index=output_index, item=item))
+        events.extend(self._item_done(output_index, item))
         return events
+
+    def _item_done(self, output_index: int, item: dict[str, Any]) -> list[Event]:
+        if self._held is None:
+            return [self._event("response.output_item.done", output_index=output_index, item=item)]
+        self._held.append((output_index, item))
+        return []
 
     def _register(self, index: int, item: dict[str, Any]) -> None:
         self._open[index] = item

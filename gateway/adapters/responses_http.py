@@ -41,7 +41,8 @@ async def create_response(request: Request) -> Response:
     if rollout and parsed.sampling.logprobs is None:
         parsed.sampling.logprobs = 0  # trajectories carry the sampled tokens' logprobs
     turn = Turn(runtime, TurnRequest(conversation, parsed.sampling, affinity=rollout.rollout_id if rollout else key,
-                                     prefix=prefix, check_prompt=rollout.check if rollout else None))
+                                     prefix=prefix, generated=parsed.generated,
+                                     check_prompt=rollout.check if rollout else None))
     writer = ResponseWriter(response_id=new_id("resp"), model=parsed.model, echo=parsed.echo)
 
     def remember(turn: Turn, final: Event) -> None:

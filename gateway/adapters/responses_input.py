@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,8 @@ class ResponsesRequest:
     prompt_cache_key: str | None = None
     return_token_ids: bool = False
     tools: list[dict[str, Any]] = field(default_factory=list)
+    # Reasoning items whose blob holds the ids their turn generated (for gateway/tokenfix/restore.py).
+    generated: list[tuple[Reasoning, array]] = field(default_factory=list)
 
 
 def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> ResponsesRequest:
@@ -46,7 +49,8 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         raise invalid_request("The request body must be a JSON object.")
     model = expect(body.get("model"), str, "model", optional=False)
     instructions = expect(body.get("instructions"), str, "instructions")
-    items = _input_items(body.get("input"), earlier_calls or {})
+    generated: list[tuple[Reasoning, array]] = []
+    items = _input_items(body.get("input"), earlier_calls or {}, generated)
     if instructions is None:
         instructions = _take_leading_instructions(items)
     raw_tools = expect(body.get("tools"), list, "tools") or []
@@ -87,11 +91,12 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         conversation=conversation, sampling=sampling, model=model,
         stream=bool(expect(body.get("stream"), bool, "stream")), echo=echo,
         prompt_cache_key=expect(body.get("prompt_cache_key"), str, "prompt_cache_key"),
-        return_token_ids=return_token_ids, tools=raw_tools,
+        return_token_ids=return_token_ids, tools=raw_tools, generated=generated,
     )
 
 
-def _input_items(raw: Any, earlier_calls: Mapping[str, str]) -> list[Item]:
+def _input_items(raw: Any, earlier_calls: Mapping[str, str], generated: list[tuple[Reasoning, array]]
+                 ) -> list[Item]:
     if isinstance(raw, str):
         if not raw:
             raise invalid_request("'input' must not be empty.", param="input", code="empty_input")
@@ -107,6 +112,8 @@ def _input_items(raw: Any, earlier_calls: Mapping[str, str]) -> list[Item]:
             item = _item(expect(raw_item, dict, f"input[{i}]", optional=False), f"input[{i}]")
         if item is None:
             continue
+        if isinstance(item, Reasoning) and (ids := _generated_ids(raw_item)) is not None:
+            generated.append((item, ids))
         if isinstance(item, ToolCall):
             call_names[item.call_id] = item.name
         elif isinstance(item, ToolOutput):
@@ -182,13 +189,20 @@ def _reasoning(raw: dict[str, Any], param: str) -> Reasoning:
     may drop `content`), else the text parts of `content`."""
     blob = raw.get("encrypted_content")
     if isinstance(blob, str) and blob:
-        text = reasoning_blob.unseal(blob)
-        if text is not None:
-            return Reasoning(text=text)
+        sealed = reasoning_blob.unseal(blob)
+        if sealed is not None:
+            return Reasoning(text=sealed.text)
         log.warning("ignoring %s.encrypted_content: not a reasoning blob of this gateway (tampered, or "
                     "sealed with another --reasoning-secret)", param)
     parts = raw.get("content") or []
     return Reasoning(text="".join(p.get("text", "") for p in parts if isinstance(p, dict)))
+
+
+def _generated_ids(raw: dict[str, Any]) -> array | None:
+    """The ids of the turn a reasoning item's blob sealed with it (`_reasoning` checked the blob)."""
+    blob = raw.get("encrypted_content")
+    sealed = reasoning_blob.unseal(blob) if isinstance(blob, str) and blob else None
+    return sealed.token_ids if sealed is not None else None
 
 
 def _local_shell_call_id(raw: dict[str, Any], param: str) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gateway.conversation import Conversation
+from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall
 
 ItemKind = Literal["reasoning", "text", "tool_call"]
 
@@ -43,6 +43,15 @@ class ItemDone:
 
 
 ParseEvent = ItemStarted | ItemDelta | ItemDone
+
+
+def output_item(start: ItemStarted, text: str) -> Item:
+    """A parsed output item (its `ItemStarted` and its `ItemDone` text) as the history holds it."""
+    if start.kind == "tool_call":
+        return ToolCall(call_id=start.call_id or "", name=start.name or "", arguments=text)
+    if start.kind == "reasoning":
+        return Reasoning(text=text)
+    return Message(role="assistant", text=text, channel="commentary" if start.channel == "commentary" else None)
 
 
 @dataclass(slots=True)

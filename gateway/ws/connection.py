@@ -204,7 +204,7 @@ class ResponsesSocket:
             prefix = previous.tokens if previous and previous.tokens else rollout.prefix or prefix
             if parsed.sampling.logprobs is None:
                 parsed.sampling.logprobs = 0
-        turn = Turn(self.runtime, TurnRequest(conversation, parsed.sampling, prefix=prefix,
+        turn = Turn(self.runtime, TurnRequest(conversation, parsed.sampling, prefix=prefix, generated=parsed.generated,
                                               affinity=rollout.rollout_id if rollout else key or self.connection_id,
                                               check_prompt=rollout.check if rollout else None))
         writer = ResponseWriter(response_id=new_id("resp"), model=parsed.model, echo=parsed.echo)

@@ -148,9 +148,9 @@ def test_every_prompt_of_a_session_holds_all_generated_ids(stack, codex_bin, tok
 THOUGHT = "I should write the file first."
 
 
-def reasoning_turn(tokenizer) -> list[int]:
-    return [THINK, *spelled(tokenizer, f"\n{THOUGHT}\n"), END_THINK, *ids(tokenizer, "\n\n"),
-            *call_ids(tokenizer, "exec_command", {"cmd": "echo hi > out.txt"})]
+def reasoning_turn(tokenizer, thought: str = THOUGHT, cmd: str = "echo hi > out.txt") -> list[int]:
+    return [THINK, *spelled(tokenizer, f"\n{thought}\n"), END_THINK, *ids(tokenizer, "\n\n"),
+            *call_ids(tokenizer, "exec_command", {"cmd": cmd}, spell=cmd)]
 
 
 def run_reasoning_session(stack, codex_bin, tokenizer, tmp_path):
@@ -173,24 +173,40 @@ def test_reasoning_is_echoed_back_and_continued_on_its_exact_ids(stack, codex_bi
     assert continues(p2, p1, generated)  # the spelled thinking included, id for id
 
 
-def test_after_a_session_cache_miss_the_reasoning_comes_back_from_its_blob(stack, codex_bin, tokenizer, chat_format,
-                                                                          tmp_path):
-    """As if each request reached another gateway sharing the --reasoning-secret: no session
-    tokens, and the echoed reasoning stripped of its `content`. The blob alone restores the text."""
+def elsewhere(app, body):
+    """As if the request reached another gateway sharing the --reasoning-secret: no session
+    tokens, and the echoed reasoning stripped of its `content`."""
+    app.state.runtime.sessions.discard(body["prompt_cache_key"])
+    for item in body["input"]:
+        if item["type"] == "reasoning":
+            item.pop("content", None)
+    return body
 
-    def elsewhere(app, body):
-        app.state.runtime.sessions.discard(body["prompt_cache_key"])
-        for item in body["input"]:
-            if item["type"] == "reasoning":
-                item.pop("content", None)
-        return body
 
+def test_after_a_session_cache_miss_the_turn_comes_back_exactly_from_its_blob(stack, codex_bin, tokenizer,
+                                                                             chat_format, tmp_path):
+    """The blob alone restores the reasoning text and the ids of the whole turn (thinking and
+    tool call, both spelled one character per token): the prompt after the miss holds them."""
     stack.traffic.on_post = elsewhere
-    _, (p1, p2) = run_reasoning_session(stack, codex_bin, tokenizer, tmp_path)
+    generated, (p1, p2) = run_reasoning_session(stack, codex_bin, tokenizer, tmp_path)
+    assert continues(p2, p1, generated)
     body = stack.traffic.posts[1].body
-    assert p2 == chat_format.render(parse_request(body).conversation)  # a full render, not a splice
-    assert p2[:len(p1)] == p1  # still the same prefix up to the model's turn (vLLM's prefix cache hits)
-    assert f"<|im_start|>assistant\n<think>\n{THOUGHT}\n</think>\n\n<tool_call>" in tokenizer.decode(p2)
+    assert p2 != chat_format.render(parse_request(body).conversation)  # which re-encodes the turn
+    assert stack.traffic.app.state.runtime.sessions.stats.hits == 0
+
+
+def test_every_turn_of_a_session_is_exact_though_no_request_finds_the_cache(stack, codex_bin, tokenizer, tmp_path):
+    """Two reasoning turns, then the answer, each request on a gateway with no session tokens:
+    every blob-carrying turn of the history is restored, each spliced onto the one before."""
+    one = reasoning_turn(tokenizer, "First the file.", "echo one > a.txt")
+    two = reasoning_turn(tokenizer, "Then append.", "echo two >> a.txt")
+    stack.fake.queue(Script(one), Script(two), Script(answer_ids(tokenizer, "Wrote a.txt.")))
+    stack.traffic.on_post = elsewhere
+    run, work = codex_exec(codex_bin, stack.url, tmp_path, "Write a.txt")
+    assert run.returncode == 0, run.stderr
+    assert (work / "a.txt").read_text() == "one\ntwo\n"
+    p1, p2, p3 = prompts(stack.fake)
+    assert continues(p2, p1, one) and continues(p3, p2, two) and continues(p3, p1, one)
 
 
 def test_a_tampered_reasoning_blob_is_ignored_with_a_log(stack, codex_bin, tokenizer, tmp_path, caplog):
