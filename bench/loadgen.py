@@ -1,15 +1,18 @@
 """The load generator: raw HTTP/1.1 over asyncio streams, SSE counted, never parsed.
 
 It runs in its own process (pinned to a core of its own where possible) so the
-gateway's core does nothing but relay. Per read it takes one timestamp and counts
+gateway's core does nothing but relay. Per read it takes one timestamp and finds
 token-bearing events by a byte marker (`response.…_text.delta` events from the gateway,
 `"token_ids":[` chunks straight from the token server): far cheaper per token than the
-gateway's own work, so it is not what limits a measurement.
+gateway's own work, so it is not what limits a measurement. Straight from the token
+server every marker is one token; the gateway relays the tokens it reads at once as one
+delta, so with `"count": "words"` a delta event counts one token per space in its text
+(the benchmark scripts are words of one token each, with a leading space).
 
 Input (one JSON object on stdin), output (one JSON object on stdout):
 
     {"port": 8080, "path": "/v1/responses", "body": "... __TAG__ ...", "streams": 64,
-     "requests": 2, "tag_base": 100000, "marker": "_text.delta\\n",
+     "requests": 2, "tag_base": 100000, "marker": "_text.delta\\n", "count": "words",
      "timings_port": 8000, "content_offset": 0, "cpu": 1}
     -> {"wall_s": …, "tokens": …, "requests": […{"ttft_ms", "total_ms", "tokens"}],
         "token_latency_ms": {"p50": …, "p90": …, "p99": …, "max": …} | null}
@@ -36,7 +39,7 @@ CHUNKED_END = b"\r\n0\r\n\r\n"
 
 
 async def _request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes, body: bytes,
-                   marker: bytes) -> tuple[int, int, array]:
+                   marker: bytes, words: bool) -> tuple[int, int, array]:
     """One streamed request: (start ns, first-token ns, arrival ns of every token)."""
     arrivals = array("q")
     tail_size = len(marker) - 1  # a marker split across reads is counted once, whole
@@ -53,14 +56,24 @@ async def _request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, h
             raise RuntimeError("the server closed the connection mid-response")
         now = time.monotonic_ns()
         window = tail + data
-        count = window.count(marker)
+        if words:  # whole SSE events only: `tail` keeps the unfinished one
+            events = window.split(b"\n\n")
+            tail = events.pop()
+            count = sum(_words(event) for event in events if marker in event)
+        else:
+            count = window.count(marker)
+            tail = window[-tail_size:]
         if count:
             arrivals.extend([now] * count)
         if window.endswith(CHUNKED_END):
             break
-        tail = window[-tail_size:]
     first = arrivals[0] if arrivals else time.monotonic_ns()
     return start, first, arrivals
+
+
+def _words(event: bytes) -> int:
+    """Tokens in a delta event: the spaces of its text (one a word, one token a word)."""
+    return orjson.loads(event[event.index(b"data: ") + 6 :])["delta"].count(" ")
 
 
 async def _stream(config: dict[str, Any], index: int, results: list, arrivals: dict[int, array]) -> None:
@@ -73,7 +86,8 @@ async def _stream(config: dict[str, Any], index: int, results: list, arrivals: d
         for r in range(config["requests"]):
             tag = config["tag_base"] + index * config["requests"] + r
             body = config["body"].replace("__TAG__", str(tag)).encode()
-            start, first, times = await _request(reader, writer, head, body, marker)
+            start, first, times = await _request(reader, writer, head, body, marker,
+                                                 config.get("count") == "words")
             end = times[-1] if times else time.monotonic_ns()
             results.append({"ttft_ms": (first - start) / 1e6, "total_ms": (end - start) / 1e6,
                             "tokens": len(times)})

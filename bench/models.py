@@ -1,8 +1,9 @@
 """The two output formats the benchmarks relay: Qwen3 (HF template, hermes) and gpt-oss harmony.
 
 Each comes with the tokenizer dir the gateway loads (built offline by gateway.fixtures)
-and a scripted answer: plain words, one token per chunk, each making exactly one text
-delta, closed by the format's stop token.
+and a scripted answer: plain words, one token each (with its leading space: the load
+generator counts a delta's tokens by its spaces), one token per chunk, closed by the
+format's stop token.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-SENTENCE = " the quick brown fox jumps over the lazy dog while seven wizards box"
+SENTENCE = " the quick brown fox jumps over the lazy dog while seven kings box"  # one token a word in both
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,9 @@ def _bodies(model: BenchModel) -> tuple[str, str]:
             json.dumps(direct).replace('"max_tokens": 0', '"max_tokens": __TAG__'))
 
 
-def _config(port: int, path: str, body: str, marker: str, streams: int, requests: int, tag_base: int,
-            timings_port: int | None = None, content_offset: int = 0) -> dict[str, Any]:
-    return {"port": port, "path": path, "body": body, "marker": marker, "streams": streams,
+def _config(port: int, path: str, body: str, marker: str, count: str, streams: int, requests: int,
+            tag_base: int, timings_port: int | None = None, content_offset: int = 0) -> dict[str, Any]:
+    return {"port": port, "path": path, "body": body, "marker": marker, "count": count, "streams": streams,
             "requests": requests, "tag_base": tag_base, "timings_port": timings_port,
             "content_offset": content_offset}
 
@@ -64,8 +64,9 @@ def run(*, quick: bool, formats: tuple[str, ...] = ("qwen", "harmony"), concurre
                 procs.gateway(upstream.url, str(model.model_dir), model.chat_format,
                               extra=["--max-websocket-connections", "10"]) as gateway:
             offset = len(model.header)
-            gw = partial(_config, gateway.port, "/v1/responses", gateway_body, GATEWAY_MARKER)
-            direct = partial(_config, upstream.port, "/inference/v1/generate", direct_body, DIRECT_MARKER)
+            # The gateway relays the tokens it reads at once as one delta: count their words.
+            gw = partial(_config, gateway.port, "/v1/responses", gateway_body, GATEWAY_MARKER, "words")
+            direct = partial(_config, upstream.port, "/inference/v1/generate", direct_body, DIRECT_MARKER, "events")
             # Warm-up: code paths, and as many pooled upstream connections as streams will run
             # (a tag below the output's length is a short max_tokens: tags 10..N+9 answer that many tokens).
             procs.load(gw(max(concurrency), 1, 10))

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from gateway.errors import APIError, invalid_request
 
@@ -45,9 +48,49 @@ def sse_event(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
-def sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(events, media_type="text/event-stream",
-                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+class SSEResponse:
+    """A `text/event-stream` response: each chunk of `body` goes out as one write.
+
+    What Starlette's StreamingResponse does, minus the anyio task group and wrappers it sets
+    up per response: the stream runs in the request's own task, and a watcher task cancels it
+    when the client disconnects (so the upstream generation is aborted even while no token
+    comes to write).
+    """
+
+    def __init__(self, body: AsyncIterator[bytes]) -> None:
+        self.body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        gone = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task))
+        try:
+            async with contextlib.aclosing(self.body) as body:
+                # a fresh list: middlewares add headers to it (x-request-id)
+                await send({"type": "http.response.start", "status": 200, "headers": list(_SSE_HEADERS)})
+                async for chunk in body:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not gone.done() or gone.cancelled():
+                raise  # not the client leaving: the server is stopping the task
+            task.uncancel()
+        finally:
+            gone.cancel()
+
+
+_SSE_HEADERS = ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"),
+                (b"content-type", b"text/event-stream; charset=utf-8"))
+
+
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    task.cancel()
+
+
+def sse_response(body: AsyncIterator[bytes]) -> SSEResponse:
+    return SSEResponse(body)
 
 
 def error_response(exc: APIError) -> JSONResponse:

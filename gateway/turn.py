@@ -9,6 +9,7 @@ HTTP, SSE, WebSocket and Chat Completions adapters all drive this same object.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -143,11 +144,12 @@ class Turn:
                 last_error = exc
         raise last_error or UpstreamUnavailable("no healthy vLLM replica is available")
 
-    async def events(self) -> AsyncIterator[ParseEvent]:
-        """Parsed item events. Leaving early (client gone) aborts the upstream request."""
+    async def batches(self) -> AsyncIterator[list[ParseEvent]]:
+        """Parsed item events, a list per batch of tokens the replica delivered at once (what was
+        read by then: relayed as one, never waited for). Leaving early (client gone) aborts the
+        upstream request."""
         assert self._stream is not None, "start() first"
         parser = self.runtime.format.parser()
-        reasoning_open = False
         started: dict[int, ItemStarted] = {}
         try:
             async for chunk in self._stream:
@@ -162,21 +164,29 @@ class Turn:
                     self.logprobs.extend(chunk.logprobs)
                 if chunk.finish_reason is not None:
                     self.finish_reason = chunk.finish_reason
-                if reasoning_open:
-                    self.reasoning_tokens += len(ids)
-                for event in parser.feed(ids):
-                    if isinstance(event, ItemStarted):
-                        reasoning_open = event.kind == "reasoning"
+                events = parser.feed(ids)
+                self.reasoning_tokens = parser.reasoning_tokens
+                for event in events:
                     self._track(event, started)
-                    yield event
-            for event in parser.finish():
+                if events:
+                    yield events
+            events = parser.finish()
+            for event in events:
                 self._track(event, started)
-                yield event
+            if events:
+                yield events
         except BaseException as exc:
             self.interrupted = exc
             raise
         finally:
             await self._stream.aclose()
+
+    async def events(self) -> AsyncIterator[ParseEvent]:
+        """`batches()` one event at a time."""
+        async with contextlib.aclosing(self.batches()) as batches:
+            async for batch in batches:
+                for event in batch:
+                    yield event
 
     def _track(self, event: ParseEvent, started: dict[int, ItemStarted]) -> None:
         """Give tool calls their ids and collect finished items as canonical output."""

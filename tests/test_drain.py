@@ -114,7 +114,8 @@ async def test_sigterm_drains_streams_then_closes_sockets_going_away(gateway):
         assert not short_sse.done()
 
         short_types = await short_sse
-        assert short_types[-1] == "response.completed" and short_types.count("response.output_text.delta") == 60
+        # 60 tokens, 20 ms apart: one delta each, unless a stalled gateway read several at once
+        assert short_types[-1] == "response.completed" and 1 <= short_types.count("response.output_text.delta") <= 60
         long_types = await long_sse
         assert long_types[-1] == "response.failed"  # a proper end, not a cut stream
         assert "response.completed" not in long_types

@@ -6,12 +6,14 @@ in how events are framed and where the turn's exact tokens are remembered.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.errors import APIError
+from gateway.formats.base import ItemDelta, ParseEvent
 from gateway.runtime import Runtime
 from gateway.turn import Turn
 
@@ -25,36 +27,55 @@ def check_model(runtime: Runtime, model: str) -> None:
 
 
 async def response_events(turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest,
-                          on_finished: OnFinished | None = None) -> AsyncIterator[Event]:
-    """created … completed|incomplete|failed for a turn that `start()`ed successfully.
+                          on_finished: OnFinished | None = None) -> AsyncIterator[list[Event]]:
+    """created … completed|incomplete|failed for a turn that `start()`ed successfully, in
+    batches: the events of the tokens one upstream read delivered go out together.
 
     `on_finished(turn, final_event)` runs only for a turn that ended normally, so a failed
     turn never updates a cache.
     """
-    for event in writer.start():
-        yield event
+    yield writer.start()
+    on_parse_event = writer.on_parse_event
     try:
-        async for parse_event in turn.events():
-            for event in writer.on_parse_event(parse_event):
-                yield event
+        async with contextlib.aclosing(turn.batches()) as batches:
+            async for parse_events in batches:
+                events = []
+                for parse_event in coalesce(parse_events):
+                    events += on_parse_event(parse_event)
+                if events:
+                    yield events
     except APIError as exc:
-        for event in writer.finish(None):
-            yield event
-        yield writer.failed(exc.code or "server_error", exc.message, usage(turn))
+        yield [*writer.finish(None), writer.failed(exc.code or "server_error", exc.message, usage(turn))]
         return
-    for event in writer.finish(turn.output_ids if turn.finish_reason in ("stop", "length") else None):
-        yield event
+    held = writer.finish(turn.output_ids if turn.finish_reason in ("stop", "length") else None)
     final = final_event(turn, writer, parsed)
     if on_finished is not None and final["type"] != "response.failed":
         on_finished(turn, final)
-    yield final
+    yield [*held, final]
 
 
-async def failed_events(writer: ResponseWriter, exc: APIError) -> AsyncIterator[Event]:
+def coalesce(events: list[ParseEvent]) -> list[ParseEvent]:
+    """Consecutive deltas of one item as one delta: tokens read together make one event."""
+    if len(events) < 2:
+        return events
+    merged: list[ParseEvent] = []
+    run: list[str] = []  # texts of the deltas merged[-1] stands for
+    for event in events:
+        if type(event) is ItemDelta and run and merged[-1].index == event.index:
+            run.append(event.text)
+            continue
+        if len(run) > 1:
+            merged[-1] = ItemDelta(merged[-1].index, "".join(run))
+        merged.append(event)
+        run = [event.text] if type(event) is ItemDelta else []
+    if len(run) > 1:
+        merged[-1] = ItemDelta(merged[-1].index, "".join(run))
+    return merged
+
+
+async def failed_events(writer: ResponseWriter, exc: APIError) -> AsyncIterator[list[Event]]:
     """A response that failed before generating (e.g. context_length_exceeded)."""
-    for event in writer.start():
-        yield event
-    yield writer.failed(exc.code or "server_error", exc.message)
+    yield [*writer.start(), writer.failed(exc.code or "server_error", exc.message)]
 
 
 def final_event(turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest) -> Event:

@@ -65,8 +65,8 @@ async def create_response(request: Request) -> Response:
     if parsed.stream:
         return sse_response(_sse(events))
     final: Event = {}
-    async for final in events:
-        pass
+    async for batch in events:
+        final = batch[-1]
     if final["type"] == "response.failed":
         error = final["response"]["error"]
         raise APIError(error["message"], status=502, type="server_error", code=error["code"])
@@ -87,6 +87,7 @@ def _stored(runtime: Runtime, body: object) -> CachedResponse | None:
     return previous
 
 
-async def _sse(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
-    async for event in events:
-        yield sse_event(event)
+async def _sse(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
+    """One body chunk per batch of events: one write to the client for many tokens."""
+    async for batch in batches:
+        yield b"".join([sse_event(event) for event in batch])

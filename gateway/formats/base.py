@@ -83,8 +83,11 @@ class OutputParser(Protocol):
 
     Indices start at 0 and increase by one per item; every started item gets exactly
     one `ItemDone`, by `finish()` at the latest. Malformed model output degrades to
-    text items; the parser never raises on model output.
+    text items; the parser never raises on model output. `reasoning_tokens` counts the
+    tokens fed so far that were reasoning (however they were split into `feed` calls).
     """
+
+    reasoning_tokens: int
 
     def feed(self, token_ids: Sequence[int]) -> list[ParseEvent]: ...
 

@@ -54,6 +54,8 @@ class HarmonyParser:
         self._index = -1  # index of the open item, or of the last one
         self._open = False
         self._parts: list[str] = []
+        self._reasoning = False  # the open item is reasoning (the analysis channel)
+        self.reasoning_tokens = 0  # tokens of reasoning content, the closing `<|end|>` included
 
     def feed(self, token_ids: Sequence[int]) -> list[ParseEvent]:
         events: list[ParseEvent] = []
@@ -69,6 +71,8 @@ class HarmonyParser:
                 self._malformed(token, exc, events)
                 continue
             if self._in_content:
+                if self._reasoning:
+                    self.reasoning_tokens += 1
                 if token in self._message_ends:
                     self._in_content = False
                     self._close(events)
@@ -125,6 +129,7 @@ class HarmonyParser:
     def _open_item(self, events: list[ParseEvent], kind: ItemKind, name: str | None, channel: str | None) -> None:
         self._index += 1
         self._open = True
+        self._reasoning = kind == "reasoning"
         self._parts = []
         events.append(ItemStarted(self._index, kind, name=name, channel=channel))
 

@@ -51,10 +51,13 @@ class HermesOutputParser:
         self._open_segment()
         self._call = bytearray()  # the raw body of an open <tool_call>
         self._events: list[ParseEvent] = []
+        self.reasoning_tokens = 0  # tokens read in reasoning mode, `</think>` included
 
     def feed(self, token_ids: Sequence[int]) -> list[ParseEvent]:
         table, size = self._bytes, len(self._bytes)
         for token_id in token_ids:
+            if self._mode == "reasoning":
+                self.reasoning_tokens += 1
             if token_id in self._markup_ids:
                 self._on_markup(token_id)
             elif token_id in self._stop_ids or not 0 <= token_id < size:

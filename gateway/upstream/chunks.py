@@ -18,6 +18,21 @@ class TokenChunk:
     finish_reason: str | None = None  # "stop" | "length" | "abort" on the last chunk
     stop_reason: int | str | None = None
 
+    def extend(self, later: TokenChunk) -> None:
+        """Append the chunk that came after this one (several read at once are relayed as one)."""
+        self.token_ids += later.token_ids
+        if later.logprobs is not None:
+            if self.logprobs is None:
+                self.logprobs = []
+            self.logprobs += later.logprobs
+        if later.top_logprobs is not None:
+            if self.top_logprobs is None:
+                self.top_logprobs = []
+            self.top_logprobs += later.top_logprobs
+        if later.finish_reason is not None:
+            self.finish_reason = later.finish_reason
+            self.stop_reason = later.stop_reason
+
 
 @dataclass(slots=True)
 class Usage:

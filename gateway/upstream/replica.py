@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 YIELD_EVERY = 16  # upstream reads between turns given to the other tasks
+MAX_UNTAKEN = 1024  # payloads read ahead of a slow client before the reader waits
 
 
 @dataclass(eq=False)
@@ -110,84 +112,138 @@ class Replica:
 
 
 class UpstreamStream:
-    """An accepted streaming generation. Iterate for chunks; `aclose()` aborts if unfinished."""
+    """An accepted streaming generation. Iterate for chunks; `aclose()` aborts if unfinished.
+
+    A reader task takes the replica's events off the connection as they arrive; iterating
+    yields, per batch of events already read, one TokenChunk with all their tokens (and the
+    Usage, if one came). A replica emits a token per event, so when the relay falls behind it
+    catches up in batches (one parse, one client write for many tokens) instead of token by
+    token; nothing ever waits for more tokens.
+    """
 
     def __init__(self, replica: Replica, response: httpx.Response, request_id: str) -> None:
         self.replica = replica
         self.request_id = request_id
         self._response = response
-        self._finished = False
+        self._finished = False  # `data: [DONE]` came
         self._closed = False
         self._interrupted = False
-        self._reader: asyncio.Task | None = None  # the task waiting for the next read, if one is
+        self._payloads: list[bytes] = []  # SSE `data:` payloads read and not yet taken
+        self._ended = False  # the reader is done: the response ended, broke or was interrupted
+        self._error: BaseException | None = None  # why the reader stopped, if it failed
+        self._wake: asyncio.Future | None = None  # the iterator waiting for payloads
+        self._room: asyncio.Future | None = None  # the reader waiting for the iterator to take some
+        self._reader: asyncio.Task | None = None
         replica.streams.add(self)
 
     async def __aiter__(self) -> AsyncIterator[TokenChunk | Usage]:
-        api, url = self.replica.api, self.replica.url
-        try:
-            async for data in self._payloads():
-                if data == b"[DONE]":
-                    # Read on to the response's end, so that its connection goes back to the pool
-                    # instead of being closed: a new connection costs more than a short request.
-                    self._finished = True
-                    continue
-                payload = orjson.loads(data)
-                if "error" in payload:
-                    error = payload["error"]
-                    message = error.get("message") if isinstance(error, dict) else str(error)
-                    raise UpstreamFailed(f"replica {url} failed mid-stream: {message}")
-                for choice in payload.get("choices") or ():
-                    yield parse_choice(api, choice)
-                if (usage := parse_usage(payload)) is not None:
-                    yield usage
-        except httpx.HTTPError as exc:
-            self.replica.wake.set()  # a dead replica is found (and ejected) by the next health check
-            raise UpstreamFailed(f"replica {url} stream broke: {exc!r}") from exc
+        loop = asyncio.get_running_loop()
+        if self._reader is None and not self._ended:
+            self._reader = loop.create_task(self._read())
+        while True:
+            if not self._payloads and not self._ended:
+                self._wake = loop.create_future()
+                try:
+                    await self._wake
+                finally:
+                    self._wake = None
+            payloads, self._payloads = self._payloads, []
+            if self._room is not None and not self._room.done():
+                self._room.set_result(None)
+            if not payloads:
+                break  # the reader ended and everything it read was taken
+            items, error = self._decode(payloads)
+            for item in items:
+                yield item
+            if error is not None:
+                raise error
+        if self._error is not None:
+            raise self._error
         if self._finished:
             return
         if self._interrupted:
             raise UpstreamFailed("the gateway is shutting down; the generation was stopped")
-        raise UpstreamFailed(f"replica {url} closed the stream before it finished")
+        raise UpstreamFailed(f"replica {self.replica.url} closed the stream before it finished")
 
-    async def _payloads(self) -> AsyncIterator[bytes]:
-        """The SSE `data:` payloads as bytes (orjson takes bytes: no text decoding)."""
-        reads = self._response.aiter_raw()
+    def _decode(self, payloads: list[bytes]) -> tuple[list[TokenChunk | Usage], UpstreamFailed | None]:
+        """One TokenChunk for the tokens of all `payloads`, then the Usage if one came; and the
+        replica's in-stream error, if one came (what preceded it is still passed on)."""
+        api = self.replica.api
+        merged: TokenChunk | None = None
+        usage: Usage | None = None
+        error: UpstreamFailed | None = None
+        for data in payloads:
+            payload = orjson.loads(data)
+            if "error" in payload:
+                detail = payload["error"]
+                message = detail.get("message") if isinstance(detail, dict) else str(detail)
+                error = UpstreamFailed(f"replica {self.replica.url} failed mid-stream: {message}")
+                break
+            for choice in payload.get("choices") or ():
+                chunk = parse_choice(api, choice)
+                if merged is None:
+                    merged = chunk
+                else:
+                    merged.extend(chunk)
+            usage = parse_usage(payload) or usage
+        return [item for item in (merged, usage) if item is not None], error
+
+    async def _read(self) -> None:
+        """The reader task: payloads off the connection, read on to the response's end."""
+        try:
+            async with contextlib.aclosing(self._response.aiter_raw()) as reads:
+                await self._read_payloads(reads)
+        except httpx.HTTPError as exc:
+            self.replica.wake.set()  # a dead replica is found (and ejected) by the next health check
+            self._error = UpstreamFailed(f"replica {self.replica.url} stream broke: {exc!r}")
+            self._error.__cause__ = exc
+        except asyncio.CancelledError:
+            if not self._interrupted:
+                raise
+        except Exception as exc:  # noqa: BLE001 - raised to the iterator, which ends as a failure
+            self._error = exc
+        finally:
+            self._ended = True
+            self._wake_iterator()
+
+    async def _read_payloads(self, reads: AsyncIterator[bytes]) -> None:
+        loop = asyncio.get_running_loop()
         pending = b""
         count = 0
-        while not self._interrupted:
-            data = await self._next_read(reads)
-            if data is None:
-                return
+        async for data in reads:
             lines = (pending + data).split(b"\n") if pending else data.split(b"\n")
             pending = lines.pop()
             for line in lines:
                 if line.startswith(b"data:"):
-                    yield line[5:].strip()
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        # Read on to the response's end, so that its connection goes back to the pool
+                        # instead of being closed: a new connection costs more than a short request.
+                        self._finished = True
+                    else:
+                        self._payloads.append(payload)
+            if self._payloads:
+                self._wake_iterator()
             count += 1
             if count % YIELD_EVERY == 0:
                 # A replica that streams faster than we relay fills our socket buffer, and then
-                # reads never wait: let the other streams (and new connections) have the loop.
+                # reads never wait: let the other streams (and this one's iterator) have the loop.
                 await asyncio.sleep(0)
+            if len(self._payloads) >= MAX_UNTAKEN:  # the client reads slower than the replica writes
+                self._room = loop.create_future()
+                await self._room
 
-    async def _next_read(self, reads: AsyncIterator[bytes]) -> bytes | None:
-        self._reader = asyncio.current_task()
-        try:
-            return await anext(reads)
-        except StopAsyncIteration:
-            return None
-        except asyncio.CancelledError:
-            if not self._interrupted or self._reader is None:
-                raise
-            self._reader.uncancel()  # our own cancel (interrupt): end the stream as failed instead
-            return None
-        finally:
-            self._reader = None
+    def _wake_iterator(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
 
     def interrupt(self) -> None:
         """Stop waiting for tokens: iteration raises UpstreamFailed, and `aclose()` aborts upstream."""
         self._interrupted = True
         if self._reader is not None:
             self._reader.cancel()
+        else:
+            self._ended = True
 
     async def aclose(self) -> None:
         if self._closed:
@@ -195,6 +251,10 @@ class UpstreamStream:
         self._closed = True
         self.replica.inflight -= 1
         self.replica.streams.discard(self)
+        reader = self._reader
+        if reader is not None and not reader.done():
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
         await self._response.aclose()
         if not self._finished:
             await self.replica.abort(self.request_id)

@@ -230,11 +230,12 @@ class ResponsesSocket:
             else:
                 await self._send_error(exc, lane)
             return
-        async with contextlib.aclosing(response_events(turn, writer, parsed, remember)) as events:
-            async for event in events:
-                if event["type"] == "response.failed":
-                    self.cache.evict(lane)
-                await self._send(event, lane)
+        async with contextlib.aclosing(response_events(turn, writer, parsed, remember)) as batches:
+            async for batch in batches:
+                for event in batch:
+                    if event["type"] == "response.failed":
+                        self.cache.evict(lane)
+                    await self._send(event, lane)
 
     async def _warm_up(self, parsed: ResponsesRequest, previous: CachedResponse | None, lane: str | None) -> None:
         """`generate: false`: remember the conversation for the next request, generate nothing.
@@ -270,9 +271,10 @@ class ResponsesSocket:
             event["stream_id"] = stream_id
         await _send(self.websocket, event)
 
-    async def _send_all(self, events: AsyncIterator[Event], stream_id: str | None) -> None:
-        async for event in events:
-            await self._send(event, stream_id)
+    async def _send_all(self, batches: AsyncIterator[list[Event]], stream_id: str | None) -> None:
+        async for batch in batches:
+            for event in batch:
+                await self._send(event, stream_id)
 
     async def _send_error(self, exc: APIError, stream_id: str | None = None) -> None:
         observe.error(exc.status)

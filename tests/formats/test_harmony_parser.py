@@ -223,3 +223,16 @@ def test_arbitrary_tokens_never_break_the_contract(harmony: HarmonyFormat, data:
 def test_decode(harmony: HarmonyFormat) -> None:
     assert harmony.decode([START, ASSISTANT, CHANNEL, *harmony.encoding.encode("final"), MESSAGE]) == (
         "<|start|>assistant<|channel|>final<|message|>")
+
+
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.integers(0, 400), max_size=12))
+def test_reasoning_tokens_do_not_depend_on_chunking(harmony: HarmonyFormat, cuts: list[int]) -> None:
+    ids = final_completion(harmony)
+    points = sorted({min(c, len(ids)) for c in cuts})
+    parser = harmony.parser()
+    for a, b in zip([0, *points], [*points, len(ids)]):
+        parser.feed(ids[a:b])
+    analysis = ids[ids.index(MESSAGE) + 1 : ids.index(END) + 1]  # the analysis content and its <|end|>
+    assert analysis[:-1] == harmony.encoding.encode(REASONING)
+    assert parser.reasoning_tokens == len(analysis)

@@ -216,3 +216,16 @@ def _hi():
     from gateway.conversation import Conversation, Message
 
     return Conversation(items=[Message("user", "Hi")])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chunk_sizes=st.lists(st.integers(0, 7), max_size=80))
+def test_reasoning_tokens_do_not_depend_on_chunking(qwen_format, qwen_tokenizer, chunk_sizes):
+    ids = qwen_tokenizer.encode(FUNCTION_CALLS)
+    reasoning = ids[1 : ids.index(THINK_END) + 1]  # after <think>, up to and with </think>
+    parser = qwen_format.parser()
+    position = 0
+    for size in [*chunk_sizes, len(ids)]:
+        parser.feed(ids[position : position + size])
+        position += size
+    assert parser.reasoning_tokens == len(reasoning)

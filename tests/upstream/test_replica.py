@@ -48,7 +48,8 @@ async def test_generate_stream_is_decoded_with_logprobs_and_usage(client):
     body = orjson.loads(route.calls[0].request.content)
     assert body["token_ids"] == [1, 2, 3] and body["stream"] is True
     assert body["sampling_params"]["detokenize"] is False and body["sampling_params"]["logprobs"] == 0
-    assert chunks == [TokenChunk([7], [-0.5]), TokenChunk([8], [-9999.0], finish_reason="stop", stop_reason=8),
+    # Both token events were read at once: they come as one chunk.
+    assert chunks == [TokenChunk([7, 8], [-0.5, -9999.0], finish_reason="stop", stop_reason=8),
                       Usage(3, 2, cached_tokens=2)]
     assert replica.inflight == 0
 
