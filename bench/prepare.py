@@ -10,7 +10,8 @@ Preparation is timed in-process around the functions the adapters call, from the
 bytes to the prompt ids ready to send:
 - `gateway_uncached`: JSON parse → Conversation → full render (a session's first turn);
 - `gateway_cached_http`: the full history under a `prompt_cache_key` whose previous turn
-  is in the session store (what Codex sends over HTTP every turn);
+  is in the session store, with where the previous request's items ended in its body
+  (what Codex sends over HTTP every turn);
 - `gateway_ws_continuation`: a WebSocket `response.create` frame with `previous_response_id`
   and only the new output, continuing the connection's cached response;
 - `vllm_render`: stock vLLM's `POST /v1/responses/render` on the same full request
@@ -37,6 +38,7 @@ import orjson
 
 from gateway.adapters import reasoning_blob
 from gateway.adapters.continuation import CachedResponse, parse_continuation
+from gateway.adapters.resent import parse_resent, resent_prefix
 from gateway.adapters.responses_input import parse_request
 from gateway.conversation import Conversation
 from gateway.formats.base import ChatFormat
@@ -117,6 +119,9 @@ def build_scenario(chat_format: ChatFormat, size: int) -> Scenario:
 
     runtime = Runtime(model_name=MODEL, format=chat_format, defaults=GenerationDefaults(), pool=Pool([]))
     previous = _previous_turn(runtime, full)
+    # The previous request (the history up to the model's last turn) left where its items end.
+    sent = {**full, "input": full["input"][:-len(last)]}
+    previous.tokens.resent = resent_prefix(orjson.dumps(sent), sent, parse_request(sent))
     runtime.sessions.put(CACHE_KEY, previous.tokens)
     ws_cache = ResponseCache()
     ws_cache.put(None, previous)
@@ -159,11 +164,14 @@ def _for_vllm(full: dict[str, Any]) -> dict[str, Any]:
 async def prepare_http(scenario: Scenario, raw: bytes) -> list[int]:
     """POST /v1/responses up to the prompt ids (gateway/adapters/responses_http.py)."""
     runtime = scenario.runtime
-    body = orjson.loads(raw)
-    parsed = parse_continuation(body, None)
-    key = parsed.prompt_cache_key
-    prefix = runtime.sessions.get(key) if key else None
-    turn = Turn(runtime, TurnRequest(parsed.conversation, parsed.sampling, affinity=key, prefix=prefix))
+    resent = parse_resent(raw, runtime.sessions, runtime.format.turn_terminators)
+    if resent is not None:
+        parsed, prefix, covered = resent.parsed, resent.state, resent.covered
+    else:
+        parsed, covered = parse_continuation(orjson.loads(raw), None), None
+        prefix = runtime.sessions.get(parsed.prompt_cache_key) if parsed.prompt_cache_key else None
+    turn = Turn(runtime, TurnRequest(parsed.conversation, parsed.sampling, affinity=parsed.prompt_cache_key,
+                                     prefix=prefix, covered=covered))
     return await turn._render()
 
 

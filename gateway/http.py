@@ -26,6 +26,10 @@ class JSONResponse(Response):
 
 
 async def read_json(request: Request, max_bytes: int = MAX_BODY_BYTES) -> Any:
+    return parse_json(await read_body(request, max_bytes))
+
+
+async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise APIError(f"Request body is {declared} bytes; the limit is {max_bytes}.", status=413,
@@ -38,8 +42,12 @@ async def read_json(request: Request, max_bytes: int = MAX_BODY_BYTES) -> Any:
                            code="request_too_large")
     if not chunks:
         raise invalid_request("The request body is empty; expected a JSON object.")
+    return bytes(chunks)
+
+
+def parse_json(raw: bytes) -> Any:
     try:
-        return orjson.loads(chunks)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise invalid_request(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
 

@@ -47,6 +47,7 @@ class TurnRequest:
     # Ids the model generated in earlier turns, sent back by the client (reasoning blobs): they
     # extend `prefix` (gateway/tokenfix/restore.py), so a history no cache holds is still exact.
     generated: Sequence[Generated] = ()
+    covered: Covered | None = None  # the adapter already checked that the history continues `prefix`
     # Runs on the rendered prompt before anything goes upstream; may raise APIError (rollout masks).
     check_prompt: Callable[[Turn], None] | None = None
 
@@ -65,6 +66,7 @@ class Turn:
         self.output_items: list[Item] = []  # the model's output as canonical items
         self.spliced = False  # the prompt reuses the exact tokens of `request.prefix`
         self.non_monotonic = False  # a prefix was offered but the history no longer continues it
+        self._continued = False  # the history starts with all of `request.prefix`'s items
         self.attempts = 0  # replicas asked to take the prompt: more than one means retries
         self.first_token_at: float | None = None  # time.perf_counter() of the first output token
         self.interrupted: BaseException | None = None  # what ended events() early: a failure or the client leaving
@@ -92,12 +94,16 @@ class Turn:
     async def _render(self) -> Sequence[int]:
         """The prompt: the exact earlier tokens and the new items' when the history continues
         them, else the full render. Big renders run off the event loop."""
+        covered = self.request.covered
         if turns := uncovered(self.request.conversation, self.request.generated, self.request.prefix):
             self.request.prefix = await asyncio.to_thread(restore, self.runtime.format, self.request.conversation,
                                                           turns, self.request.prefix)
+            covered = None  # that was for the prefix before
         conversation, prefix, chat_format = self.request.conversation, self.request.prefix, self.runtime.format
-        covered = prefix.continued_by(conversation, chat_format.turn_terminators) if prefix is not None else None
+        if covered is None and prefix is not None:
+            covered = prefix.continued_by(conversation, chat_format.turn_terminators)
         if covered is not None:
+            self._continued = True
             # Cost follows the new items: the format renders them alone when it can.
             tail = await _off_loop_if_big(conversation.items[covered.items:], chat_format.render_tail,
                                           conversation, covered)
@@ -210,9 +216,12 @@ class Turn:
         """The exact tokens of this turn for the next one to continue; None unless it finished."""
         if self.finish_reason not in ("stop", "length"):
             return None
-        conversation = self.request.conversation
-        return TokenState.build(conversation, [*conversation.items, *self.turn_items], self.prompt_ids,
-                                self.output_ids, self.runtime.format.turn_terminators)
+        conversation, prefix = self.request.conversation, self.request.prefix
+        # A continued history extends its prefix's digest: the cost follows the new items.
+        after = prefix if self._continued and prefix is not None and prefix.history_hash is not None else None
+        items = conversation.items[after.items:] if after is not None else conversation.items
+        return TokenState.build(conversation, [*items, *self.turn_items], self.prompt_ids, self.output_ids,
+                                self.runtime.format.turn_terminators, after=after)
 
     @property
     def prompt_token_ids(self) -> list[int]:

@@ -16,12 +16,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.adapters.continuation import CachedResponse, parse_continuation
+from gateway.adapters.resent import parse_resent, resent_prefix
 from gateway.adapters.responses import Event, check_model, failed_events, response_events
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import expect
 from gateway.errors import APIError, invalid_request
-from gateway.http import JSONResponse, read_json, sse_event, sse_response
+from gateway.http import JSONResponse, parse_json, read_body, sse_event, sse_response
 from gateway.ids import new_id
 from gateway.runtime import Runtime
 from gateway.turn import Turn, TurnRequest
@@ -29,25 +30,36 @@ from gateway.turn import Turn, TurnRequest
 
 async def create_response(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
-    body = await read_json(request, request.app.state.settings.max_body_bytes)
-    previous = _stored(runtime, body)
-    parsed = parse_continuation(body, previous)
+    raw = await read_body(request, request.app.state.settings.max_body_bytes)
+    # A full history sent again under its prompt_cache_key: only what follows the covered part is parsed.
+    resent = parse_resent(raw, runtime.sessions, runtime.format.turn_terminators)
+    if resent is not None:
+        body, previous, rollout, parsed = None, None, None, resent.parsed
+    else:
+        body = parse_json(raw)
+        previous = _stored(runtime, body)
+        parsed = parse_continuation(body, previous)
+        rollout = begin_rollout(runtime, body)
     check_model(runtime, parsed.model)
-    rollout = begin_rollout(runtime, body)
     key = parsed.prompt_cache_key
     prefix = previous.tokens if previous and previous.tokens else (rollout.prefix if rollout else None) or (
-        runtime.sessions.get(key) if key else None)
+        resent.state if resent else runtime.sessions.get(key) if key else None)
     conversation = parsed.conversation
     if rollout and parsed.sampling.logprobs is None:
         parsed.sampling.logprobs = 0  # trajectories carry the sampled tokens' logprobs
     turn = Turn(runtime, TurnRequest(conversation, parsed.sampling, affinity=rollout.rollout_id if rollout else key,
                                      prefix=prefix, generated=parsed.generated,
+                                     covered=resent.covered if resent else None,
                                      check_prompt=rollout.check if rollout else None))
     writer = ResponseWriter(response_id=new_id("resp"), model=parsed.model, echo=parsed.echo)
 
     def remember(turn: Turn, final: Event) -> None:
         state = turn.token_state()
         if key and state is not None:
+            if resent is not None:
+                state.resent = resent.prefix
+            elif body is not None and previous is None and rollout is None:
+                state.resent = resent_prefix(raw, body, parsed)
             runtime.sessions.put(key, state)
         if rollout and state is not None:
             rollout.commit(turn, state)

@@ -50,7 +50,7 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     model = expect(body.get("model"), str, "model", optional=False)
     instructions = expect(body.get("instructions"), str, "instructions")
     generated: list[tuple[Reasoning, array]] = []
-    items = _input_items(body.get("input"), earlier_calls or {}, generated)
+    items = input_items(body.get("input"), earlier_calls or {}, generated)
     if instructions is None:
         instructions = _take_leading_instructions(items)
     raw_tools = expect(body.get("tools"), list, "tools") or []
@@ -95,8 +95,10 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     )
 
 
-def _input_items(raw: Any, earlier_calls: Mapping[str, str], generated: list[tuple[Reasoning, array]]
-                 ) -> list[Item]:
+def input_items(raw: Any, earlier_calls: Mapping[str, str], generated: list[tuple[Reasoning, array]]
+                ) -> list[Item]:
+    """`input` as conversation items; `earlier_calls` as in `parse_request`, and the reasoning
+    items whose blob holds their turn's generated ids appended to `generated`."""
     if isinstance(raw, str):
         if not raw:
             raise invalid_request("'input' must not be empty.", param="input", code="empty_input")

@@ -5,26 +5,49 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from array import array
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.base import ChatFormat, Covered
 from gateway.tokenfix.splice import count_terminators
 
+if TYPE_CHECKING:
+    from gateway.adapters.resent import ResentPrefix
 
-def history_digest(items: Sequence[Item]) -> bytes:
-    """SHA-256 of the items' types and fields: the lengths (-1 for None), then the text, so
-    that no two histories share an encoding. This runs over the whole history on every
-    request, so the per-item work is one C-level getter."""
-    values: list[str | None] = []
-    for item in items:
-        values += _FIELDS[type(item)](item)
-    lengths = array("q", [-1 if value is None else len(value) for value in values])
-    digest = hashlib.sha256(lengths.tobytes())
-    digest.update("".join([value for value in values if value]).encode("utf-8", "surrogatepass"))
-    return digest.digest()
+
+class HistoryHash:
+    """`history_digest` as a running hash, so a continued history extends its prefix's hash
+    instead of hashing every item again. Two SHA-256 streams, the fields' lengths (-1 for None)
+    and their text: together they decode to exactly one list of items, however the items were
+    split into batches. The per-item work is one C-level getter."""
+
+    __slots__ = ("_lengths", "_text")
+
+    def __init__(self, lengths: Any = None, text: Any = None) -> None:
+        self._lengths = lengths or hashlib.sha256()
+        self._text = text or hashlib.sha256()
+
+    def update(self, items: Iterable[Item]) -> HistoryHash:
+        values: list[str | None] = []
+        for item in items:
+            values += _FIELDS[type(item)](item)
+        self._lengths.update(array("q", [-1 if value is None else len(value) for value in values]))
+        self._text.update("".join([value for value in values if value]).encode("utf-8", "surrogatepass"))
+        return self
+
+    def copy(self) -> HistoryHash:
+        return HistoryHash(self._lengths.copy(), self._text.copy())
+
+    def digest(self) -> bytes:
+        return hashlib.sha256(self._lengths.digest() + self._text.digest()).digest()
+
+
+def history_digest(items: Iterable[Item]) -> bytes:
+    """What a `TokenState` knows its history by: equal digests, equal items."""
+    return HistoryHash().update(items).digest()
 
 
 _FIELDS = {cls: attrgetter("__class__.__name__", *cls.__slots__) for cls in (Message, Reasoning, ToolCall, ToolOutput)}
@@ -50,18 +73,31 @@ class TokenState:
     prompt_items: int  # the prompt rendered the first `prompt_items` items; the rest are the model's turn
     prompt_turns: int | None = None  # turn terminators in the prompt… (None: not counted yet)
     model_turns: int | None = None  # …and in all of `tokens`
+    prompt_hash: HistoryHash | None = None  # the running digest after the prompt's items…
+    history_hash: HistoryHash | None = None  # …and after all `items`: a continuation extends it
+    resent: ResentPrefix | None = None  # the request body's bytes behind the prompt's items (HTTP)
 
     @classmethod
     def build(cls, conversation: Conversation, items: Sequence[Item], prompt: Sequence[int],
               generated: Sequence[int], terminators: Collection[int] | None = None, *,
-              prompt_items: int | None = None) -> TokenState:
+              prompt_items: int | None = None, after: TokenState | None = None) -> TokenState:
         """`conversation` was the prompt (its first `prompt_items` items, by default all of them);
-        `items` are those followed by the model's turn. Without `terminators` they are counted
-        when the state is first continued."""
+        `items` are those followed by the model's turn, or with `after` (a state whose items the
+        conversation was checked to continue) only what follows `after`'s items. Without
+        `terminators` they are counted when the state is first continued."""
+        prompt_items = len(conversation.items) if prompt_items is None else prompt_items
+        if after is not None:
+            assert after.history_hash is not None, "`after` without its running digest"
+            skipped, running = after.items, after.history_hash.copy()
+        else:
+            skipped, running = 0, HistoryHash()
+        running.update(items[:prompt_items - skipped])
+        prompt_hash = running.copy()
+        running.update(items[prompt_items - skipped:])
         tokens = array("i", prompt)
         tokens.extend(generated)
-        state = cls(context_digest(conversation), len(items), history_digest(items), tokens, len(prompt),
-                    len(conversation.items) if prompt_items is None else prompt_items)
+        state = cls(context_digest(conversation), skipped + len(items), running.digest(), tokens, len(prompt),
+                    prompt_items, prompt_hash=prompt_hash, history_hash=running)
         if terminators is not None:
             state.prompt_turns = count_terminators(prompt, terminators)
             state.model_turns = state.prompt_turns + count_terminators(generated, terminators)
@@ -90,7 +126,12 @@ class TokenState:
             return None
         if history_digest(items[:count]) != self.digest:
             return None
+        return self.covered(terminators)
+
+    def covered(self, terminators: Collection[int]) -> Covered:
+        """The verdict for a history checked to continue this state's items."""
         if self.prompt_turns is None or self.model_turns is None:
             self.prompt_turns = count_terminators(self.tokens[:self.prompt_len], terminators)
             self.model_turns = count_terminators(self.tokens, terminators)
-        return Covered(items=count, turn_start=self.prompt_items, prompt_turns=self.prompt_turns, context=self.context)
+        return Covered(items=self.items, turn_start=self.prompt_items, prompt_turns=self.prompt_turns,
+                       context=self.context)

@@ -44,6 +44,11 @@ class SessionStore:
         self.stats.hits += 1
         return state
 
+    def peek(self, key: str) -> TokenState | None:
+        """The state, if any (expired or not), without counting a hit or a miss or refreshing it."""
+        entry = self._entries.get(key)
+        return entry[1] if entry is not None else None
+
     def put(self, key: str, state: TokenState) -> None:
         if key in self._entries:
             self._drop(key)
