@@ -47,6 +47,20 @@ def qwen_format(qwen_tokenizer_dir: Path):
     return load_hf_format(qwen_tokenizer_dir)
 
 
+@pytest.fixture(scope="module")
+def harmony(o200k_dir: Path):
+    from gateway.formats.harmony import load_harmony_format
+
+    return load_harmony_format(start_date="2025-08-05")
+
+
+@pytest.fixture(params=["qwen_format", "harmony"])
+def chat_format(request):
+    """Qwen3's template renders tool outputs alone; harmony's `render_tail` reads the whole
+    history, so there the covered items are converted (and must come out the same)."""
+    return request.getfixturevalue(request.param)
+
+
 def message(role: str, value: str) -> dict[str, Any]:
     kind = "output_text" if role == "assistant" else "input_text"
     return {"type": "message", "role": role, "content": [{"type": kind, "text": value}]}
@@ -122,20 +136,20 @@ async def prepared(chat_format, parsed, state: TokenState, covered=None) -> Turn
 
 @SETTINGS
 @given(case=sessions())
-async def test_the_fast_path_is_the_full_parse_token_for_token(qwen_format, case):
+async def test_the_fast_path_is_the_full_parse_token_for_token(chat_format, case):
     previous, turn, new, cut, serializer = case
     serialize = SERIALIZERS[serializer]
-    sessions = session_after(qwen_format, request(previous), serialize, turn, cut)
+    sessions = session_after(chat_format, request(previous), serialize, turn, cut)
     assume(sessions is not None)
     state = sessions.peek(KEY)
     body = request([*previous, *turn, *new])
     raw = serialize(body)
 
-    resent = parse_resent(raw, sessions, qwen_format.turn_terminators)
+    resent = parse_resent(raw, sessions, chat_format.turn_terminators)
     assert resent is not None and resent.state is state
     full = parse_request(orjson.loads(raw))
-    fast_turn = await prepared(qwen_format, resent.parsed, state, resent.covered)
-    slow_turn = await prepared(qwen_format, full, state)
+    fast_turn = await prepared(chat_format, resent.parsed, state, resent.covered)
+    slow_turn = await prepared(chat_format, full, state)
     assert list(fast_turn.prompt_ids) == list(slow_turn.prompt_ids)
     assert (fast_turn.spliced, fast_turn.non_monotonic) == (slow_turn.spliced, slow_turn.non_monotonic)
 
@@ -171,12 +185,12 @@ def edits(items: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]
     return changed
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=30)  # each example tries every single-item change, with full renders
 @given(case=sessions())
-async def test_any_change_to_the_covered_history_takes_the_full_path(qwen_format, case):
+async def test_any_change_to_the_covered_history_takes_the_full_path(chat_format, case):
     previous, turn, new, cut, serializer = case
     serialize = SERIALIZERS[serializer]
-    sessions = session_after(qwen_format, request(previous), serialize, turn, cut)
+    sessions = session_after(chat_format, request(previous), serialize, turn, cut)
     assume(sessions is not None)
     state = sessions.peek(KEY)
     covered = parse_request(request([*previous, *turn])).conversation
@@ -187,13 +201,13 @@ async def test_any_change_to_the_covered_history_takes_the_full_path(qwen_format
         if full.conversation.items[:state.items] == covered.items and full.conversation.instructions == \
                 covered.instructions:
             continue
-        assert parse_resent(serialize(body), sessions, qwen_format.turn_terminators) is None, change
-        slow_turn = await prepared(qwen_format, full, state)
+        assert parse_resent(serialize(body), sessions, chat_format.turn_terminators) is None, change
+        slow_turn = await prepared(chat_format, full, state)
         assert slow_turn.non_monotonic and not slow_turn.spliced, change
     for change, fields in [("other tools", {"tools": []}), ("instructions set", {"instructions": "Be brief."}),
                            ("other cache key", {"prompt_cache_key": "thread-2"})]:
         raw = serialize(request([*previous, *turn, *new], **fields))
-        assert parse_resent(raw, sessions, qwen_format.turn_terminators) is None, change
+        assert parse_resent(raw, sessions, chat_format.turn_terminators) is None, change
 
 
 async def test_only_the_new_items_are_converted_when_the_template_renders_them_alone(qwen_format):
