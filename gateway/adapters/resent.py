@@ -17,6 +17,7 @@ ordinary path then parses everything and checks the history item by item.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -36,9 +37,10 @@ from gateway.tokenfix.store import SessionStore
 
 # XXH3-128, not a cryptographic hash: it reads the body's bytes at memory speed (SHA-256 took
 # 0.36 ms of a 634 KB history, which is the growth this module removes). Accidental collisions
-# are out of reach at 128 bits; a deliberate one could only be made by a client against its own
-# session (its own key), to have its own cached tokens spliced into its own prompt.
-_hash = xxhash.xxh3_128
+# are out of reach at 128 bits, and the seed is this process's secret. A deliberate collision
+# would have to match bytes the attacker cannot see: a session's covered history, under its key;
+# whoever has those bytes can simply send them.
+_hash = partial(xxhash.xxh3_128, seed=int.from_bytes(os.urandom(8), "little"))
 _DECODER = json.JSONDecoder()
 _WHITESPACE = json.decoder.WHITESPACE
 _CACHE_KEY = re.compile(rb'[ \t\n\r]*:[ \t\n\r]*("(?:[^"\\]|\\.)*")')
