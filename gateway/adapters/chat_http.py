@@ -8,7 +8,7 @@ session. A call with `rollout_id` is recorded in that rollout once it finishes.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -16,11 +16,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.adapters.chat_input import ChatRequest, parse_chat_request
-from gateway.adapters.responses import check_model
+from gateway.adapters.responses import check_model, coalesce
 from gateway.adapters.rollout_fields import begin_rollout
 from gateway.conversation import Message, Reasoning, ToolCall
 from gateway.errors import APIError
-from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
+from gateway.formats.base import ItemDelta, ItemStarted, ParseEvent
 from gateway.http import JSONResponse, read_json, sse_response
 from gateway.ids import new_id
 from gateway.runtime import Runtime
@@ -91,8 +91,9 @@ async def _stream(turn: Turn, parsed: ChatRequest, head: dict[str, Any],
     yield chunk(first) if not parsed.return_token_ids else _with_prompt_ids(chunk(first), turn)
     kinds: dict[int, str] = {}
     tool_index: dict[int, int] = {}
-    try:
-        async for event in turn.events():
+
+    def chunks(events: list[ParseEvent]) -> Iterator[bytes]:
+        for event in coalesce(events):
             if isinstance(event, ItemStarted):
                 kinds[event.index] = event.kind
                 if event.kind == "tool_call":
@@ -109,8 +110,11 @@ async def _stream(turn: Turn, parsed: ChatRequest, head: dict[str, Any],
                 else:
                     yield chunk({"tool_calls": [{"index": tool_index[event.index],
                                                  "function": {"arguments": event.text}}]})
-            elif isinstance(event, ItemDone):
-                continue
+
+    try:
+        async for batch in turn.batches():  # tokens read together: one write
+            if data := b"".join(chunks(batch)):
+                yield data
     except APIError as exc:
         yield b"data: " + orjson.dumps(exc.http_body()) + b"\n\n"
         yield b"data: [DONE]\n\n"
