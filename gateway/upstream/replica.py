@@ -251,7 +251,9 @@ class UpstreamStream:
         self._closed = True
         self.replica.inflight -= 1
         self.replica.streams.discard(self)
-        reader = self._reader
+        # Dropped, not only finished: the task holds the request's context (whose trace holds the
+        # turn, which holds this stream), a cycle that would keep the prompt alive until a full gc.
+        reader, self._reader = self._reader, None
         if reader is not None and not reader.done():
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
