@@ -36,6 +36,22 @@ def o200k_dir() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def qwen_format(tokenizer):
+    """Qwen3's HF chat-template format on the session tokenizer."""
+    from gateway.formats.hf import HFChatFormat
+
+    return HFChatFormat(tokenizer)
+
+
+@pytest.fixture(scope="session")
+def harmony_format(o200k_dir: Path):
+    """The gpt-oss harmony format, dated so that its prompts are the same every day."""
+    from gateway.formats.harmony import load_harmony_format
+
+    return load_harmony_format(start_date="2025-08-05")
+
+
 # --- Real components: tiny models on stock vLLM, the Codex CLI -----------------------------
 # Each starts lazily (only tests that use it pay), once per session. A missing component
 # FAILS the test: CI installs everything, and a skipped real-component test proves nothing.

@@ -8,7 +8,6 @@ import dataclasses
 import itertools
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -40,21 +39,7 @@ SERIALIZERS: dict[str, Callable[[Any], bytes]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def qwen_format(qwen_tokenizer_dir: Path):
-    from gateway.formats.hf import load_hf_format
-
-    return load_hf_format(qwen_tokenizer_dir)
-
-
-@pytest.fixture(scope="module")
-def harmony(o200k_dir: Path):
-    from gateway.formats.harmony import load_harmony_format
-
-    return load_harmony_format(start_date="2025-08-05")
-
-
-@pytest.fixture(params=["qwen_format", "harmony"])
+@pytest.fixture(params=["qwen_format", "harmony_format"])
 def chat_format(request):
     """Qwen3's template renders tool outputs alone; harmony's `render_tail` reads the whole
     history, so there the covered items are converted (and must come out the same)."""

@@ -7,19 +7,10 @@ import dataclasses
 import itertools
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.conversation import (
-    Conversation,
-    Item,
-    Message,
-    Reasoning,
-    Tool,
-    ToolCall,
-    ToolOutput,
-)
+from gateway.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.base import ChatFormat, Covered
 from gateway.runtime import Runtime
 from gateway.sampling import GenerationDefaults, SamplingOptions
@@ -34,20 +25,6 @@ TOOL = Tool("get_weather", "Get the weather for a city.",
 FRAGMENTS = ["a", "Hello", " ", "\n", "é", "{}", "<|im_end|>", "<tool_response>", "</tool_response>", "</think>",
              "<|end|>", "<|start|>", "<|call|>"]
 text = st.lists(st.sampled_from(FRAGMENTS), max_size=5).map("".join)
-
-
-@pytest.fixture(scope="module")
-def qwen_format(qwen_tokenizer_dir: Path):
-    from gateway.formats.hf import load_hf_format
-
-    return load_hf_format(qwen_tokenizer_dir)
-
-
-@pytest.fixture(scope="module")
-def harmony(o200k_dir: Path):
-    from gateway.formats.harmony import load_harmony_format
-
-    return load_harmony_format(start_date="2025-08-05")
 
 
 @st.composite
@@ -135,13 +112,13 @@ async def test_qwen3_incremental_prompt_equals_full_render_and_splice(qwen_forma
 
 @SETTINGS
 @given(case=continuations())
-async def test_harmony_incremental_prompt_equals_full_render_and_splice(harmony, case):
-    conversation, state, ids, reference = await both_ways(harmony, case)
+async def test_harmony_incremental_prompt_equals_full_render_and_splice(harmony_format, case):
+    conversation, state, ids, reference = await both_ways(harmony_format, case)
     assert ids == reference
-    covered = state.continued_by(conversation, harmony.turn_terminators)
+    covered = state.continued_by(conversation, harmony_format.turn_terminators)
     if not any(isinstance(i, Message) and i.role == "assistant" and i.channel is None
                for i in conversation.items[covered.items:]):
-        assert harmony.render_tail(conversation, covered) is not None
+        assert harmony_format.render_tail(conversation, covered) is not None
 
 
 def agent_case(chat_format: ChatFormat) -> tuple[Conversation, TokenState, Covered]:
@@ -166,10 +143,10 @@ def test_qwen3_renders_tool_outputs_alone_but_not_new_user_queries(qwen_format):
     assert qwen_format.render_tail(asked, covered) is None
 
 
-def test_harmony_tail_is_the_new_messages(harmony):
-    conversation, state, covered = agent_case(harmony)
-    tail = harmony.render_tail(conversation, covered)
-    assert harmony.decode(tail.ids) == ("<|call|><|start|>functions.get_weather to=assistant<|channel|>commentary"
+def test_harmony_tail_is_the_new_messages(harmony_format):
+    conversation, state, covered = agent_case(harmony_format)
+    tail = harmony_format.render_tail(conversation, covered)
+    assert harmony_format.decode(tail.ids) == ("<|call|><|start|>functions.get_weather to=assistant<|channel|>commentary"
                                         "<|message|>18C<|end|><|start|>assistant")
     assert tail.turns == state.model_turns  # system, developer, user, analysis, call
 
