@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -110,6 +111,17 @@ def test_serve_still_rejects_unknown_flags(capsys: pytest.CaptureFixture[str]) -
         main(["serve", "--upstream", "http://x:8000", "--model", "m", "--enable-prefix-caching"])
     assert exit_.value.code == 2
     assert "unrecognized arguments: --enable-prefix-caching" in capsys.readouterr().err
+
+
+def test_building_replicas_leaves_no_temporary_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Only a launch that starts vLLM makes its log dir (`vllm-gateway-*`); parsing and building
+    the replicas, as these tests do, leave nothing behind in the temporary directory."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    args, extra = parse_launch("--model-path", "m", "--replicas", "2")
+    assert [process.log_path for process in replicas(args, extra)] == [None, None]
+    args, extra = parse_launch("--model-path", "m", "--vllm-log-dir", str(tmp_path / "logs"))
+    assert [process.log_path for process in replicas(args, extra)] == [tmp_path / "logs" / "vllm-0.log"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_demo_fits_codex_and_says_its_bounds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
