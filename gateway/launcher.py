@@ -236,7 +236,7 @@ class VLLMProcess:
             # "(EngineCore pid=9494) INFO 11-23 14:59:14 [core.py:402] init engine … took 4.02 s"
             _, info, message = line.partition(" INFO ")
             _, bracket, message = message.partition("] ")
-            if info and bracket and message.strip():
+            if info and bracket and message.strip() and not message[0].isspace():  # not a continuation line
                 message = message.strip()
                 return message if len(message) <= 120 else message[:119] + "…"
         return None

@@ -92,6 +92,7 @@ def test_load_progress_says_what_vllm_is_doing(tmp_path: Path, monkeypatch: pyte
     log_lines = ["(APIServer pid=1) INFO 11-23 14:58:33 [model.py:2152] Using max model len 32768",
                  "Loading safetensors checkpoint shards: 100% Completed | 1/1",
                  "(EngineCore pid=2) INFO 11-23 14:59:10 [kv_cache_utils.py:2327] CPU KV cache size: 2,097,152 tokens",
+                 "(EngineCore pid=2) INFO 11-23 14:59:10 [ompmultiprocessing.py:185] \treserved_cpus=[1]",
                  "(Worker pid=3) WARNING 11-23 14:59:10 [cpu_worker.py:114] libiomp is not found"]
     python = fake_python(tmp_path, "".join(f"echo '{line}'\n" for line in log_lines) + "sleep 30\n")
     monkeypatch.setattr("gateway.launcher.PROGRESS_EVERY", 0.2)
