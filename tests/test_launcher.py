@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.launcher import VLLMError, VLLMProcess
+from gateway.ops.vllm_process import VLLMError, VLLMProcess
 from tests.support.processes import group_members
 
 HELLO_WORLD = [9707, 1879]  # "Hello world" in Qwen3's vocabulary

@@ -22,10 +22,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from gateway import logs
-from gateway.launcher import free_port
-from gateway.logs import JSONFormatter, TextFormatter
-from gateway.settings import Settings
+from gateway.core import logs
+from gateway.core.logs import JSONFormatter, TextFormatter
+from gateway.core.settings import Settings
+from gateway.ops.vllm_process import free_port
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway, wait_healthy
 

@@ -18,13 +18,13 @@ from starlette.responses import Response
 from gateway.adapters.chat_input import ChatRequest, parse_chat_request
 from gateway.adapters.responses import check_model, coalesce
 from gateway.adapters.rollout_fields import begin_rollout
-from gateway.conversation import Message, Reasoning, ToolCall
-from gateway.errors import APIError
+from gateway.core.conversation import Message, Reasoning, ToolCall
+from gateway.core.errors import APIError
+from gateway.core.ids import new_id
 from gateway.formats.base import ItemDelta, ItemStarted, ParseEvent
-from gateway.http import JSONResponse, read_json, sse_response
-from gateway.ids import new_id
-from gateway.runtime import Runtime
-from gateway.turn import Turn, TurnRequest
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn, TurnRequest
+from gateway.server.http import JSONResponse, read_json, sse_response
 
 
 async def create_chat_completion(request: Request) -> Response:

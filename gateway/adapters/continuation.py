@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.adapters.responses_input import ResponsesRequest, parse_request
-from gateway.conversation import Conversation, ToolCall
+from gateway.core.conversation import Conversation, ToolCall
 from gateway.tokenfix.state import TokenState
 
 

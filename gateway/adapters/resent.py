@@ -29,11 +29,11 @@ import orjson
 import xxhash
 
 from gateway.adapters.responses_input import ResponsesRequest, input_items, parse_request
-from gateway.conversation import Item
-from gateway.errors import APIError
+from gateway.core.conversation import Item
+from gateway.core.errors import APIError
 from gateway.formats.base import Covered
+from gateway.sessions.session_store import SessionStore
 from gateway.tokenfix.state import TokenState, context_digest
-from gateway.tokenfix.store import SessionStore
 
 # XXH3-128, not a cryptographic hash: it reads the body's bytes at memory speed (SHA-256 took
 # 0.36 ms of a 634 KB history, which is the growth this module removes). Accidental collisions

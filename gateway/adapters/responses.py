@@ -12,10 +12,10 @@ from typing import Any
 
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
-from gateway.errors import APIError
+from gateway.core.errors import APIError
 from gateway.formats.base import ItemDelta, ParseEvent
-from gateway.runtime import Runtime
-from gateway.turn import Turn
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn
 
 OnFinished = Callable[[Turn, Event], None]
 

@@ -21,11 +21,11 @@ from gateway.adapters.responses import Event, check_model, failed_events, respon
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import expect
-from gateway.errors import APIError, invalid_request
-from gateway.http import JSONResponse, parse_json, read_body, sse_event, sse_response
-from gateway.ids import new_id
-from gateway.runtime import Runtime
-from gateway.turn import Turn, TurnRequest
+from gateway.core.errors import APIError, invalid_request
+from gateway.core.ids import new_id
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn, TurnRequest
+from gateway.server.http import JSONResponse, parse_json, read_body, sse_event, sse_response
 
 
 async def create_response(request: Request) -> Response:

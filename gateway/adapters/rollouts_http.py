@@ -8,8 +8,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.http import JSONResponse
-from gateway.runtime import Runtime
+from gateway.pipeline.runtime import Runtime
+from gateway.server.http import JSONResponse
 
 
 async def get_rollout(request: Request) -> Response:

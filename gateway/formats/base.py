@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall
 
 ItemKind = Literal["reasoning", "text", "tool_call"]
 

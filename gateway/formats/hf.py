@@ -16,7 +16,7 @@ from tokenizers import decoders
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from gateway.conversation import Conversation, Message
+from gateway.core.conversation import Conversation, Message
 from gateway.formats.base import Covered, Tail
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages

@@ -23,7 +23,7 @@ import orjson
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from gateway.conversation import Conversation, Message, Reasoning, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Message, Reasoning, ToolCall, ToolOutput
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from jinja2 import TemplateError
 
-from gateway.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.base import ChatFormat, Covered, Tail
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
 

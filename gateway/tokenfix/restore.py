@@ -21,7 +21,7 @@ import json
 import logging
 from collections.abc import Sequence
 
-from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall
 from gateway.formats.base import ChatFormat, ItemDone, ItemStarted, output_item
 from gateway.tokenfix.splice import splice, splice_tail
 from gateway.tokenfix.state import TokenState

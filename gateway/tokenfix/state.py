@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.base import ChatFormat, Covered
 from gateway.tokenfix.splice import count_terminators
 

@@ -20,21 +20,22 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected, WebSocketState
 
-from gateway import logs, observe
 from gateway.adapters.continuation import CachedResponse, parse_continuation
 from gateway.adapters.responses import Event, check_model, failed_events, response_events
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import expect
-from gateway.admission import Admission
-from gateway.errors import APIError, shutting_down
-from gateway.ids import new_id
-from gateway.runtime import Runtime
-from gateway.settings import Settings
-from gateway.tokenfix.rollouts import Pending
+from gateway.core import logs
+from gateway.core.errors import APIError, shutting_down
+from gateway.core.ids import new_id
+from gateway.core.settings import Settings
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn, TurnRequest
+from gateway.server import observe
+from gateway.server.admission import Admission
+from gateway.sessions.rollouts import Pending
 from gateway.tokenfix.state import TokenState
-from gateway.turn import Turn, TurnRequest
 from gateway.ws.cache import ResponseCache
 from gateway.ws.errors import (
     connection_limit_reached,

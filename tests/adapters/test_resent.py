@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from gateway.adapters.resent import ResentItems, _cache_key, _input_span, parse_resent, resent_prefix
 from gateway.adapters.responses_input import parse_request
-from gateway.conversation import Message
-from gateway.runtime import Runtime
-from gateway.sampling import GenerationDefaults, SamplingOptions
+from gateway.core.conversation import Message
+from gateway.core.sampling import GenerationDefaults, SamplingOptions
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn, TurnRequest
+from gateway.sessions.session_store import SessionStore
 from gateway.tokenfix.state import TokenState, history_digest
-from gateway.tokenfix.store import SessionStore
-from gateway.turn import Turn, TurnRequest
 from gateway.upstream.pool import Pool
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

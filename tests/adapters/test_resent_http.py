@@ -13,10 +13,10 @@ import orjson
 
 from gateway.adapters import responses_http
 from gateway.adapters.responses_input import parse_request
-from gateway.app import build_runtime
-from gateway.sampling import SamplingOptions
-from gateway.settings import Settings
-from gateway.turn import Turn, TurnRequest
+from gateway.core.sampling import SamplingOptions
+from gateway.core.settings import Settings
+from gateway.pipeline.turn import Turn, TurnRequest
+from gateway.server.app import build_runtime
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 

@@ -10,12 +10,12 @@ from pathlib import Path
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.sampling import GenerationDefaults, SamplingOptions
 from gateway.formats.base import ChatFormat, Covered
-from gateway.runtime import Runtime
-from gateway.sampling import GenerationDefaults, SamplingOptions
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn, TurnRequest
 from gateway.tokenfix.state import TokenState
-from gateway.turn import Turn, TurnRequest
 from gateway.upstream.pool import Pool
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.conversation import Conversation
-from gateway.errors import APIError
-from gateway.tokenfix.rollouts import RolloutStore
+from gateway.core.conversation import Conversation
+from gateway.core.errors import APIError
+from gateway.sessions.rollouts import RolloutStore
 from gateway.tokenfix.state import TokenState
 
 EMPTY = Conversation(items=[])

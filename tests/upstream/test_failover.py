@@ -11,8 +11,8 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
-from gateway.app import build_runtime
-from gateway.settings import Settings
+from gateway.core.settings import Settings
+from gateway.server.app import build_runtime
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 

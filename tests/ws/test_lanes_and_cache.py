@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.adapters.continuation import CachedResponse, parse_continuation
-from gateway.conversation import Conversation, Message, ToolCall
-from gateway.errors import APIError
+from gateway.core.conversation import Conversation, Message, ToolCall
+from gateway.core.errors import APIError
 from gateway.ws.cache import ResponseCache
 from gateway.ws.lanes import Lanes
 from gateway.ws.request import read_create

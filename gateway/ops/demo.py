@@ -16,10 +16,10 @@ log = logging.getLogger(__name__)
 
 
 def serve_demo(args: argparse.Namespace) -> int:
-    from gateway.cli import settings_from_args
-    from gateway.fixtures.models import qwen_model_dir
-    from gateway.launch import serve_supervised
-    from gateway.launcher import VLLMProcess
+    from gateway.ops.flags import settings_from_args
+    from gateway.ops.launch import serve_supervised
+    from gateway.ops.tiny_models import qwen_model_dir
+    from gateway.ops.vllm_process import VLLMProcess
 
     model_dir = args.model or str(qwen_model_dir())
     name = args.served_model_name or DEMO_MODEL_NAME

@@ -22,7 +22,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import shutting_down
+from gateway.core.errors import shutting_down
 
 log = logging.getLogger(__name__)
 

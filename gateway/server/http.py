@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.errors import APIError, invalid_request
+from gateway.core.errors import APIError, invalid_request
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 

@@ -18,13 +18,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from gateway import observe
-from gateway.conversation import Conversation, Item, Message
-from gateway.errors import APIError, UpstreamUnavailable, context_length_exceeded
+from gateway.core.conversation import Conversation, Item, Message
+from gateway.core.errors import APIError, UpstreamUnavailable, context_length_exceeded
+from gateway.core.ids import new_id
+from gateway.core.sampling import SamplingOptions, resolve
 from gateway.formats.base import Covered, ItemDone, ItemStarted, ParseEvent, output_item
-from gateway.ids import new_id
-from gateway.runtime import Runtime
-from gateway.sampling import SamplingOptions, resolve
+from gateway.pipeline.runtime import Runtime
+from gateway.server import observe
 from gateway.tokenfix.restore import Generated, restore, uncovered
 from gateway.tokenfix.splice import splice, splice_tail
 from gateway.tokenfix.state import TokenState

@@ -24,12 +24,12 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
-from gateway import logs
-from gateway.ids import new_id
-from gateway.metrics import Metrics
+from gateway.core import logs
+from gateway.core.ids import new_id
+from gateway.server.metrics import Metrics
 
 if TYPE_CHECKING:
-    from gateway.turn import Turn
+    from gateway.pipeline.turn import Turn
 
 access_log = logging.getLogger("gateway.access")
 

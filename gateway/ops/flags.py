@@ -1,26 +1,21 @@
-"""`vllm-gateway` command line. Every gateway flag can also be set as GATEWAY_<FLAG> in the environment.
-
-`serve` runs the gateway in front of running vLLM replicas; `launch` starts and supervises local
-vLLM replicas itself (gateway/launch.py) and serves the gateway in front of them.
-"""
+"""The gateway's flags, shared by `serve` and `launch`: every one can also be set as
+GATEWAY_<FLAG> in the environment, and becomes a field of `Settings`."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
-from collections.abc import Sequence
 
-from gateway.logs import FORMATS, configure_logging
-from gateway.settings import Settings
+from gateway.core.logs import FORMATS
+from gateway.core.settings import Settings
 
 
 def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get("GATEWAY_" + name.upper().replace("-", "_"), default)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vllm-gateway", description=__doc__)
+def build_parser(description: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vllm-gateway", description=description)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway in front of vLLM replicas")
     env_upstreams = [u for u in (_env("upstream") or "").split(",") if u]
@@ -106,26 +101,6 @@ def add_launch_args(launch: argparse.ArgumentParser) -> None:
     add_gateway_args(launch)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = build_parser()
-    args, vllm_args = parser.parse_known_args(argv)
-    if vllm_args and args.command != "launch":
-        parser.error(f"unrecognized arguments: {' '.join(vllm_args)}")
-    configure_logging(args.log_format, args.log_level)
-    if args.command == "launch":
-        from gateway.launch import launch
-
-        sys.exit(launch(args, vllm_args))
-    upstreams = args.upstream or args.env_upstreams
-    if not upstreams:
-        from gateway.demo import serve_demo
-
-        sys.exit(serve_demo(args))
-    if not args.model:
-        sys.exit("vllm-gateway serve: --model (or GATEWAY_MODEL) is required with --upstream")
-    run(settings_from_args(args, model=args.model, upstreams=upstreams))
-
-
 def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[str]) -> Settings:
     """Settings from the flags `add_gateway_args` defines."""
     return Settings(
@@ -139,16 +114,3 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         resolve_interval=args.resolve_interval, drain_timeout=args.drain_timeout,
         max_concurrent_requests=args.max_concurrent_requests,
     )
-
-
-def run(settings: Settings) -> None:
-    import uvicorn
-
-    from gateway.app import create_app
-    from gateway.drain import GracefulServer
-
-    app = create_app(settings)
-    # log_config=None: uvicorn's loggers keep the format main() configured (gateway/logs.py).
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                            log_config=None, ws_per_message_deflate=True, ws_max_size=settings.max_body_bytes)
-    GracefulServer(config, app).run()

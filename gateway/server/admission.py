@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import APIError
-from gateway.http import error_response
+from gateway.core.errors import APIError
+from gateway.server.http import error_response
 
 RETRY_AFTER_SECONDS = 1
 

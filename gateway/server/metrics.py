@@ -1,6 +1,6 @@
 """Prometheus metrics, one registry per app (several apps can share a process, as in tests).
 
-Per-request instruments are updated once, when a request finishes (gateway/observe.py).
+Per-request instruments are updated once, when a request finishes (gateway/server/observe.py).
 State that already lives elsewhere — replica health and in-flight counts, open sockets,
 the session cache's counters — is read at scrape time by a collector, so nothing has to
 be pushed from the pool or the caches.

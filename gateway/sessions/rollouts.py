@@ -26,11 +26,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gateway.errors import APIError
+from gateway.core.errors import APIError
 from gateway.tokenfix.state import TokenState
 
 if TYPE_CHECKING:
-    from gateway.turn import Turn
+    from gateway.pipeline.turn import Turn
 
 # Ids of rollouts that are gone are remembered (for a 410) up to this many.
 MAX_TOMBSTONES = 100_000

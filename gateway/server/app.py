@@ -17,17 +17,17 @@ from gateway.adapters import reasoning_blob
 from gateway.adapters.chat_http import create_chat_completion
 from gateway.adapters.responses_http import create_response
 from gateway.adapters.rollouts_http import delete_rollout, get_rollout, rollout_stats
-from gateway.admission import Admission, AdmissionMiddleware
-from gateway.drain import Drain, DrainMiddleware
-from gateway.errors import APIError
+from gateway.core.errors import APIError
+from gateway.core.sampling import GenerationDefaults
+from gateway.core.settings import Settings
 from gateway.formats import load_format
-from gateway.http import JSONResponse, api_error_handler, http_error_handler
-from gateway.metrics import Metrics, metrics_endpoint
-from gateway.observe import ObserveMiddleware
-from gateway.runtime import Runtime
-from gateway.sampling import GenerationDefaults
-from gateway.settings import Settings
-from gateway.tokenfix.rollouts import RolloutStore
+from gateway.pipeline.runtime import Runtime
+from gateway.server.admission import Admission, AdmissionMiddleware
+from gateway.server.drain import Drain, DrainMiddleware
+from gateway.server.http import JSONResponse, api_error_handler, http_error_handler
+from gateway.server.metrics import Metrics, metrics_endpoint
+from gateway.server.observe import ObserveMiddleware
+from gateway.sessions.rollouts import RolloutStore
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.pool import Pool
 from gateway.ws.connection import responses_websocket

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from gateway.launcher import VLLMError, VLLMProcess
+from gateway.ops.vllm_process import VLLMError, VLLMProcess
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,11 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.cli import run, settings_from_args
-from gateway.launcher import VLLMError, VLLMProcess
-from gateway.settings import Settings
-from gateway.supervisor import Supervisor
+from gateway.core.settings import Settings
+from gateway.ops.flags import settings_from_args
+from gateway.ops.serve import run
+from gateway.ops.supervisor import Supervisor
+from gateway.ops.vllm_process import VLLMError, VLLMProcess
 
 log = logging.getLogger(__name__)
 
