@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall
 from gateway.formats.base import ChatFormat, ItemDone, ItemStarted, output_item
-from gateway.tokenfix.splice import splice, splice_tail
+from gateway.tokenfix.prompt import build_prompt
 from gateway.tokenfix.state import TokenState
 
 log = logging.getLogger(__name__)
@@ -113,18 +113,6 @@ def _json(text: str) -> object:
 
 
 def _prompt(chat_format: ChatFormat, head: Conversation, state: TokenState | None) -> Sequence[int]:
-    """The prompt of the turn after `head`: spliced onto `state` as the live turn's was, else
-    the template's render (Qwen3 drops earlier reasoning once a new user query comes)."""
-    if state is None:
-        return chat_format.render(head)
-    terminators = chat_format.turn_terminators
-    covered = state.continued_by(head, terminators)
-    if covered is None:
-        return chat_format.render(head)
-    tail = chat_format.render_tail(head, covered)
-    if tail is not None:  # as in Turn._render: when the tail does not splice, neither would the full render
-        return splice_tail(state, tail, terminators) or chat_format.render(head)
-    template = chat_format.render(head)
-    covered_head = dataclasses.replace(head, items=head.items[:covered.items])
-    spliced = splice(state.tokens, state.prompt_len, chat_format.render(covered_head), template, terminators)
-    return template if spliced is None else spliced
+    """The prompt of the turn after `head`, made as the live turn's was (Qwen3 drops earlier
+    reasoning once a new user query comes: then it is the template's render)."""
+    return build_prompt(chat_format, head, state).ids
