@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.adapters.continuation import ResponseStore
 from gateway.core.sampling import GenerationDefaults
 from gateway.formats.base import ChatFormat
+from gateway.sessions.responses import ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import SessionStore
 from gateway.upstream.pool import Pool

@@ -14,9 +14,6 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 
 from gateway.adapters import reasoning_blob
-from gateway.adapters.chat_http import create_chat_completion
-from gateway.adapters.responses_http import create_response
-from gateway.adapters.rollouts_http import delete_rollout, get_rollout, rollout_stats
 from gateway.core.errors import APIError
 from gateway.core.sampling import GenerationDefaults
 from gateway.core.settings import Settings
@@ -27,10 +24,13 @@ from gateway.server.drain import Drain, DrainMiddleware
 from gateway.server.http import JSONResponse, api_error_handler, http_error_handler
 from gateway.server.metrics import Metrics, metrics_endpoint
 from gateway.server.observe import ObserveMiddleware
+from gateway.server.routes.chat import create_chat_completion
+from gateway.server.routes.responses import create_response
+from gateway.server.routes.rollouts import delete_rollout, get_rollout, rollout_stats
+from gateway.server.routes.websocket import responses_websocket
 from gateway.sessions.rollouts import RolloutStore
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.pool import Pool
-from gateway.ws.connection import responses_websocket
 
 log = logging.getLogger(__name__)
 

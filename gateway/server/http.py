@@ -14,6 +14,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.core.errors import APIError, invalid_request
+from gateway.pipeline import trace
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -107,6 +108,7 @@ def error_response(exc: APIError) -> JSONResponse:
 
 async def api_error_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
+    trace.error(exc)  # the access log line says why
     return error_response(exc)
 
 

@@ -49,9 +49,9 @@ class Metrics:
                                       registry=registry)
         self.splices = Counter("gateway_splices", "Prompts that continued a session's exact earlier tokens",
                                by_api, registry=registry)
-        self.splice_fallbacks = Counter(
-            "gateway_splice_fallbacks", "Prompts rendered in full because the history no longer continued the "
-            "session's cached tokens", by_api, registry=registry)
+        self.non_monotonic = Counter(
+            "gateway_non_monotonic_prompts", "Prompts rendered in full because the history no longer continued "
+            "the exact tokens offered (the session's, the rollout's, the client's)", by_api, registry=registry)
         self.retries = Counter("gateway_upstream_retries",
                                "Requests re-sent to another replica after one failed before the first token",
                                by_api, registry=registry)

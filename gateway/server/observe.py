@@ -1,10 +1,10 @@
 """Per-request observation: request ids, and one record per finished request.
 
-A `Trace` spans one request: an HTTP POST to a generation route, or one `response.create`
-on a WebSocket. The turn serving it attaches itself (`attach`, from `Turn.__init__`), and
-when the request ends `finish` reads what the turn recorded — tokens, splice, replica,
-first-token time — into the metrics and one access log line. Nothing is counted on the
-hot path itself.
+A `Trace` (gateway/pipeline/trace.py) spans one request: an HTTP POST to a generation
+route, or one `response.create` on a WebSocket. The session module attaches the turn's
+record to it, and when the request ends `finish` reads what the turn recorded — tokens,
+splice, replica, first-token time — and the error the client was told, if any, into the
+metrics and one access log line. Nothing is counted on the hot path itself.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ import logging
 import re
 import time
 from collections.abc import Iterator
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.datastructures import MutableHeaders
 from starlette.requests import ClientDisconnect
@@ -26,10 +24,8 @@ from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from gateway.core import logs
 from gateway.core.ids import new_id
+from gateway.pipeline.trace import Trace, current
 from gateway.server.metrics import Metrics
-
-if TYPE_CHECKING:
-    from gateway.pipeline.turn import Turn
 
 access_log = logging.getLogger("gateway.access")
 
@@ -43,55 +39,10 @@ _CLIENT_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 _GONE = (asyncio.CancelledError, ClientDisconnect, WebSocketDisconnect, WebSocketDisconnected)
 
 
-@dataclass(eq=False, slots=True)
-class Trace:
-    api: str
-    request_id: str
-    received: float  # time.perf_counter() when the request arrived
-    turn: Turn | None = None
-    status: int = 200  # the HTTP status answered, or the status of a WebSocket error event
-    cancelled: bool = False  # the client left (or the server shut the socket) before the end
-
-    @property
-    def outcome(self) -> str:
-        """completed | incomplete | failed | cancelled, or the status of an error answer."""
-        if self.status >= 400:
-            return str(self.status)
-        turn = self.turn
-        if turn is not None and turn.interrupted is not None:  # a failure, or the client left (GeneratorExit)
-            return "failed" if isinstance(turn.interrupted, Exception) else "cancelled"
-        if self.cancelled:
-            return "cancelled"
-        if turn is None:  # nothing to generate (a WebSocket `generate: false` warmup)
-            return "completed"
-        if turn.replica is None:  # refused before it was sent, answered in-stream (context length)
-            return "failed"
-        if turn.finish_reason is None:  # accepted, but the client left before the events were read
-            return "cancelled"
-        if turn.finish_reason == "length":
-            return "incomplete"
-        return "failed" if turn.finish_reason == "abort" else "completed"
-
-
-_current: ContextVar[Trace | None] = ContextVar("trace", default=None)
-
-
-def attach(turn: Turn) -> None:
-    """Make `turn` the one the current request is measured by."""
-    if (trace := _current.get()) is not None:
-        trace.turn = turn
-
-
-def error(status: int) -> None:
-    """The current request was answered with an error (WebSocket error events)."""
-    if (trace := _current.get()) is not None:
-        trace.status = status
-
-
 @contextlib.contextmanager
 def traced(api: str, metrics: Metrics, request_id: str, received: float) -> Iterator[Trace]:
     trace = Trace(api, request_id, received)
-    tokens = _current.set(trace), logs.request_id.set(request_id)
+    tokens = current.set(trace), logs.request_id.set(request_id)
     metrics.in_progress.labels(api).inc()
     try:
         yield trace
@@ -103,43 +54,44 @@ def traced(api: str, metrics: Metrics, request_id: str, received: float) -> Iter
         raise
     finally:
         finish(trace, metrics)
-        _current.reset(tokens[0])
+        current.reset(tokens[0])
         logs.request_id.reset(tokens[1])
 
 
 def finish(trace: Trace, metrics: Metrics) -> None:
     """Count the request and log its access line: one synchronous step, so a scrape that sees
     `gateway_requests_in_progress` drop also sees everything else this request added."""
-    api, turn, outcome = trace.api, trace.turn, trace.outcome
+    api, record, outcome = trace.api, trace.record, trace.outcome
     duration = time.perf_counter() - trace.received
     metrics.in_progress.labels(api).dec()
     metrics.requests.labels(api, outcome).inc()
     metrics.duration.labels(api).observe(duration)
     fields: dict[str, Any] = {"api": api, "outcome": outcome, "status": trace.status,
                               "duration": round(duration, 4)}
-    if turn is not None:
-        sent = turn.replica is not None
-        prefix = turn.request.prefix
-        ttft = turn.first_token_at - trace.received if turn.first_token_at is not None else None
+    if record is not None:
+        sent = record.replica is not None
+        ttft = record.first_token_at - trace.received if record.first_token_at is not None else None
         if ttft is not None:
             metrics.ttft.labels(api).observe(ttft)
         if sent:
-            metrics.prompt_tokens.labels(api).inc(turn.input_tokens)
-            metrics.cached_tokens.labels(api).inc(turn.cached_tokens)
-            if turn.spliced and prefix is not None:
+            metrics.prompt_tokens.labels(api).inc(record.input_tokens)
+            metrics.cached_tokens.labels(api).inc(record.cached_tokens)
+            if record.spliced and record.prefix is not None:
                 metrics.splices.labels(api).inc()
-                metrics.spliced_tokens.labels(api).inc(len(prefix.tokens))
-            if turn.non_monotonic:
-                metrics.splice_fallbacks.labels(api).inc()
-        metrics.output_tokens.labels(api).inc(len(turn.output_ids))
-        if turn.attempts > 1:
-            metrics.retries.labels(api).inc(turn.attempts - 1)
-        fields |= {"model": turn.runtime.model_name, "prompt_tokens": turn.input_tokens if sent else 0,
-                   "output_tokens": len(turn.output_ids), "cached_tokens": turn.cached_tokens,
-                   "spliced": turn.spliced, "splice_fallback": turn.non_monotonic,
-                   "finish_reason": turn.finish_reason, "ttft": round(ttft, 4) if ttft is not None else None,
-                   "replica": turn.replica, "retries": max(turn.attempts - 1, 0),
-                   "upstream_request_id": turn.request_id}
+                metrics.spliced_tokens.labels(api).inc(len(record.prefix.tokens))
+            if record.non_monotonic:
+                metrics.non_monotonic.labels(api).inc()
+        metrics.output_tokens.labels(api).inc(len(record.output_ids))
+        if record.attempts > 1:
+            metrics.retries.labels(api).inc(record.attempts - 1)
+        fields |= {"model": record.model, "prompt_tokens": record.input_tokens if sent else 0,
+                   "output_tokens": len(record.output_ids), "cached_tokens": record.cached_tokens,
+                   "spliced": record.spliced, "non_monotonic": record.non_monotonic,
+                   "finish_reason": record.finish_reason, "ttft": round(ttft, 4) if ttft is not None else None,
+                   "replica": record.replica, "retries": max(record.attempts - 1, 0),
+                   "upstream_request_id": record.request_id}
+    if outcome != "completed" and trace.error_code is not None:
+        fields |= {"error_code": trace.error_code, "error": trace.error_message}
     access_log.info(" ".join(f"{key}={value}" for key, value in fields.items()), extra={"fields": fields})
 
 
@@ -162,7 +114,7 @@ class ObserveMiddleware:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 MutableHeaders(scope=message)["x-request-id"] = request_id
-                if (trace := _current.get()) is not None:
+                if (trace := current.get()) is not None:
                     trace.status = message["status"]
             await send(message)
 

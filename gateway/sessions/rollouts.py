@@ -24,13 +24,11 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.core.errors import APIError
+from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
-
-if TYPE_CHECKING:
-    from gateway.pipeline.turn import Turn
 
 # Ids of rollouts that are gone are remembered (for a 410) up to this many.
 MAX_TOMBSTONES = 100_000
@@ -124,18 +122,18 @@ class Pending:
         """The rollout's exact tokens, for the next prompt to continue."""
         return self.base
 
-    def delta_start(self, turn: Turn) -> int | None:
+    def delta_start(self, turn: TurnRecord) -> int | None:
         """Where this call's new tokens begin in its prompt, or None for a new segment."""
         base = self.base
         if base is None:
             return None
         n = len(base.tokens)
-        if turn.spliced and turn.request.prefix is base:
+        if turn.spliced and turn.prefix is base:
             return n  # splice() put exactly these tokens first
         prompt = turn.prompt_ids
         return n if len(prompt) >= n and array("i", prompt[:n]) == base.tokens else None
 
-    def check(self, turn: Turn) -> None:
+    def check(self, turn: TurnRecord) -> None:
         if self.response_mask is None:
             return
         start = self.delta_start(turn)
@@ -154,7 +152,7 @@ class Pending:
                        f"Send one 0/1 per added token (expected {expected}, got {got}).", status=422,
                        param="response_mask", code="response_mask_length_mismatch")
 
-    def commit(self, turn: Turn, state: TokenState) -> None:
+    def commit(self, turn: TurnRecord, state: TokenState) -> None:
         self.store.commit(self, turn, state)
 
 
@@ -189,7 +187,7 @@ class RolloutStore:
         return {"object": "rollout.stats", "rollouts": len(self._live), "tokens": self._tokens,
                 "max_tokens": self.max_tokens, "ttl": self.ttl, **vars(self.stats)}
 
-    def commit(self, pending: Pending, turn: Turn, state: TokenState) -> None:
+    def commit(self, pending: Pending, turn: TurnRecord, state: TokenState) -> None:
         rollout = self._live.get(pending.rollout_id)
         if rollout is None:
             if pending.rollout is not None:
@@ -249,7 +247,7 @@ class RolloutStore:
             self._gone.popitem(last=False)
 
 
-def _append(rollout: Rollout, pending: Pending, turn: Turn, state: TokenState) -> None:
+def _append(rollout: Rollout, pending: Pending, turn: TurnRecord, state: TokenState) -> None:
     """Add a finished call's prompt delta and generation (or a new segment) to `rollout`."""
     continues = rollout.state is not None and rollout.state is pending.base
     start = pending.delta_start(turn) if continues else None

@@ -1,7 +1,11 @@
-"""A bounded, expiring map from a session key to its `TokenState`.
+"""Sessions: the exact tokens of a `prompt_cache_key`'s latest turn, bounded and expiring.
 
-Bounded by total tokens held (4 bytes each) and by idle time; least recently used
-sessions go first. Counters say what happened, so nothing is dropped silently.
+A session is what the next request under the same key continues: the turn's `TokenState`,
+and, for a client that resends its whole history over HTTP (Codex), where that request's
+items ended in its body (`ResentPrefix`, gateway/adapters/resent.py), so the next body's
+covered part is recognised from its bytes. Bounded by total tokens held (4 bytes each) and
+by idle time; least recently used sessions go first. Counters say what happened, so
+nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -11,6 +15,24 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from gateway.tokenfix.state import TokenState
+
+
+@dataclass(frozen=True, slots=True)
+class ResentPrefix:
+    """Where a request's `input` items are in its body, for recognising them in the next one."""
+
+    start: int  # offset of the `input` array's '['
+    end: int  # offset just past its last item: body[:end] is what a resend repeats
+    digest: bytes  # XXH3-128 of body[:end]
+    items: int  # the conversation items those input items became (instructions taken out)
+    instructions_end: int  # the end of the leading input item taken as the instructions; 0: none
+    instructions_field: bool  # the body set `instructions` (then no leading item is taken)
+
+
+@dataclass(slots=True)
+class Session:
+    state: TokenState  # the latest turn's exact tokens
+    resent: ResentPrefix | None = None  # where its request's items ended in the body (HTTP)
 
 
 @dataclass
@@ -26,15 +48,15 @@ class SessionStore:
         self.max_tokens = max_tokens
         self.ttl = ttl
         self.stats = StoreStats()
-        self._entries: OrderedDict[str, tuple[float, TokenState]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[float, Session]] = OrderedDict()
         self._tokens = 0
 
-    def get(self, key: str) -> TokenState | None:
+    def get(self, key: str) -> Session | None:
         entry = self._entries.get(key)
         if entry is None:
             self.stats.misses += 1
             return None
-        stamp, state = entry
+        stamp, session = entry
         if time.monotonic() - stamp > self.ttl:
             self._drop(key)
             self.stats.expired += 1
@@ -42,18 +64,18 @@ class SessionStore:
             return None
         self._entries.move_to_end(key)
         self.stats.hits += 1
-        return state
+        return session
 
-    def peek(self, key: str) -> TokenState | None:
-        """The state, if any (expired or not), without counting a hit or a miss or refreshing it."""
+    def peek(self, key: str) -> Session | None:
+        """The session, if any (expired or not), without counting a hit or a miss or refreshing it."""
         entry = self._entries.get(key)
         return entry[1] if entry is not None else None
 
-    def put(self, key: str, state: TokenState) -> None:
+    def put(self, key: str, session: Session) -> None:
         if key in self._entries:
             self._drop(key)
-        self._entries[key] = (time.monotonic(), state)
-        self._tokens += len(state.tokens)
+        self._entries[key] = (time.monotonic(), session)
+        self._tokens += len(session.state.tokens)
         while self._tokens > self.max_tokens and len(self._entries) > 1:
             self._drop(next(iter(self._entries)))
             self.stats.evicted += 1
@@ -66,5 +88,5 @@ class SessionStore:
         return len(self._entries)
 
     def _drop(self, key: str) -> None:
-        _, state = self._entries.pop(key)
-        self._tokens -= len(state.tokens)
+        _, session = self._entries.pop(key)
+        self._tokens -= len(session.state.tokens)

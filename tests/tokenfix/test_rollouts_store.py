@@ -33,8 +33,7 @@ def call(store: RolloutStore, rollout_id: str, prompt: list[int], output: list[i
     full = [*(base.tokens if base is not None and continues else []), *prompt]
     turn = SimpleNamespace(prompt_ids=full, output_ids=output, logprobs=[-float(t) for t in output],
                            finish_reason=finish_reason, spliced=continues and base is not None,
-                           non_monotonic=not continues and base is not None,
-                           request=SimpleNamespace(prefix=base))
+                           non_monotonic=not continues and base is not None, prefix=base)
     pending.check(turn)
     return pending, turn
 

@@ -1,67 +1,28 @@
-"""POST /v1/chat/completions over the same turn pipeline as the Responses API.
+"""Chat Completions output: the completion object, or its stream of chunks, for a started turn.
 
-The prompt continues from exact earlier tokens when it can: ids the client put on the
-last assistant message, else the `rollout_id`'s trajectory, else the `prompt_cache_key`
-session. A call with `rollout_id` is recorded in that rollout once it finishes.
+The same turn pipeline as the Responses API; this module only shapes what it produced.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import orjson
-from starlette.requests import Request
-from starlette.responses import Response
 
-from gateway.adapters.chat_input import ChatRequest, parse_chat_request
-from gateway.adapters.responses import check_model, coalesce
-from gateway.adapters.rollout_fields import begin_rollout
+from gateway.adapters.chat_input import ChatRequest
+from gateway.adapters.responses import coalesce
 from gateway.core.conversation import Message, Reasoning, ToolCall
 from gateway.core.errors import APIError
-from gateway.core.ids import new_id
 from gateway.formats.base import ItemDelta, ItemStarted, ParseEvent
-from gateway.pipeline.runtime import Runtime
-from gateway.pipeline.turn import Turn, TurnRequest
-from gateway.server.http import JSONResponse, read_json, sse_response
+from gateway.pipeline import session
+from gateway.pipeline.turn import Turn
 
 
-async def create_chat_completion(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    body = await read_json(request, request.app.state.settings.max_body_bytes)
-    parsed = parse_chat_request(body)
-    check_model(runtime, parsed.model)
-    rollout = begin_rollout(runtime, body)
-    key = parsed.prompt_cache_key
-    prefix = parsed.client_prefix or (rollout.prefix if rollout else None) or (
-        runtime.sessions.get(key) if key else None)
-    turn = Turn(runtime, TurnRequest(parsed.conversation, parsed.sampling, affinity=rollout.rollout_id if rollout
-                                     else key, prefix=prefix, check_prompt=rollout.check if rollout else None))
-    await turn.start()
-
-    def remember() -> None:
-        state = turn.token_state()
-        if state is None:
-            return  # an aborted generation is not history
-        if key:
-            runtime.sessions.put(key, state)
-        if rollout:
-            rollout.commit(turn, state)
-
-    head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": parsed.model}
-    if parsed.stream:
-        return sse_response(_stream(turn, parsed, head, remember))
-    async for _ in turn.events():
-        pass
-    remember()
-    return JSONResponse(_completion(turn, parsed, head))
-
-
-def _completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[str, Any]:
+def completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": None, "reasoning": None, "tool_calls": []}
     texts, reasoning = [], []
-    for item in turn.output_items:
+    for item in turn.record.output_items:
         if isinstance(item, Message):
             texts.append(item.text)
         elif isinstance(item, Reasoning):
@@ -75,13 +36,13 @@ def _completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[s
                               "logprobs": _logprobs(turn) if parsed.logprobs else None}
     body = {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(turn)}
     if parsed.return_token_ids:
-        body["prompt_token_ids"] = turn.prompt_token_ids
-        choice["token_ids"] = turn.output_ids
+        body["prompt_token_ids"] = turn.record.prompt_token_ids
+        choice["token_ids"] = turn.record.output_ids
     return body
 
 
-async def _stream(turn: Turn, parsed: ChatRequest, head: dict[str, Any],
-                  remember: Callable[[], None]) -> AsyncIterator[bytes]:
+async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed completion; the turn is committed once it ended normally."""
     def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None, **extra}
         body = {**head, "object": "chat.completion.chunk", "choices": [choice]}
@@ -92,7 +53,7 @@ async def _stream(turn: Turn, parsed: ChatRequest, head: dict[str, Any],
     kinds: dict[int, str] = {}
     tool_index: dict[int, int] = {}
 
-    def chunks(events: list[ParseEvent]) -> Iterator[bytes]:
+    def encode(events: list[ParseEvent]) -> Iterator[bytes]:
         for event in coalesce(events):
             if isinstance(event, ItemStarted):
                 kinds[event.index] = event.kind
@@ -113,16 +74,17 @@ async def _stream(turn: Turn, parsed: ChatRequest, head: dict[str, Any],
 
     try:
         async for batch in turn.batches():  # tokens read together: one write
-            if data := b"".join(chunks(batch)):
+            if data := b"".join(encode(batch)):
                 yield data
     except APIError as exc:
         yield b"data: " + orjson.dumps(exc.http_body()) + b"\n\n"
         yield b"data: [DONE]\n\n"
         return
-    remember()
+    if turn.record.finished:
+        session.commit(turn)
     extra: dict[str, Any] = {}
     if parsed.return_token_ids:
-        extra["token_ids"] = turn.output_ids
+        extra["token_ids"] = turn.record.output_ids
     if parsed.logprobs:
         extra["logprobs"] = _logprobs(turn)
     yield chunk({}, _finish_reason(turn), **extra)
@@ -134,28 +96,28 @@ async def _stream(turn: Turn, parsed: ChatRequest, head: dict[str, Any],
 
 def _with_prompt_ids(first_chunk: bytes, turn: Turn) -> bytes:
     body = orjson.loads(first_chunk[6:])
-    body["prompt_token_ids"] = turn.prompt_token_ids
+    body["prompt_token_ids"] = turn.record.prompt_token_ids
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
 def _finish_reason(turn: Turn) -> str:
-    if turn.finish_reason == "length":
+    if turn.record.finish_reason == "length":
         return "length"
-    if any(isinstance(item, ToolCall) for item in turn.output_items):
+    if any(isinstance(item, ToolCall) for item in turn.record.output_items):
         return "tool_calls"
-    return turn.finish_reason or "stop"
+    return turn.record.finish_reason or "stop"
 
 
 def _usage(turn: Turn) -> dict[str, Any]:
-    output = len(turn.output_ids)
-    return {"prompt_tokens": turn.input_tokens, "completion_tokens": output,
-            "total_tokens": turn.input_tokens + output,
-            "prompt_tokens_details": {"cached_tokens": turn.cached_tokens},
-            "completion_tokens_details": {"reasoning_tokens": turn.reasoning_tokens}}
+    output = len(turn.record.output_ids)
+    return {"prompt_tokens": turn.record.input_tokens, "completion_tokens": output,
+            "total_tokens": turn.record.input_tokens + output,
+            "prompt_tokens_details": {"cached_tokens": turn.record.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": turn.record.reasoning_tokens}}
 
 
 def _logprobs(turn: Turn) -> dict[str, Any]:
     """Logprob entries name tokens as "token_id:N" (vLLM's return_tokens_as_token_ids)."""
-    logprobs = turn.logprobs or []
+    logprobs = turn.record.logprobs or []
     return {"content": [{"token": f"token_id:{token}", "logprob": logprob, "bytes": None, "top_logprobs": []}
-                        for token, logprob in zip(turn.output_ids, logprobs)]}
+                        for token, logprob in zip(turn.record.output_ids, logprobs)]}

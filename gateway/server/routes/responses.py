@@ -9,71 +9,54 @@ call is then recorded in that rollout's trajectory, as over Chat Completions.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
+from functools import partial
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.continuation import CachedResponse, parse_continuation
+from gateway.adapters.continuation import parse_continuation
 from gateway.adapters.resent import parse_resent, resent_prefix
 from gateway.adapters.responses import Event, check_model, failed_events, response_events
 from gateway.adapters.responses_events import ResponseWriter
+from gateway.adapters.responses_input import ResponsesRequest
 from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import expect
 from gateway.core.errors import APIError, invalid_request
 from gateway.core.ids import new_id
+from gateway.pipeline import session
+from gateway.pipeline.request import Recognised, TurnRequest
 from gateway.pipeline.runtime import Runtime
-from gateway.pipeline.turn import Turn, TurnRequest
 from gateway.server.http import JSONResponse, parse_json, read_body, sse_event, sse_response
+from gateway.sessions.responses import CachedResponse
 
 
 async def create_response(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     raw = await read_body(request, request.app.state.settings.max_body_bytes)
     # A full history sent again under its prompt_cache_key: only what follows the covered part is parsed.
-    resent = parse_resent(raw, runtime.sessions, runtime.format.turn_terminators)
+    resent = parse_resent(raw, runtime)
     if resent is not None:
-        body, previous, rollout, parsed = None, None, None, resent.parsed
+        parsed = resent.parsed
+        turn_request = _turn_request(parsed, recognised=Recognised(resent.state, resent.covered, resent.prefix))
     else:
         body = parse_json(raw)
         previous = _stored(runtime, body)
         parsed = parse_continuation(body, previous)
         rollout = begin_rollout(runtime, body)
+        index = partial(resent_prefix, raw, body, parsed) if previous is None and rollout is None else None
+        turn_request = _turn_request(parsed, previous=previous, rollout=rollout, resent=index)
     check_model(runtime, parsed.model)
-    key = parsed.prompt_cache_key
-    prefix = previous.tokens if previous and previous.tokens else (rollout.prefix if rollout else None) or (
-        resent.state if resent else runtime.sessions.get(key) if key else None)
-    conversation = parsed.conversation
-    if rollout and parsed.sampling.logprobs is None:
-        parsed.sampling.logprobs = 0  # trajectories carry the sampled tokens' logprobs
-    turn = Turn(runtime, TurnRequest(conversation, parsed.sampling, affinity=rollout.rollout_id if rollout else key,
-                                     prefix=prefix, generated=parsed.generated,
-                                     covered=resent.covered if resent else None,
-                                     check_prompt=rollout.check if rollout else None))
-    writer = ResponseWriter(response_id=new_id("resp"), model=parsed.model, echo=parsed.echo)
-
-    def remember(turn: Turn, final: Event) -> None:
-        state = turn.token_state()
-        if key and state is not None:
-            if resent is not None:
-                state.resent = resent.prefix
-            elif body is not None and previous is None and rollout is None:
-                state.resent = resent_prefix(raw, body, parsed)
-            runtime.sessions.put(key, state)
-        if rollout and state is not None:
-            rollout.commit(turn, state)
-        if parsed.echo["store"]:
-            history = dataclasses.replace(conversation, items=[*conversation.items, *turn.turn_items])
-            runtime.responses.put(CachedResponse(writer.response_id, history, state))
-
+    turn = await session.prepare(runtime, turn_request)
+    writer = ResponseWriter(response_id=turn_request.response_id, model=parsed.model, echo=parsed.echo)
     try:
         await turn.start()
     except APIError as exc:
         if not parsed.stream or exc.code != "context_length_exceeded":
             raise  # an HTTP error: Codex retries 429/5xx and fails at once on 400
         return sse_response(_sse(failed_events(writer, exc)))
-    events = response_events(turn, writer, parsed, remember)
+    events = response_events(turn, writer, parsed)
     if parsed.stream:
         return sse_response(_sse(events))
     final: Event = {}
@@ -85,13 +68,19 @@ async def create_response(request: Request) -> Response:
     return JSONResponse(final["response"])
 
 
+def _turn_request(parsed: ResponsesRequest, **sources: Any) -> TurnRequest:
+    return TurnRequest(parsed.conversation, parsed.sampling, response_id=new_id("resp"),
+                       cache_key=parsed.prompt_cache_key, generated=parsed.generated, store=parsed.echo["store"],
+                       **sources)
+
+
 def _stored(runtime: Runtime, body: object) -> CachedResponse | None:
     """The stored response `previous_response_id` names (a `store: true` response)."""
     response_id = expect(body.get("previous_response_id"), str, "previous_response_id") if isinstance(
         body, dict) else None
     if response_id is None:
         return None
-    previous = runtime.responses.get(response_id)
+    previous = session.previous_response(runtime, response_id)
     if previous is None:
         raise invalid_request(f"Previous response with id '{response_id}' not found: only responses created "
                               f"with store=true on this gateway can be continued.", param="previous_response_id",
