@@ -22,8 +22,10 @@ streams as it is written; a typed one comes out whole when its `</parameter>` cl
 
 Markup inside a value is text unless it is structural, as vLLM decides: a `</parameter>` closes
 the value only when what follows it (after whitespace) is `<parameter=` (a parameter of this
-tool, when its schema is known), `</function>`, `</tool_call>` or the end; a `<parameter=` that
-starts a line opens a nested literal block whose `</parameter>` is text. Unlike vLLM, which sees
+tool, when its schema is known), `</tool_call>` or the end, or `</function>` followed by one of
+those (vLLM takes any `</function>` there, and then misreads a value that holds
+`</parameter></function>`); a `<parameter=` that starts a line opens a nested literal block
+whose `</parameter>` is text. Unlike vLLM, which sees
 the whole output, a streaming parser must decide as it goes, so two malformations are repaired
 by rule instead of by hindsight: a `<parameter=KEY>` starting a line, for a KEY of the tool not
 seen yet, ends an unclosed value (vLLM's "missing </parameter>" repair), and a parameter given
@@ -279,8 +281,8 @@ class XmlToolCallParser(HermesOutputParser):
         rest = after.lstrip()
         if not rest:
             return None
-        if rest.startswith(FUNCTION_CLOSE):
-            return True
+        if rest.startswith(FUNCTION_CLOSE):  # structural if the call ends after it (decided there)
+            return None if not rest[len(FUNCTION_CLOSE):].strip() else False
         if rest.startswith(PARAMETER_OPEN):
             end = rest.find(">", len(PARAMETER_OPEN))
             if end == -1:
