@@ -50,7 +50,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway.conversation import Tool
-from gateway.formats.base import ItemDelta, ItemDone
+from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
 from gateway.formats.hf_parser import HermesOutputParser, Markup, parse_tool_call
 
 FUNCTION_OPEN = "<function="
@@ -74,7 +74,7 @@ class XmlToolCallParser(HermesOutputParser):
         super().__init__(token_bytes, markup, stop_ids, starts_in_reasoning)
         self._reset_call()
 
-    def finish(self) -> list:
+    def finish(self) -> list[ParseEvent]:
         if self._mode == "tool_call":
             self._read_call()
             if self._state in (_HEAD, _RAW):  # no function yet: what was written is text
