@@ -16,7 +16,7 @@ class Settings:
     upstream_api: str = "auto"  # auto | generate | completions
     chat_format: str = "auto"  # auto | harmony | hf
     reasoning_parser: str = "auto"  # auto | qwen3 | none
-    tool_parser: str = "auto"  # auto | hermes | none
+    tool_parser: str = "auto"  # auto | hermes | qwen3_coder | qwen3_xml | none (vLLM's names)
     health_interval: float = 5.0  # seconds between health checks of a routable replica
     health_backoff_max: float = 30.0  # cap of the retry backoff of a failing replica
     resolve_interval: float = 10.0  # seconds between DNS lookups of hostname upstreams (0: once)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from openai_harmony import HarmonyEncoding, HarmonyEncodingName, load_harmony_encoding
 
-from gateway.core.conversation import Conversation
+from gateway.core.conversation import Conversation, Tool
 from gateway.formats.base import Covered, Tail
 from gateway.formats.harmony_parser import HarmonyParser
 from gateway.formats.harmony_render import HarmonyRenderer
@@ -30,8 +30,8 @@ class HarmonyFormat:
     def render_tail(self, conversation: Conversation, covered: Covered) -> Tail | None:
         return self.renderer.render_tail(conversation, covered)
 
-    def parser(self) -> HarmonyParser:
-        return HarmonyParser(self.encoding)
+    def parser(self, tools: Sequence[Tool] = ()) -> HarmonyParser:
+        return HarmonyParser(self.encoding)  # harmony calls carry their JSON: no schema needed
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.encoding.decode(token_ids)

@@ -112,7 +112,7 @@ class Turn:
         upstream request."""
         assert self._stream is not None, "start() first"
         record = self.record
-        parser = self.runtime.format.parser()
+        parser = self.runtime.format.parser(self.record.conversation.tools)
         started: dict[int, ItemStarted] = {}
         output_ids, logprobs = record.output_ids, record.logprobs
         try:
