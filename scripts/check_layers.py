@@ -8,7 +8,7 @@ from pathlib import Path
 
 RANK = {"ops": 7, "server": 6, "adapters": 5, "ws": 5, "pipeline": 4, "sessions": 3, "tokenfix": 2,
         "formats": 1, "upstream": 1, "core": 0}
-IMPORT = re.compile(r"^\s*(?:from|import) gateway\.(\w+)", re.M)
+IMPORT = re.compile(r"^\s*(?:from|import) gateway\.(\w+)", re.MULTILINE)
 
 
 def upward_imports(root: Path) -> list[tuple[str, str]]:
