@@ -6,7 +6,7 @@ bootstrap:
 
 # pytest's exit code 5 means "no tests collected": not a failure.
 test: bootstrap
-	.venv/bin/pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	.venv/bin/pytest -q --durations=15 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # With no --upstream the gateway starts a local stock vLLM on the tiny model itself.
 serve: bootstrap
