@@ -10,7 +10,7 @@ bootstrap-codex:
 
 # pytest's exit code 5 means "no tests collected": not a failure.
 test: bootstrap-codex
-	.venv/bin/pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	.venv/bin/pytest -q --durations=15 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # With no --upstream the gateway starts a local stock vLLM on the tiny model itself.
 serve: bootstrap

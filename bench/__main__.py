@@ -50,8 +50,8 @@ def vllm_server(choice: str, fast: bool) -> Iterator[str | None]:
     if choice != "auto":
         yield choice.rstrip("/")
         return
-    from gateway.fixtures.models import qwen_model_dir
-    from gateway.launcher import VLLMError, VLLMProcess
+    from gateway.ops.tiny_models import qwen_model_dir
+    from gateway.ops.vllm_process import VLLMError, VLLMProcess
 
     try:
         model_dir = qwen_model_dir()

@@ -19,9 +19,9 @@ from bench import procs
 from bench.loadgen import percentiles
 from bench.models import qwen
 from bench.relay import DIRECT_MARKER, GATEWAY_MARKER
-from gateway.conversation import Conversation, Message
+from gateway.core.conversation import Conversation, Message
+from gateway.core.sampling import GenerationDefaults, SamplingOptions, resolve
 from gateway.formats import load_format
-from gateway.sampling import GenerationDefaults, SamplingOptions, resolve
 from gateway.upstream.protocol import request_body
 
 PROMPT = "Say hello in five words."
@@ -112,7 +112,7 @@ def run(*, quick: bool, vllm_url: str | None = None, requests: int | None = None
     if vllm_url is not None:
         import httpx
 
-        from gateway.fixtures.models import qwen_model_dir
+        from gateway.ops.tiny_models import qwen_model_dir
 
         served = httpx.get(vllm_url + "/v1/models").json()["data"][0]["id"]
         model_dir = str(qwen_model_dir())

@@ -26,7 +26,7 @@ def describe(vllm_version: str | None = None) -> dict[str, Any]:
 
 
 def _vllm_version() -> str | None:
-    from gateway.launcher import VLLMError, vllm_python
+    from gateway.ops.vllm_process import VLLMError, vllm_python
 
     try:
         python = vllm_python()

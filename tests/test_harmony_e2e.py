@@ -11,8 +11,8 @@ from openai_harmony import Conversation as HConversation
 from openai_harmony import Message as HMessage
 from openai_harmony import RenderConversationConfig, Role
 
+from gateway.core.settings import Settings
 from gateway.formats.harmony import load_harmony_format
-from gateway.settings import Settings
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 
@@ -49,7 +49,7 @@ def scripted(harmony_tokenizer_dir_path):
 
 @pytest.fixture(scope="module")
 def harmony_tokenizer_dir_path(o200k_dir):
-    from gateway.fixtures.o200k import harmony_tokenizer_dir
+    from tests.support.o200k import harmony_tokenizer_dir
 
     return harmony_tokenizer_dir()
 

@@ -19,11 +19,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway import supervisor as supervisor_module
-from gateway.cli import build_parser, main
-from gateway.launch import replica_env, replicas, vllm_args
-from gateway.launcher import VLLMError, VLLMProcess, free_port
-from gateway.supervisor import Supervisor
+from gateway.ops import supervisor as supervisor_module
+from gateway.ops.cli import main
+from gateway.ops.flags import build_parser
+from gateway.ops.launch import replica_env, replicas, vllm_args
+from gateway.ops.supervisor import Supervisor
+from gateway.ops.vllm_process import VLLMError, VLLMProcess, free_port
 from tests.support.processes import children, cmdline, group_members
 
 STUB = Path(__file__).parent / "support" / "stub_vllm.py"
@@ -129,13 +130,13 @@ def test_the_demo_fits_codex_and_says_its_bounds(monkeypatch: pytest.MonkeyPatch
     """`serve` without --upstream: a 32k context by default (Codex's prompt and tools take ~8.5k
     tokens), --context-length (or vLLM's --max-model-len) to change it, and the output limit
     of the model's generation_config.json said at start."""
-    from gateway import demo, launch
+    from gateway.ops import demo, launch
 
     model = tmp_path / "demo-model"
     model.mkdir()
     (model / "generation_config.json").write_text('{"max_new_tokens": 512}')
     started: list[VLLMProcess] = []
-    monkeypatch.setattr("gateway.fixtures.models.demo_model_dir", lambda: model)
+    monkeypatch.setattr("gateway.ops.tiny_models.demo_model_dir", lambda: model)
     monkeypatch.setattr(launch, "serve_supervised", lambda processes, settings: started.extend(processes) or 0)
     monkeypatch.delenv("GATEWAY_UPSTREAM", raising=False)
     for argv, context in (([], 32768), (["--context-length", "65536"], 65536), (["--max-model-len", "4096"], 4096)):

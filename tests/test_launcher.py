@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.launcher import VLLMError, VLLMProcess
+from gateway.ops.vllm_process import VLLMError, VLLMProcess
 from tests.support.processes import group_members
 
 HELLO_WORLD = [9707, 1879]  # "Hello world" in Qwen3's vocabulary
@@ -95,12 +95,12 @@ def test_load_progress_says_what_vllm_is_doing(tmp_path: Path, monkeypatch: pyte
                  "(EngineCore pid=2) INFO 11-23 14:59:10 [ompmultiprocessing.py:185] \treserved_cpus=[1]",
                  "(Worker pid=3) WARNING 11-23 14:59:10 [cpu_worker.py:114] libiomp is not found"]
     python = fake_python(tmp_path, "".join(f"echo '{line}'\n" for line in log_lines) + "sleep 30\n")
-    monkeypatch.setattr("gateway.launcher.PROGRESS_EVERY", 0.2)
+    monkeypatch.setattr("gateway.ops.vllm_process.PROGRESS_EVERY", 0.2)
     process = VLLMProcess("m", python=python, log_path=tmp_path / "vllm.log")
     assert process.last_step() is None
     process.start()
     try:
-        with caplog.at_level("INFO", logger="gateway.launcher"), pytest.raises(VLLMError, match="not ready"):
+        with caplog.at_level("INFO", logger="gateway.ops.vllm_process"), pytest.raises(VLLMError, match="not ready"):
             process.wait_ready_sync(timeout=1.5)
     finally:
         process.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from gateway.settings import Settings
+from gateway.core.settings import Settings
 from tests.support.fake_vllm import FakeVLLM
 from tests.support.gateway_server import running_gateway
 

@@ -22,10 +22,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from gateway import logs
-from gateway.launcher import free_port
-from gateway.logs import JSONFormatter, TextFormatter
-from gateway.settings import Settings
+from gateway.core import logs
+from gateway.core.logs import JSONFormatter, TextFormatter
+from gateway.core.settings import Settings
+from gateway.ops.vllm_process import free_port
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway, wait_healthy
 
@@ -249,7 +249,7 @@ def test_failures_count_by_outcome_and_status(fake, url, tokenizer):
         **finished("chat", "400", ttft=False)}
 
 
-def test_splice_fallback_when_the_history_no_longer_continues_the_session(fake, url, tokenizer):
+def test_non_monotonic_when_the_history_no_longer_continues_the_session(fake, url, tokenizer):
     fake.queue(Script(ids(tokenizer, "A") + [IM_END]), Script(ids(tokenizer, "B") + [IM_END]))
     before = settled(url)
     body = {"model": MODEL, "input": "first", "prompt_cache_key": "obs-fallback"}
@@ -259,7 +259,7 @@ def test_splice_fallback_when_the_history_no_longer_continues_the_session(fake, 
     assert changes(before, settled(url)) == {
         **finished("responses_http", "completed", 2), **tokens("responses_http", sum(prompts), 4),
         "gateway_session_cache_misses_total": 1, "gateway_session_cache_hits_total": 1,
-        per_api("gateway_splice_fallbacks_total", "responses_http"): 1}
+        per_api("gateway_non_monotonic_prompts_total", "responses_http"): 1}
 
 
 # -- WebSocket -------------------------------------------------------------------------------

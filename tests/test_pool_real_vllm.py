@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.app import build_runtime
-from gateway.launcher import VLLMError, VLLMProcess
-from gateway.runtime import Runtime
-from gateway.settings import Settings
+from gateway.core.settings import Settings
+from gateway.ops.vllm_process import VLLMError, VLLMProcess
+from gateway.pipeline.runtime import Runtime
+from gateway.server.app import build_runtime
 from gateway.upstream import routing
 from tests.support.gateway_server import running_gateway
 

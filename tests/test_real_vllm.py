@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.settings import Settings
+from gateway.core.settings import Settings
 from tests.support.gateway_server import running_gateway
 
 pytestmark = pytest.mark.vllm

@@ -12,7 +12,7 @@ import openai
 import pytest
 from websockets.asyncio.client import connect
 
-from gateway.settings import Settings
+from gateway.core.settings import Settings
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 
@@ -289,8 +289,8 @@ async def test_websocket_mode_records_rollouts_and_answers_a_wrong_mask_with_an_
 
 
 def test_harmony_rollout_keeps_the_call_terminator_the_model_emitted(o200k_dir):
-    from gateway.fixtures.o200k import harmony_tokenizer_dir
     from gateway.formats.harmony import load_harmony_format
+    from tests.support.o200k import harmony_tokenizer_dir
 
     harmony = load_harmony_format()
     enc = harmony.encoding.encode

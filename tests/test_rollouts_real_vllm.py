@@ -14,7 +14,7 @@ import httpx
 import pytest
 from transformers import AutoTokenizer
 
-from gateway.settings import Settings
+from gateway.core.settings import Settings
 from tests.support.gateway_server import running_gateway
 from tests.support.recording_proxy import RecordingProxy
 

@@ -18,8 +18,8 @@ import httpx
 import pytest
 import websockets.sync.client
 
-from gateway import turn as turn_module
-from gateway.settings import Settings
+from gateway.core.settings import Settings
+from gateway.pipeline import turn as turn_module
 from gateway.upstream import replica as replica_module
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway

@@ -9,9 +9,9 @@ from gateway.adapters.responses_input import _content_text, _tool, _tool_choice
 from gateway.adapters.rollout_fields import token_ids
 from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.validation import expect, expect_range
-from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
-from gateway.errors import invalid_request
-from gateway.sampling import SamplingOptions
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
+from gateway.core.errors import invalid_request
+from gateway.core.sampling import SamplingOptions
 from gateway.tokenfix.state import TokenState
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.adapters.validation import expect
-from gateway.conversation import Tool
+from gateway.core.conversation import Tool
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from operator import index as as_index
@@ -29,11 +29,13 @@ import orjson
 import xxhash
 
 from gateway.adapters.responses_input import ResponsesRequest, input_items, parse_request
-from gateway.conversation import Item
-from gateway.errors import APIError
+from gateway.core.conversation import Item
+from gateway.core.errors import APIError
 from gateway.formats.base import Covered
+from gateway.pipeline import session
+from gateway.pipeline.runtime import Runtime
+from gateway.sessions.session_store import ResentPrefix
 from gateway.tokenfix.state import TokenState, context_digest
-from gateway.tokenfix.store import SessionStore
 
 # XXH3-128, not a cryptographic hash: it reads the body's bytes at memory speed (SHA-256 took
 # 0.36 ms of a 634 KB history, which is the growth this module removes). Accidental collisions
@@ -44,18 +46,6 @@ _hash = partial(xxhash.xxh3_128, seed=int.from_bytes(os.urandom(8), "little"))
 _DECODER = json.JSONDecoder()
 _WHITESPACE = json.decoder.WHITESPACE
 _CACHE_KEY = re.compile(rb'[ \t\n\r]*:[ \t\n\r]*("(?:[^"\\]|\\.)*")')
-
-
-@dataclass(frozen=True, slots=True)
-class ResentPrefix:
-    """Where a request's `input` items are in its body, for recognising them in the next one."""
-
-    start: int  # offset of the `input` array's '['
-    end: int  # offset just past its last item: body[:end] is what a resend repeats
-    digest: bytes  # XXH3-128 of body[:end]
-    items: int  # the conversation items those input items became (instructions taken out)
-    instructions_end: int  # the end of the leading input item taken as the instructions; 0: none
-    instructions_field: bool  # the body set `instructions` (then no leading item is taken)
 
 
 @dataclass(slots=True)
@@ -79,13 +69,15 @@ def resent_prefix(raw: bytes, body: dict[str, Any], parsed: ResponsesRequest) ->
                         first_end if taken else 0, field)
 
 
-def parse_resent(raw: bytes, sessions: SessionStore, terminators: Collection[int]) -> Resent | None:
+def parse_resent(raw: bytes, runtime: Runtime) -> Resent | None:
     """The request in `raw` when it continues its session's state from the bytes it has in
     common with the request before; None: parse it the ordinary way."""
     key = _cache_key(raw)
-    state = sessions.peek(key) if key is not None else None
-    prefix = state.resent if state is not None else None
-    if state is None or prefix is None or prefix.items != state.prompt_items or state.prompt_hash is None:
+    found = session.recall(runtime, key, count=False) if key is not None else None
+    if found is None or found.resent is None:
+        return None
+    state, prefix = found.state, found.resent
+    if prefix.items != state.prompt_items or state.prompt_hash is None:
         return None
     if len(raw) <= prefix.end or raw[prefix.end] != ord(","):
         return None  # no item follows the covered ones
@@ -117,13 +109,13 @@ def parse_resent(raw: bytes, sessions: SessionStore, terminators: Collection[int
     parsed.conversation.instructions = instructions
     parsed.conversation.items = ResentItems(partial(_covered_items, raw, prefix), prefix.items, new)  # type: ignore[assignment]
     parsed.echo["instructions"] = body.get("instructions")
-    if context_digest(parsed.conversation) != state.context or sessions.get(key) is not state:
+    if context_digest(parsed.conversation) != state.context or session.recall(runtime, key) is not found:
         return None
     end = span[2] + prefix.end - prefix.start  # the last new item's end, back in `raw`
     running.update(memoryview(raw)[prefix.end:end])
     following = ResentPrefix(prefix.start, end, running.digest(), prefix.items + len(new), prefix.instructions_end,
                              prefix.instructions_field)
-    return Resent(parsed, state, state.covered(terminators), following)
+    return Resent(parsed, state, state.covered(runtime.format.turn_terminators), following)
 
 
 class ResentItems(Sequence[Item]):

@@ -1,23 +1,24 @@
 """One Responses API response, transport-agnostic: the events of a started turn.
 
 HTTP (SSE or JSON) and WebSocket mode both drive `response_events`; they differ only
-in how events are framed and where the turn's exact tokens are remembered.
+in how events are framed. What the turn leaves behind is committed by the session
+module when the response ends normally, and forgotten when it fails.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
-from gateway.errors import APIError
+from gateway.core.errors import APIError
 from gateway.formats.base import ItemDelta, ParseEvent
-from gateway.runtime import Runtime
-from gateway.turn import Turn
-
-OnFinished = Callable[[Turn, Event], None]
+from gateway.pipeline import session, trace
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn
+from gateway.tokenfix.record import TurnRecord
 
 
 def check_model(runtime: Runtime, model: str) -> None:
@@ -26,13 +27,11 @@ def check_model(runtime: Runtime, model: str) -> None:
                        status=404, code="model_not_found", param="model")
 
 
-async def response_events(turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest,
-                          on_finished: OnFinished | None = None) -> AsyncIterator[list[Event]]:
+async def response_events(turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest
+                          ) -> AsyncIterator[list[Event]]:
     """created … completed|incomplete|failed for a turn that `start()`ed successfully, in
-    batches: the events of the tokens one upstream read delivered go out together.
-
-    `on_finished(turn, final_event)` runs only for a turn that ended normally, so a failed
-    turn never updates a cache.
+    batches: the events of the tokens one upstream read delivered go out together. Only a
+    turn that ended normally is committed, so a failed turn never updates a cache.
     """
     yield writer.start()
     on_parse_event = writer.on_parse_event
@@ -45,12 +44,17 @@ async def response_events(turn: Turn, writer: ResponseWriter, parsed: ResponsesR
                 if events:
                     yield events
     except APIError as exc:
-        yield [*writer.finish(None), writer.failed(exc.code or "server_error", exc.message, usage(turn))]
+        session.forget(turn.request)
+        trace.failed(exc)
+        yield [*writer.finish(None), writer.failed(exc.code or "server_error", exc.message, usage(turn.record))]
         return
-    held = writer.finish(turn.output_ids if turn.finish_reason in ("stop", "length") else None)
-    final = final_event(turn, writer, parsed)
-    if on_finished is not None and final["type"] != "response.failed":
-        on_finished(turn, final)
+    record = turn.record
+    held = writer.finish(record.output_ids if record.finished else None)
+    final = final_event(record, writer, parsed, incomplete_reason(turn))
+    if final["type"] == "response.failed":
+        session.forget(turn.request)
+    else:
+        session.commit(turn)
     yield [*held, final]
 
 
@@ -75,14 +79,17 @@ def coalesce(events: list[ParseEvent]) -> list[ParseEvent]:
 
 async def failed_events(writer: ResponseWriter, exc: APIError) -> AsyncIterator[list[Event]]:
     """A response that failed before generating (e.g. context_length_exceeded)."""
+    trace.failed(exc)
     yield [*writer.start(), writer.failed(exc.code or "server_error", exc.message)]
 
 
-def final_event(turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest) -> Event:
+def final_event(turn: TurnRecord, writer: ResponseWriter, parsed: ResponsesRequest,
+                reason: str = "max_output_tokens") -> Event:
+    """`reason`: what a turn cut for length says ended it (`incomplete_reason`)."""
     if parsed.return_token_ids:
         writer.extra = token_fields(turn)
     if turn.finish_reason == "length":
-        return writer.incomplete(usage(turn), incomplete_reason(turn))
+        return writer.incomplete(usage(turn), reason)
     if turn.finish_reason == "abort":
         return writer.failed("server_error", "the replica aborted the generation", usage(turn))
     return writer.completed(usage(turn))
@@ -99,17 +106,18 @@ def incomplete_reason(turn: Turn) -> str:
     value that says so (its enum is max_output_tokens | content_filter, and OpenAI itself files
     this case under max_output_tokens), so the gateway says what happened, in the words
     Anthropic's API uses for it: `model_context_window_exceeded`."""
-    output = len(turn.output_ids)
-    limits = (turn.request.sampling.max_tokens, turn.runtime.defaults.max_tokens)
+    record = turn.record
+    output = len(record.output_ids)
+    limits = (turn.sampling.max_tokens, turn.runtime.defaults.max_tokens)
     if any(limit is not None and output >= limit for limit in limits):
         return "max_output_tokens"
     max_model_len = turn.runtime.pool.max_model_len
-    if max_model_len is not None and turn.input_tokens + output >= max_model_len:
+    if max_model_len is not None and record.input_tokens + output >= max_model_len:
         return CONTEXT_WINDOW
     return "max_output_tokens"
 
 
-def usage(turn: Turn) -> dict[str, Any]:
+def usage(turn: TurnRecord) -> dict[str, Any]:
     output = len(turn.output_ids)
     return {
         "input_tokens": turn.input_tokens,
@@ -120,7 +128,7 @@ def usage(turn: Turn) -> dict[str, Any]:
     }
 
 
-def token_fields(turn: Turn) -> dict[str, Any]:
+def token_fields(turn: TurnRecord) -> dict[str, Any]:
     """Exact tokens, on request (`return_token_ids`): for RL and for checking on-policy prompts."""
     return {
         "prompt_token_ids": turn.prompt_token_ids,

@@ -24,8 +24,8 @@ from typing import Any
 
 from gateway.adapters import reasoning_blob
 from gateway.adapters.codex_tools import Route, custom_input, routes
+from gateway.core.ids import new_id
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
-from gateway.ids import new_id
 
 Event = dict[str, Any]
 

@@ -19,9 +19,9 @@ from gateway.adapters import reasoning_blob
 from gateway.adapters.codex_tools import LOCAL_SHELL, custom_arguments, flat_name, function_tool, offered_tools
 from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.validation import expect, expect_range
-from gateway.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.errors import invalid_request
-from gateway.sampling import SamplingOptions
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.errors import invalid_request
+from gateway.core.sampling import SamplingOptions
 
 log = logging.getLogger(__name__)
 

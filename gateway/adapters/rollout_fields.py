@@ -13,9 +13,9 @@ import re
 from typing import Any
 
 from gateway.adapters.validation import expect
-from gateway.errors import invalid_request
-from gateway.runtime import Runtime
-from gateway.tokenfix.rollouts import Pending
+from gateway.core.errors import invalid_request
+from gateway.pipeline.runtime import Runtime
+from gateway.sessions.rollouts import Pending
 
 _ROLLOUT_ID = re.compile(r"[A-Za-z0-9_.:-]{1,256}")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.adapters.validation import expect, expect_range
-from gateway.sampling import SamplingOptions
+from gateway.core.sampling import SamplingOptions
 
 
 def parse_sampling(body: dict[str, Any], *, max_tokens: int | None, logprobs: bool) -> SamplingOptions:

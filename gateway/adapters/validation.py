@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.errors import invalid_request
+from gateway.core.errors import invalid_request
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
                list: "an array", dict: "an object"}

@@ -37,5 +37,5 @@ def load_format(model: str, *, tokenizer: str | None = None, chat_format: str = 
     if kind == "hf":
         from gateway.formats.hf import load_hf_format
 
-        return load_hf_format(tokenizer or model)
+        return load_hf_format(tokenizer or model, tool_parser=tool_parser, reasoning_parser=reasoning_parser)
     raise ValueError(f"unknown chat format {kind!r}; expected auto, harmony or hf")

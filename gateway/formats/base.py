@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall
 
 ItemKind = Literal["reasoning", "text", "tool_call"]
 
@@ -117,8 +117,9 @@ class ChatFormat(Protocol):
         """
         ...
 
-    def parser(self) -> OutputParser:
-        """A fresh streaming parser for one generation."""
+    def parser(self, tools: Sequence[Tool] = ()) -> OutputParser:
+        """A fresh streaming parser for one generation; `tools` are the request's (formats whose
+        calls carry untyped text, like Qwen's XML, type the arguments by their schemas)."""
         ...
 
     def decode(self, token_ids: Sequence[int]) -> str:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Sequence
 
 from openai_harmony import HarmonyEncoding, HarmonyEncodingName, load_harmony_encoding
 
-from gateway.conversation import Conversation
+from gateway.core.conversation import Conversation, Tool
 from gateway.formats.base import Covered, Tail
 from gateway.formats.harmony_parser import HarmonyParser
 from gateway.formats.harmony_render import HarmonyRenderer
@@ -32,8 +30,8 @@ class HarmonyFormat:
     def render_tail(self, conversation: Conversation, covered: Covered) -> Tail | None:
         return self.renderer.render_tail(conversation, covered)
 
-    def parser(self) -> HarmonyParser:
-        return HarmonyParser(self.encoding)
+    def parser(self, tools: Sequence[Tool] = ()) -> HarmonyParser:
+        return HarmonyParser(self.encoding)  # harmony calls carry their JSON: no schema needed
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.encoding.decode(token_ids)
@@ -43,11 +41,6 @@ def load_harmony_format(**options: str | None) -> HarmonyFormat:
     """The gpt-oss format. Options: `start_date` (YYYY-MM-DD; default today), `model_identity`.
 
     openai-harmony reads o200k_base.tiktoken from $TIKTOKEN_ENCODINGS_BASE (or downloads
-    it). When that is unset and the `quicktok-v1` package is installed, the offline
-    fixture is built and used instead.
+    it): offline, point that at a directory holding the file.
     """
-    if "TIKTOKEN_ENCODINGS_BASE" not in os.environ and importlib.util.find_spec("quicktok") is not None:
-        from gateway.fixtures.o200k import ensure_harmony_env
-
-        ensure_harmony_env()
     return HarmonyFormat(load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS), **options)

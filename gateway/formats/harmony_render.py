@@ -28,7 +28,7 @@ from openai_harmony import (
     Message as HarmonyMessage,
 )
 
-from gateway.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.base import Covered, Tail
 
 REASONING_EFFORT = {

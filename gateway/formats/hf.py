@@ -1,8 +1,10 @@
-"""The HF chat-template format: a model's own Jinja template in, Qwen3-style output parsed.
+"""The HF chat-template format: a model's own Jinja template in, Qwen-style output parsed.
 
 Prompts are rendered by the tokenizer's chat template (see `hf_render` for how content is
 kept from becoming markup); output is parsed at the token level for `<think>` reasoning and
-hermes `<tool_call>` blocks (see `hf_parser`), which covers the Qwen2.5/Qwen3 family.
+`<tool_call>` blocks: hermes JSON (`hf_parser`, the Qwen2.5/Qwen3 family) or Qwen's XML
+(`qwen_xml`, Qwen3.5/3.6 and Qwen3-Coder). Which one is read off the template (a template that
+writes `<function=` / `<parameter=` is XML) unless vLLM's parser name is given.
 """
 
 from __future__ import annotations
@@ -16,30 +18,46 @@ from tokenizers import decoders
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from gateway.conversation import Conversation, Message
+from gateway.core.conversation import Conversation, Message, Tool
 from gateway.formats.base import Covered, Tail
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
 from gateway.formats.hf_window import TemplateWindow
+from gateway.formats.qwen_xml import XmlToolCallParser, template_messages
 
 # Tokens that end a turn in ChatML-style templates, besides the tokenizer's eos.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
+# vLLM's --tool-call-parser / --reasoning-parser names this format speaks, and what they mean here.
+TOOL_PARSERS = {"auto": "auto", "hermes": "hermes", "qwen3_coder": "xml", "qwen3_xml": "xml", "none": "none"}
+REASONING_PARSERS = {"auto": "think", "qwen3": "think", "none": "none"}
+XML_TEMPLATE_MARKERS = ("<function=", "<parameter=")
 
 
 class HFChatFormat:
     name = "hf"
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast, *, enable_thinking: bool | None = None,
-                 extra_eos_ids: Iterable[int] = ()) -> None:
+                 extra_eos_ids: Iterable[int] = (), tool_parser: str = "auto", reasoning_parser: str = "auto") -> None:
         if not isinstance(tokenizer, PreTrainedTokenizerFast):
             raise TypeError(f"the hf format needs a fast (tokenizers) tokenizer, got {type(tokenizer).__name__}")
         if tokenizer.chat_template is None:
             raise ValueError("the tokenizer has no chat template")
+        if tool_parser not in TOOL_PARSERS:
+            raise ValueError(f"unknown tool parser {tool_parser!r}; expected one of {', '.join(TOOL_PARSERS)}")
+        if reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(
+                f"unknown reasoning parser {reasoning_parser!r}; expected one of {', '.join(REASONING_PARSERS)}"
+            )
         self.tokenizer = tokenizer
+        template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
+        self.tool_calls = TOOL_PARSERS[tool_parser]  # "hermes" | "xml" | "none"
+        if self.tool_calls == "auto":
+            self.tool_calls = "xml" if any(marker in template for marker in XML_TEMPLATE_MARKERS) else "hermes"
         template_kwargs: dict[str, Any] = {}
         if enable_thinking is not None:
             template_kwargs["enable_thinking"] = enable_thinking
-        self._encoder = SafeTemplateEncoder(tokenizer, template_kwargs)
+        prepare = template_messages if self.tool_calls == "xml" else None
+        self._encoder = SafeTemplateEncoder(tokenizer, template_kwargs, prepare=prepare)
 
         vocab = tokenizer.get_vocab()
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -50,7 +68,12 @@ class HFChatFormat:
         self._token_bytes = _token_bytes(tokenizer)
         markers = {"think_open": "<think>", "think_close": "</think>",
                    "call_open": "<tool_call>", "call_close": "</tool_call>"}
+        if REASONING_PARSERS[reasoning_parser] == "none":
+            del markers["think_open"], markers["think_close"]
+        if self.tool_calls == "none":
+            del markers["call_open"], markers["call_close"]
         ids = {field: vocab.get(token) for field, token in markers.items()}
+        ids = {field: ids.get(field) for field in ("think_open", "think_close", "call_open", "call_close")}
         self._markup = Markup(
             **ids, text={ids[f]: markers[f].encode() for f in markers if ids[f] is not None}
         )
@@ -64,10 +87,12 @@ class HFChatFormat:
     def render_tail(self, conversation: Conversation, covered: Covered) -> Tail | None:
         return self._window.tail(conversation, covered) if self._window is not None else None
 
-    def parser(self) -> HermesOutputParser:
-        return HermesOutputParser(
-            self._token_bytes, self._markup, frozenset(self.stop_token_ids), self._starts_in_reasoning
-        )
+    def parser(self, tools: Sequence[Tool] = ()) -> HermesOutputParser:
+        """A parser for one generation; `tools` (the request's) type XML calls' parameters."""
+        stop_ids = frozenset(self.stop_token_ids)
+        if self.tool_calls == "xml":
+            return XmlToolCallParser(self._token_bytes, self._markup, stop_ids, self._starts_in_reasoning, tools)
+        return HermesOutputParser(self._token_bytes, self._markup, stop_ids, self._starts_in_reasoning)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
-from gateway.conversation import Conversation, Message, Reasoning, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Message, Reasoning, ToolCall, ToolOutput
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +90,11 @@ def _assistant(messages: list[dict[str, Any]]) -> dict[str, Any]:
 class SafeTemplateEncoder:
     """Renders chat messages with the tokenizer's template into ids, content kept as plain text."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerFast, template_kwargs: dict[str, Any]) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerFast, template_kwargs: dict[str, Any], *,
+                 prepare: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None) -> None:
         self._tokenizer = tokenizer
         self._template_kwargs = template_kwargs
+        self._prepare = prepare  # the family's reshaping of `hf_messages` for its template
         self._markup_ids = {token.content: token_id for token_id, token in tokenizer.added_tokens_decoder.items()}
         longest_first = sorted(self._markup_ids, key=len, reverse=True)
         self._markup = re.compile("(" + ("|".join(map(re.escape, longest_first)) or "(?!)") + ")")
@@ -110,6 +113,8 @@ class SafeTemplateEncoder:
 
     def render_text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, bool]:
         """The template's text, content escaped; and whether any content needed escaping."""
+        if self._prepare is not None:
+            messages = self._prepare(messages)
         escaped = False
 
         def escape(value: Any) -> Any:
@@ -165,6 +170,8 @@ class SafeTemplateEncoder:
         # The template saw escapes where the content has markup strings; a template that
         # branches on content ("does this user text start with <tool_response>?") renders
         # differently then. The escaped rendering is the one kept: content stays content.
+        if self._prepare is not None:
+            messages = self._prepare(messages)
         if self._unescape(text) != self._render(messages, tools):
             log.debug("chat template rendered markup-bearing content differently; kept it as plain text")
 

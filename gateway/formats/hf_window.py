@@ -12,10 +12,12 @@ template that cannot render the header alone gets the prompt's last item in the 
 Whether a template is that local cannot be read off its source, so it is tested on first
 use, per kind of new item (tool outputs, user messages, later system messages): probe
 conversations are continued both ways, full render + splice and window, and a kind uses
-the window only if every probe agrees. Qwen3's template passes for tool outputs and
-system messages, not for user messages: a new user query strips the reasoning of earlier
-turns, which the window cannot see. Other new items (assistant items) always take the
-full render.
+the window only if every probe agrees. The probe splices exact tokens, which is
+gateway/tokenfix's business: it lives in gateway/tokenfix/locality.py and installs itself
+here (`use_probe`) when gateway.tokenfix is imported; until then no kind is windowed.
+Qwen3's template passes for tool outputs and system messages, not for user messages: a
+new user query strips the reasoning of earlier turns, which the window cannot see. Other
+new items (assistant items) always take the full render.
 """
 
 from __future__ import annotations
@@ -25,11 +27,10 @@ import functools
 import logging
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from jinja2 import TemplateError
 
-from gateway.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Item, Message, ToolOutput
 from gateway.formats.base import ChatFormat, Covered, Tail
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
 
@@ -46,6 +47,16 @@ def item_kind(item: Item) -> str:
     return "assistant"
 
 
+# (format, window tail) -> the kinds whose windowed continuation differs from full render + splice
+LocalityProbe = Callable[[ChatFormat, Callable[[Conversation, Covered], Tail | None]], set[str]]
+_probe: LocalityProbe | None = None
+
+
+def use_probe(probe: LocalityProbe) -> None:
+    global _probe
+    _probe = probe
+
+
 class TemplateWindow:
     def __init__(self, chat_format: ChatFormat, encoder: SafeTemplateEncoder, terminators: Sequence[str]) -> None:
         self._format = chat_format
@@ -56,8 +67,9 @@ class TemplateWindow:
 
     @functools.cached_property
     def kinds(self) -> frozenset[str]:
-        """The kinds of new items this template renders locally (probed once, on first use)."""
-        kinds = frozenset(KINDS) - _failing_kinds(self._format, self._tail)
+        """The kinds of new items this template renders locally (probed once, on first use;
+        with no probe installed, none: the full render is always right)."""
+        kinds = frozenset(KINDS) - _probe(self._format, self._tail) if _probe is not None else frozenset()
         log.info("chat template renders %s new items incrementally", ", ".join(sorted(kinds)) or "no")
         return kinds
 
@@ -113,84 +125,3 @@ class TemplateWindow:
 
     def _count(self, text: str) -> int:
         return sum(map(text.count, self._terminators))
-
-
-# -- probing ----------------------------------------------------------------------------
-
-def _failing_kinds(chat_format: ChatFormat, tail: Callable[[Conversation, Covered], Tail | None]) -> set[str]:
-    """Kinds for which some probe's windowed continuation differs from full render + splice."""
-    from gateway.tokenfix.splice import splice, splice_tail
-    from gateway.tokenfix.state import TokenState
-
-    failing: set[str] = set()
-    terminators = chat_format.turn_terminators
-    for context in _CONTEXTS:
-        for before, turn, new in _PROBES:
-            for cut in (False, True):
-                history = dataclasses.replace(context, items=before)
-                state = TokenState.of_template_turn(chat_format, history, turn, cut=cut)
-                if state is None:
-                    continue
-                for kind, items in new.items():
-                    conversation = dataclasses.replace(context, items=[*before, *turn, *items])
-                    covered = state.continued_by(conversation, terminators)
-                    assert covered is not None
-                    head = dataclasses.replace(conversation, items=conversation.items[:covered.items])
-                    expected = splice(state.tokens, state.prompt_len, chat_format.render(head),
-                                      chat_format.render(conversation), terminators)
-                    try:
-                        found = tail(conversation, covered)
-                    except Exception as exc:  # noqa: BLE001 - any failure disqualifies the kind
-                        log.debug("windowed render failed on a probe: %r", exc)
-                        failing.add(kind)
-                        continue
-                    if found is None:
-                        continue  # declined: the full render runs instead
-                    spliced = splice_tail(state, found, terminators)
-                    if _ids(spliced) != _ids(expected):
-                        failing.add(kind)
-    return failing
-
-
-def _ids(ids: Sequence[int] | None) -> list[int] | None:
-    return None if ids is None else list(ids)
-
-
-_TOOL = Tool(name="read_file", description="Read a file.",
-             parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
-_CONTEXTS = (
-    Conversation(items=[], instructions="You are a careful coding agent.", tools=[_TOOL]),
-    Conversation(items=[], instructions="You are terse."),
-    Conversation(items=[], tools=[_TOOL]),
-    Conversation(items=[]),
-)
-
-
-def _call(call_id: str) -> ToolCall:
-    return ToolCall(call_id=call_id, name="read_file", arguments=f'{{"path": "{call_id}.py"}}')
-
-
-def _output(call_id: str, text: str = "def main():\n    return 0\n") -> ToolOutput:
-    return ToolOutput(call_id=call_id, output=text, name="read_file")
-
-
-def _new(call_id: str | None) -> dict[str, list[Item]]:
-    new: dict[str, list[Item]] = {"user": [Message(role="user", text="Now run the tests.")],
-                                  "system": [Message(role="developer", text="The sandbox is read-only.")]}
-    if call_id is not None:
-        new["tool"] = [_output(call_id)]
-    return new
-
-
-_QUERY = Message(role="user", text="Fix the failing test.")
-# (history before the model's turn, the model's turn, new items by kind)
-_PROBES: tuple[tuple[list[Item], list[Item], dict[str, Any]], ...] = (
-    ([_QUERY], [Reasoning(text="Look at the test first."), _call("c1")], _new("c1")),
-    ([_QUERY, Reasoning(text="Read it."), _call("c0"), _output("c0")],
-     [Reasoning(text="Now the module."), _call("c1")], _new("c1")),
-    ([_QUERY, _call("c0"), _output("c0")], [_call("c1"), _call("c2")],
-     {**_new(None), "tool": [_output("c1"), _output("c2", "<tool_response>x</tool_response>")]}),
-    ([_QUERY, Reasoning(text="Easy."), Message(role="assistant", text="Done."), Message(role="user", text="More?")],
-     [Message(role="assistant", text="Nothing more.")], _new(None)),
-    ([_QUERY, Message(role="developer", text="Be brief.")], [Reasoning(text="Hmm."), _call("c1")], _new("c1")),
-)

@@ -21,9 +21,9 @@ import json
 import logging
 from collections.abc import Sequence
 
-from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall
 from gateway.formats.base import ChatFormat, ItemDone, ItemStarted, output_item
-from gateway.tokenfix.splice import splice, splice_tail
+from gateway.tokenfix.prompt import build_prompt
 from gateway.tokenfix.state import TokenState
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def restore(chat_format: ChatFormat, conversation: Conversation, turns: Sequence
     state = prefix if prefix is not None and prefix.continued_by(conversation, terminators) else None
     items = conversation.items
     for index, ids in turns:
-        span = _turn_span(chat_format, items, index, ids)
+        span = _turn_span(chat_format, conversation, index, ids)
         if span is None:
             log.warning("ignoring the generated ids sealed with input item %d: they do not decode to the items "
                         "the history holds for that turn; it is rendered from its items", index)
@@ -63,11 +63,12 @@ def restore(chat_format: ChatFormat, conversation: Conversation, turns: Sequence
     return state if state is not None else prefix
 
 
-def _turn_span(chat_format: ChatFormat, items: Sequence[Item], index: int, ids: Sequence[int]
+def _turn_span(chat_format: ChatFormat, conversation: Conversation, index: int, ids: Sequence[int]
                ) -> tuple[int, int] | None:
     """Where the turn whose reasoning item is `items[index]` lies in the history, if `ids`
     parse to exactly its items (the first reasoning item of the parse being that one)."""
-    parsed = _parse(chat_format, ids)
+    items = conversation.items
+    parsed = _parse(chat_format, ids, conversation.tools)
     first = next((i for i, item in enumerate(parsed) if isinstance(item, Reasoning)), None)
     if first is None or index < first:
         return None
@@ -78,8 +79,8 @@ def _turn_span(chat_format: ChatFormat, items: Sequence[Item], index: int, ids: 
     return start, start + len(parsed)
 
 
-def _parse(chat_format: ChatFormat, ids: Sequence[int]) -> list[Item]:
-    parser = chat_format.parser()
+def _parse(chat_format: ChatFormat, ids: Sequence[int], tools: Sequence[Tool]) -> list[Item]:
+    parser = chat_format.parser(tools)
     started: dict[int, ItemStarted] = {}
     items: list[Item] = []
     for event in [*parser.feed(ids), *parser.finish()]:
@@ -113,18 +114,6 @@ def _json(text: str) -> object:
 
 
 def _prompt(chat_format: ChatFormat, head: Conversation, state: TokenState | None) -> Sequence[int]:
-    """The prompt of the turn after `head`: spliced onto `state` as the live turn's was, else
-    the template's render (Qwen3 drops earlier reasoning once a new user query comes)."""
-    if state is None:
-        return chat_format.render(head)
-    terminators = chat_format.turn_terminators
-    covered = state.continued_by(head, terminators)
-    if covered is None:
-        return chat_format.render(head)
-    tail = chat_format.render_tail(head, covered)
-    if tail is not None:  # as in Turn._render: when the tail does not splice, neither would the full render
-        return splice_tail(state, tail, terminators) or chat_format.render(head)
-    template = chat_format.render(head)
-    covered_head = dataclasses.replace(head, items=head.items[:covered.items])
-    spliced = splice(state.tokens, state.prompt_len, chat_format.render(covered_head), template, terminators)
-    return template if spliced is None else spliced
+    """The prompt of the turn after `head`, made as the live turn's was (Qwen3 drops earlier
+    reasoning once a new user query comes: then it is the template's render)."""
+    return build_prompt(chat_format, head, state).ids

@@ -8,14 +8,11 @@ from array import array
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gateway.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.base import ChatFormat, Covered
 from gateway.tokenfix.splice import count_terminators
-
-if TYPE_CHECKING:
-    from gateway.adapters.resent import ResentPrefix
 
 
 class HistoryHash:
@@ -75,7 +72,6 @@ class TokenState:
     model_turns: int | None = None  # …and in all of `tokens`
     prompt_hash: HistoryHash | None = None  # the running digest after the prompt's items…
     history_hash: HistoryHash | None = None  # …and after all `items`: a continuation extends it
-    resent: ResentPrefix | None = None  # the request body's bytes behind the prompt's items (HTTP)
 
     @classmethod
     def build(cls, conversation: Conversation, items: Sequence[Item], prompt: Sequence[int],

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from gateway.ids import new_id
+from gateway.core.ids import new_id
 from gateway.upstream.protocol import PATHS, UpstreamAPI, request_body
 from gateway.upstream.replica import Replica
 

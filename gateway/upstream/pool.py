@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import httpx
 
-from gateway.errors import UpstreamUnavailable
+from gateway.core.errors import UpstreamUnavailable
 from gateway.upstream import health, routing
 from gateway.upstream.discovery import Resolver
 from gateway.upstream.health import HealthPolicy

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import orjson
 
-from gateway.errors import UpstreamFailed, UpstreamUnavailable
+from gateway.core.errors import UpstreamFailed, UpstreamUnavailable
 from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.protocol import (
     PATHS,

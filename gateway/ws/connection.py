@@ -12,30 +12,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected, WebSocketState
 
-from gateway import logs, observe
-from gateway.adapters.continuation import CachedResponse, parse_continuation
+from gateway.adapters.continuation import parse_continuation
 from gateway.adapters.responses import Event, check_model, failed_events, response_events
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import expect
-from gateway.admission import Admission
-from gateway.errors import APIError, shutting_down
-from gateway.ids import new_id
-from gateway.runtime import Runtime
-from gateway.settings import Settings
-from gateway.tokenfix.rollouts import Pending
-from gateway.tokenfix.state import TokenState
-from gateway.turn import Turn, TurnRequest
-from gateway.ws.cache import ResponseCache
+from gateway.core import logs
+from gateway.core.errors import APIError, shutting_down
+from gateway.core.ids import new_id
+from gateway.core.settings import Settings
+from gateway.pipeline import session, trace
+from gateway.pipeline.request import Lane, TurnRequest
+from gateway.pipeline.runtime import Runtime
+from gateway.sessions.responses import CachedResponse, ResponseCache
 from gateway.ws.errors import (
     connection_limit_reached,
     error_event,
@@ -54,33 +52,25 @@ TRY_AGAIN_LATER = 1013
 GOING_AWAY = 1001
 
 
-async def responses_websocket(websocket: WebSocket) -> None:
-    """The route: admit the socket within the server-wide cap, then serve it."""
-    state = websocket.app.state
-    settings: Settings = state.settings
-    await websocket.accept()
-    if state.ws_connections >= settings.max_websocket_connections:
-        limit = f"{settings.max_websocket_connections} open connections"
-        await _send(websocket, error_event(connection_limit_reached(limit)))
-        await websocket.close(code=TRY_AGAIN_LATER)
-        return
-    state.ws_connections += 1
-    socket = ResponsesSocket(websocket, state.runtime, settings)
-    state.drain.sockets.add(socket)  # on shutdown: finish what runs, then close with 1001
-    try:
-        await socket.serve()
-    finally:
-        state.drain.sockets.discard(socket)
-        state.ws_connections -= 1
+class Budget(Protocol):
+    """The server's budget of model requests in flight, shared with HTTP (gateway/server/admission.py)."""
+
+    def acquire(self) -> None: ...  # raises APIError (429) when spent
+    def release(self) -> None: ...
 
 
 class ResponsesSocket:
-    def __init__(self, websocket: WebSocket, runtime: Runtime, settings: Settings) -> None:
+    def __init__(self, websocket: WebSocket, runtime: Runtime, settings: Settings, *, budget: Budget,
+                 traced: Callable[[float], AbstractContextManager[object]], draining: Callable[[], bool]) -> None:
+        """`traced(received)`: the request trace one `response.create` runs in; `draining()`: the
+        server is shutting down and takes no new responses."""
         self.websocket = websocket
         self.runtime = runtime
         self.settings = settings
+        self.budget = budget
+        self.traced = traced
+        self.draining = draining
         self.connection_id = new_id("ws")
-        self.metrics = websocket.app.state.metrics
         self.cache = ResponseCache()
         self.lanes: Lanes[CreateRequest] = Lanes(self._respond)
         self.close_code = 1000
@@ -134,7 +124,7 @@ class ResponsesSocket:
             await self._send_error(invalid_json(f"got a JSON {type(frame).__name__}"))
             return
         try:
-            if self.websocket.app.state.drain.draining:
+            if self.draining():
                 raise shutting_down()
             request = read_create(frame)
             self.lanes.submit(request.stream_id, request)
@@ -145,14 +135,14 @@ class ResponsesSocket:
 
     async def _respond(self, request: CreateRequest) -> None:
         lane = request.stream_id
-        with observe.traced("responses_ws", self.metrics, new_id("req"), request.received):
+        with self.traced(request.received):
             try:
                 await self._create(request)
             except _GONE:
                 raise  # the socket is closing; serve() cancels the rest
             except Exception:
                 log.exception("websocket %s: a response failed", self.connection_id)
-                self.cache.evict(lane)
+                self.cache.evict(lane)  # the connection's cache: nothing may continue a broken turn
                 await self._send_error(processing_error(), lane)
 
     async def _create(self, request: CreateRequest) -> None:
@@ -165,88 +155,55 @@ class ResponsesSocket:
         except APIError as exc:  # nothing ran: the lane's cache stays as it was
             await self._send_error(exc, lane)
             return
+        turn_request = TurnRequest(parsed.conversation, parsed.sampling, response_id=new_id("resp"),
+                                   cache_key=parsed.prompt_cache_key, previous=previous, rollout=rollout,
+                                   generated=parsed.generated, store=parsed.echo["store"],
+                                   lane=Lane(self.cache, lane), affinity=self.connection_id)
+        writer = ResponseWriter(response_id=turn_request.response_id, model=parsed.model, echo=parsed.echo)
         if not request.generate:
-            await self._warm_up(parsed, previous, lane)
+            await self._warm_up(turn_request, writer, lane)
             return
-        admission: Admission = self.websocket.app.state.admission  # the budget HTTP requests share
         try:
-            admission.acquire()
+            self.budget.acquire()
         except APIError as exc:  # over the limit: nothing ran
             await self._send_error(exc, lane)
             return
         try:
-            await self._generate(parsed, previous, lane, rollout)
+            await self._generate(turn_request, writer, parsed, lane)
         finally:
-            admission.release()
+            self.budget.release()
 
     def _previous(self, body: dict[str, Any]) -> CachedResponse | None:
         response_id = expect(body.get("previous_response_id"), str, "previous_response_id")
         if response_id is None:
             return None
-        previous = self.cache.find(response_id) or self.runtime.responses.get(response_id)
+        previous = session.previous_response(self.runtime, response_id, self.cache)
         if previous is None:
             raise previous_response_not_found(response_id)
         return previous
 
-    def _prefix(self, previous: CachedResponse | None, key: str | None) -> TokenState | None:
-        """Exact tokens the prompt may continue: the cached response's, else the session's
-        (a client reconnecting after the lifetime resends its full history under the same key)."""
-        if previous is not None and previous.tokens is not None:
-            return previous.tokens
-        return self.runtime.sessions.get(key) if key else None
-
-    async def _generate(self, parsed: ResponsesRequest, previous: CachedResponse | None, lane: str | None,
-                        rollout: Pending | None = None) -> None:
-        key = parsed.prompt_cache_key
-        conversation = parsed.conversation
-        prefix = self._prefix(previous, key)
-        if rollout is not None:  # an RL rollout: its own exact tokens, logprobs, replica and record
-            prefix = previous.tokens if previous and previous.tokens else rollout.prefix or prefix
-            if parsed.sampling.logprobs is None:
-                parsed.sampling.logprobs = 0
-        turn = Turn(self.runtime, TurnRequest(conversation, parsed.sampling, prefix=prefix, generated=parsed.generated,
-                                              affinity=rollout.rollout_id if rollout else key or self.connection_id,
-                                              check_prompt=rollout.check if rollout else None))
-        writer = ResponseWriter(response_id=new_id("resp"), model=parsed.model, echo=parsed.echo)
-
-        def remember(turn: Turn, final: Event) -> None:
-            tokens = turn.token_state()
-            history = dataclasses.replace(conversation, items=[*conversation.items, *turn.turn_items])
-            entry = CachedResponse(writer.response_id, history, tokens)
-            self.cache.put(lane, entry)
-            if parsed.echo["store"]:
-                self.runtime.responses.put(entry)
-            if key and tokens is not None:
-                self.runtime.sessions.put(key, tokens)
-            if rollout and tokens is not None:
-                rollout.commit(turn, tokens)
-
+    async def _generate(self, turn_request: TurnRequest, writer: ResponseWriter, parsed: ResponsesRequest,
+                        lane: str | None) -> None:
+        turn = await session.prepare(self.runtime, turn_request)
         try:
             await turn.start()
         except APIError as exc:
-            self.cache.evict(lane)
+            session.forget(turn_request)
             if exc.code == "context_length_exceeded":  # as over SSE: a failed response, not a retryable error
                 await self._send_all(failed_events(writer, exc), lane)
             else:
                 await self._send_error(exc, lane)
             return
-        async with contextlib.aclosing(response_events(turn, writer, parsed, remember)) as batches:
+        async with contextlib.aclosing(response_events(turn, writer, parsed)) as batches:
             async for batch in batches:
                 for event in batch:
-                    if event["type"] == "response.failed":
-                        self.cache.evict(lane)
                     await self._send(event, lane)
 
-    async def _warm_up(self, parsed: ResponsesRequest, previous: CachedResponse | None, lane: str | None) -> None:
-        """`generate: false`: remember the conversation for the next request, generate nothing.
-        The prompt is rendered only to report its size; nothing new was generated, so the
-        exact tokens to continue are still the previous response's."""
-        conversation = parsed.conversation
-        prompt = await asyncio.to_thread(self.runtime.format.render, conversation)
-        writer = ResponseWriter(response_id=new_id("resp"), model=parsed.model, echo=parsed.echo)
-        usage = {"input_tokens": len(prompt), "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
-                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": len(prompt)}
-        self.cache.put(lane, CachedResponse(writer.response_id, conversation, previous.tokens if previous else None))
+    async def _warm_up(self, turn_request: TurnRequest, writer: ResponseWriter, lane: str | None) -> None:
+        """`generate: false`: remember the conversation for the next request, generate nothing."""
+        prompt_tokens = await session.warm_up(self.runtime, turn_request)
+        usage = {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
+                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt_tokens}
         for event in [*writer.start(), writer.completed(usage)]:
             await self._send(event, lane)
 
@@ -277,7 +234,7 @@ class ResponsesSocket:
                 await self._send(event, stream_id)
 
     async def _send_error(self, exc: APIError, stream_id: str | None = None) -> None:
-        observe.error(exc.status)
+        trace.error(exc)
         await _send(self.websocket, error_event(exc, stream_id))
 
     async def _close(self) -> None:
@@ -290,3 +247,9 @@ class ResponsesSocket:
 
 async def _send(websocket: WebSocket, event: dict[str, Any]) -> None:
     await websocket.send({"type": "websocket.send", "text": orjson.dumps(event).decode()})
+
+
+async def refuse(websocket: WebSocket, max_connections: int) -> None:
+    """An accepted socket over the server-wide cap: say why, then close with 1013."""
+    await _send(websocket, error_event(connection_limit_reached(f"{max_connections} open connections")))
+    await websocket.close(code=TRY_AGAIN_LATER)

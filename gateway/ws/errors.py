@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.errors import APIError, invalid_request
+from gateway.core.errors import APIError, invalid_request
 
 
 def error_event(exc: APIError, stream_id: str | None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.adapters.validation import expect
-from gateway.errors import invalid_request
+from gateway.core.errors import invalid_request
 from gateway.ws.errors import unknown_event_type
 
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.adapters import reasoning_blob
 from gateway.adapters.responses_input import parse_request
-from gateway.conversation import Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.conversation import Reasoning, Tool, ToolCall, ToolOutput
 
 CODEX = Path(__file__).parent.parent / "data" / "codex"
 

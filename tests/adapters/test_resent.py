@@ -15,14 +15,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.adapters.resent import ResentItems, _cache_key, _input_span, parse_resent, resent_prefix
+from gateway.adapters.resent import Resent, ResentItems, _cache_key, _input_span, parse_resent, resent_prefix
 from gateway.adapters.responses_input import parse_request
-from gateway.conversation import Message
-from gateway.runtime import Runtime
-from gateway.sampling import GenerationDefaults, SamplingOptions
+from gateway.core.conversation import Message
+from gateway.core.sampling import GenerationDefaults, SamplingOptions
+from gateway.pipeline import session
+from gateway.pipeline.request import Recognised, TurnRequest
+from gateway.pipeline.runtime import Runtime
+from gateway.sessions.session_store import Session
+from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState, history_digest
-from gateway.tokenfix.store import SessionStore
-from gateway.turn import Turn, TurnRequest
 from gateway.upstream.pool import Pool
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -93,30 +95,33 @@ def request(items: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
 
 
 def session_after(chat_format, sent: dict[str, Any], serialize, turn: list[dict[str, Any]],
-                  cut: bool) -> SessionStore | None:
-    """The session store after the gateway answered `sent` with `turn` (the template's own
-    tokens); None when the template's render of the turn does not extend the prompt."""
+                  cut: bool) -> Runtime | None:
+    """A runtime whose session store holds what the gateway left after answering `sent` with
+    `turn` (the template's own tokens); None when the template's render of the turn does not
+    extend the prompt."""
     before = parse_request(sent).conversation
     whole = parse_request(request([*sent["input"], *turn])).conversation
     state = TokenState.of_template_turn(chat_format, before, whole.items[len(before.items):], cut=cut)
     if state is None:
         return None
-    state.resent = resent_prefix(serialize(sent), sent, parse_request(sent))
-    sessions = SessionStore()
-    sessions.put(KEY, state)
-    return sessions
+    gateway = runtime(chat_format)
+    gateway.sessions.put(KEY, Session(state, resent_prefix(serialize(sent), sent, parse_request(sent))))
+    return gateway
 
 
 def runtime(chat_format) -> Runtime:
     return Runtime(model_name="m", format=chat_format, defaults=GenerationDefaults(), pool=Pool([]))
 
 
-async def prepared(chat_format, parsed, state: TokenState, covered=None) -> Turn:
-    turn = Turn(runtime(chat_format), TurnRequest(parsed.conversation, SamplingOptions(), prefix=state,
-                                                  covered=covered))
-    turn.prompt_ids = await turn._render()
-    turn.output_ids, turn.finish_reason = [chat_format.stop_token_ids[0]], "stop"
-    return turn
+async def prepared(gateway: Runtime, parsed, resent: Resent | None = None) -> TurnRecord:
+    """The record of the turn the pipeline makes for `parsed` (recognised from its bytes, or
+    the ordinary way), its prompt rendered and one stop token generated."""
+    recognised = Recognised(resent.state, resent.covered, resent.prefix) if resent is not None else None
+    turn = await session.prepare(gateway, TurnRequest(parsed.conversation, SamplingOptions(), cache_key=KEY,
+                                                      recognised=recognised))
+    await turn.render()
+    turn.record.output_ids, turn.record.finish_reason = [gateway.format.stop_token_ids[0]], "stop"
+    return turn.record
 
 
 @SETTINGS
@@ -124,17 +129,17 @@ async def prepared(chat_format, parsed, state: TokenState, covered=None) -> Turn
 async def test_the_fast_path_is_the_full_parse_token_for_token(chat_format, case):
     previous, turn, new, cut, serializer = case
     serialize = SERIALIZERS[serializer]
-    sessions = session_after(chat_format, request(previous), serialize, turn, cut)
-    assume(sessions is not None)
-    state = sessions.peek(KEY)
+    gateway = session_after(chat_format, request(previous), serialize, turn, cut)
+    assume(gateway is not None)
+    state = gateway.sessions.peek(KEY).state
     body = request([*previous, *turn, *new])
     raw = serialize(body)
 
-    resent = parse_resent(raw, sessions, chat_format.turn_terminators)
+    resent = parse_resent(raw, gateway)
     assert resent is not None and resent.state is state
     full = parse_request(orjson.loads(raw))
-    fast_turn = await prepared(chat_format, resent.parsed, state, resent.covered)
-    slow_turn = await prepared(chat_format, full, state)
+    fast_turn = await prepared(gateway, resent.parsed, resent)
+    slow_turn = await prepared(gateway, full)
     assert list(fast_turn.prompt_ids) == list(slow_turn.prompt_ids)
     assert (fast_turn.spliced, fast_turn.non_monotonic) == (slow_turn.spliced, slow_turn.non_monotonic)
 
@@ -143,7 +148,8 @@ async def test_the_fast_path_is_the_full_parse_token_for_token(chat_format, case
     assert dataclasses.replace(conversation, items=full.conversation.items) == full.conversation
     assert (resent.parsed.echo, resent.parsed.sampling) == (full.echo, full.sampling)
     # The state the turn leaves: its digest extends the prefix's, and where this body's items end.
-    fast_state, slow_state = fast_turn.token_state(), slow_turn.token_state()
+    terminators = chat_format.turn_terminators
+    fast_state, slow_state = fast_turn.token_state(terminators), slow_turn.token_state(terminators)
     assert fast_state.digest == slow_state.digest == history_digest([*full.conversation.items,
                                                                      Message(role="assistant", text="")])
     assert fast_state.tokens == slow_state.tokens and fast_state.items == slow_state.items
@@ -175,9 +181,9 @@ def edits(items: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]
 async def test_any_change_to_the_covered_history_takes_the_full_path(chat_format, case):
     previous, turn, new, cut, serializer = case
     serialize = SERIALIZERS[serializer]
-    sessions = session_after(chat_format, request(previous), serialize, turn, cut)
-    assume(sessions is not None)
-    state = sessions.peek(KEY)
+    gateway = session_after(chat_format, request(previous), serialize, turn, cut)
+    assume(gateway is not None)
+    state = gateway.sessions.peek(KEY).state
     covered = parse_request(request([*previous, *turn])).conversation
     for change, history in edits([*previous, *turn]):
         body = request([*history, *new])
@@ -186,13 +192,13 @@ async def test_any_change_to_the_covered_history_takes_the_full_path(chat_format
         if full.conversation.items[:state.items] == covered.items and full.conversation.instructions == \
                 covered.instructions:
             continue
-        assert parse_resent(serialize(body), sessions, chat_format.turn_terminators) is None, change
-        slow_turn = await prepared(chat_format, full, state)
+        assert parse_resent(serialize(body), gateway) is None, change
+        slow_turn = await prepared(gateway, full)
         assert slow_turn.non_monotonic and not slow_turn.spliced, change
     for change, fields in [("other tools", {"tools": []}), ("instructions set", {"instructions": "Be brief."}),
                            ("other cache key", {"prompt_cache_key": "thread-2"})]:
         raw = serialize(request([*previous, *turn, *new], **fields))
-        assert parse_resent(raw, sessions, chat_format.turn_terminators) is None, change
+        assert parse_resent(raw, gateway) is None, change
 
 
 async def test_only_the_new_items_are_converted_when_the_template_renders_them_alone(qwen_format):
@@ -202,18 +208,17 @@ async def test_only_the_new_items_are_converted_when_the_template_renders_them_a
     turn = [{"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "ls it."}]},
             {"type": "function_call", "call_id": "call_1", "name": "exec_command", "arguments": '{"cmd":"ls"}'}]
     new = [{"type": "function_call_output", "call_id": "call_1", "output": "a.txt\nb.txt"}]
-    sessions = session_after(qwen_format, request(previous), orjson.dumps, turn, False)
-    state = sessions.peek(KEY)
+    gateway = session_after(qwen_format, request(previous), orjson.dumps, turn, False)
     raw = orjson.dumps(request([*previous, *turn, *new]))
-    resent = parse_resent(raw, sessions, qwen_format.turn_terminators)
+    resent = parse_resent(raw, gateway)
     # The developer message is the instructions: user, reasoning, call are covered, the call's turn from 1.
     assert resent is not None and resent.covered.items == 3 and resent.covered.turn_start == 1
     assert resent.parsed.conversation.instructions == "Be brief."
     items = resent.parsed.conversation.items
     assert isinstance(items, ResentItems) and items._all is None
-    turn_ = await prepared(qwen_format, resent.parsed, state, resent.covered)
-    assert turn_.spliced and items._all is None  # rendered and spliced without the covered items
-    turn_.token_state()
+    record = await prepared(gateway, resent.parsed, resent)
+    assert record.spliced and items._all is None  # rendered and spliced without the covered items
+    record.token_state(qwen_format.turn_terminators)
     assert items._all is None  # the next state's digest extends this one's
     assert list(items) == parse_request(orjson.loads(raw)).conversation.items and items._all is not None
 
@@ -224,9 +229,9 @@ def test_an_output_answering_a_covered_call_takes_the_full_parse(qwen_format):
                 {"type": "function_call_output", "call_id": "call_a", "output": "started"}]
     turn = [message("assistant", "Waiting.")]
     late = [{"type": "function_call_output", "call_id": "call_a", "output": "finished"}]
-    sessions = session_after(qwen_format, request(previous), orjson.dumps, turn, False)
+    gateway = session_after(qwen_format, request(previous), orjson.dumps, turn, False)
     raw = orjson.dumps(request([*previous, *turn, *late]))
-    assert parse_resent(raw, sessions, qwen_format.turn_terminators) is None
+    assert parse_resent(raw, gateway) is None
     assert parse_request(orjson.loads(raw)).conversation.items[-1].name == "exec_command"
 
 

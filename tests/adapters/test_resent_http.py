@@ -4,19 +4,17 @@ prompts sent upstream are exactly those of the ordinary path."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from itertools import pairwise
 
 import httpx
 import orjson
 
-from gateway.adapters import responses_http
 from gateway.adapters.responses_input import parse_request
-from gateway.app import build_runtime
-from gateway.sampling import SamplingOptions
-from gateway.settings import Settings
-from gateway.turn import Turn, TurnRequest
+from gateway.core.settings import Settings
+from gateway.server.app import build_runtime
+from gateway.server.routes import responses as responses_route
+from gateway.tokenfix.prompt import build_prompt
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 
@@ -29,8 +27,8 @@ TOOLS = [{"type": "function", "name": "exec_command", "description": "Run a shel
 def test_a_resent_history_is_read_from_its_new_bytes_and_continues_the_exact_tokens(qwen_tokenizer_dir, tokenizer,
                                                                                     monkeypatch):
     taken = []
-    parse_resent = responses_http.parse_resent
-    monkeypatch.setattr(responses_http, "parse_resent", lambda *args: taken.append(parse_resent(*args)) or taken[-1])
+    parse_resent = responses_route.parse_resent
+    monkeypatch.setattr(responses_route, "parse_resent", lambda *args: taken.append(parse_resent(*args)) or taken[-1])
 
     def ids(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)
@@ -49,10 +47,10 @@ def test_a_resent_history_is_read_from_its_new_bytes_and_continues_the_exact_tok
                                    *ids('"}}\n'), END_TOOL_CALL, IM_END]))
                 body = {"model": "tiny-qwen3", "input": history, "tools": TOOLS, "store": False,
                         "include": ["reasoning.encrypted_content"], "prompt_cache_key": "codex-thread"}
-                state = runtime.sessions.peek("codex-thread")
-                if state is not None:  # what the ordinary path would send
-                    turn = Turn(runtime, TurnRequest(parse_request(body).conversation, SamplingOptions(), prefix=state))
-                    expected.append(list(asyncio.run(turn._render())))
+                session = runtime.sessions.peek("codex-thread")
+                if session is not None:  # what the ordinary path would send
+                    prompt = build_prompt(runtime.format, parse_request(body).conversation, session.state)
+                    expected.append(list(prompt.ids))
                 answer = httpx.post(url + "/v1/responses", content=orjson.dumps(body),
                                     headers={"content-type": "application/json"}, timeout=30)
                 assert answer.status_code == 200, answer.text

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from gateway.adapters.responses_input import parse_request
-from gateway.conversation import Message, Reasoning, ToolCall, ToolOutput
-from gateway.errors import APIError
+from gateway.core.conversation import Message, Reasoning, ToolCall, ToolOutput
+from gateway.core.errors import APIError
 
 CODEX = Path(__file__).parent.parent / "data" / "codex"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.launcher import VLLMProcess
-from gateway.settings import Settings
+from gateway.core.settings import Settings
+from gateway.ops.vllm_process import VLLMProcess
 from tests.codex.harness import (
     END_TOOL_CALL,
     GENERATE,

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from gateway.adapters.responses_input import parse_request
+from gateway.core.settings import Settings
 from gateway.formats import load_format
-from gateway.settings import Settings
 from tests.codex.harness import (
     END_THINK,
     GENERATE,
@@ -240,7 +240,7 @@ def test_auto_compaction_rewrites_the_history_and_the_session_goes_on(stack, cod
     call = call_ids(tokenizer, "exec_command", {"cmd": "echo hi > out.txt"}, spell="echo hi")
     summary = "SUMMARY: wrote hi to out.txt."
     stack.fake.queue(Script(call), Script(answer_ids(tokenizer, summary)), Script(answer_ids(tokenizer, "All done.")))
-    caplog.set_level(logging.INFO, logger="gateway.turn")
+    caplog.set_level(logging.INFO, logger="gateway.pipeline.turn")
     # Far below Codex's ~8.5k-token prompt: the first response's usage triggers compaction mid-turn.
     run, work = codex_exec(codex_bin, stack.url, tmp_path, "Write hi to out.txt",
                            config="model_auto_compact_token_limit = 2000")

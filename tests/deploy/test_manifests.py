@@ -19,10 +19,10 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from gateway.app import create_app
-from gateway.cli import build_parser
-from gateway.launcher import VLLM_VERSION, vllm_python
-from gateway.settings import Settings
+from gateway.core.settings import Settings
+from gateway.ops.flags import build_parser
+from gateway.ops.vllm_process import VLLM_VERSION, vllm_python
+from gateway.server.app import create_app
 
 ROOT = Path(__file__).parents[2]
 K8S = ROOT / "deploy" / "k8s"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import httpx
 
-from gateway.app import create_app
-from gateway.launcher import free_port
-from gateway.settings import Settings
+from gateway.core.settings import Settings
+from gateway.ops.vllm_process import free_port
+from gateway.server.app import create_app
 from tests.support.fake_vllm import FakeVLLM
 from tests.support.gateway_server import running_gateway, wait_healthy
 

@@ -7,3 +7,20 @@ import pytest
 def qwen_tokenizer(tokenizer):
     return tokenizer
 
+
+@pytest.fixture(scope="session")
+def qwen36_tokenizer():
+    """Qwen3.5/3.6's real vocabulary and added tokens, with the published Qwen3.6 chat template."""
+    from transformers import AutoTokenizer
+
+    from tests.support.qwen36 import qwen36_tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(qwen36_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def qwen36_format(qwen36_tokenizer):
+    """The HF format on it: XML tool calls, picked from the template."""
+    from gateway.formats.hf import HFChatFormat
+
+    return HFChatFormat(qwen36_tokenizer)

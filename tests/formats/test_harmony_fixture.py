@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.fixtures.o200k import HARMONY_SPECIAL_TOKENS, O200K_SHA256, ensure_harmony_env, harmony_tokenizer_dir
+from tests.support.o200k import HARMONY_SPECIAL_TOKENS, O200K_SHA256, ensure_harmony_env, harmony_tokenizer_dir
 
 
 def test_o200k_file_is_the_published_one(o200k_dir: Path) -> None:

@@ -23,7 +23,7 @@ from openai_harmony import (
     Message as HMessage,
 )
 
-from gateway.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.base import ItemDone, ItemStarted
 from gateway.formats.harmony import HarmonyFormat, load_harmony_format
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from gateway.fixtures.qwen import QWEN3_ADDED_TOKENS
+from gateway.ops.qwen_tokenizer import QWEN3_ADDED_TOKENS
 
 QWEN3_IDS = {
     "<|endoftext|>": 151643,

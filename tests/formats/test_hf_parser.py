@@ -213,7 +213,7 @@ def test_parse_tool_call_rejects_what_is_not_a_call():
 
 
 def _hi():
-    from gateway.conversation import Conversation, Message
+    from gateway.core.conversation import Conversation, Message
 
     return Conversation(items=[Message("user", "Hi")])
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.fixtures.qwen import QWEN3_ADDED_TOKENS
+from gateway.core.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.hf_render import hf_messages
+from gateway.ops.qwen_tokenizer import QWEN3_ADDED_TOKENS
 
 IM_START, IM_END = 151644, 151645
 TOOL_RESPONSE, TOOL_RESPONSE_END = 151665, 151666

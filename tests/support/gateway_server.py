@@ -8,10 +8,10 @@ from contextlib import contextmanager
 
 import httpx
 
-from gateway.app import create_app
-from gateway.launcher import free_port
-from gateway.runtime import Runtime
-from gateway.settings import Settings
+from gateway.core.settings import Settings
+from gateway.ops.vllm_process import free_port
+from gateway.pipeline.runtime import Runtime
+from gateway.server.app import create_app
 from tests.support.threaded_server import serve_in_thread
 
 

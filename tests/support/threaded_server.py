@@ -10,7 +10,7 @@ from typing import Any
 
 import uvicorn
 
-from gateway.launcher import free_port
+from gateway.ops.vllm_process import free_port
 
 
 @contextmanager

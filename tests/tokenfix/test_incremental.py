@@ -10,12 +10,15 @@ from pathlib import Path
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.sampling import GenerationDefaults, SamplingOptions
 from gateway.formats.base import ChatFormat, Covered
-from gateway.runtime import Runtime
-from gateway.sampling import GenerationDefaults, SamplingOptions
+from gateway.pipeline import session
+from gateway.pipeline.request import TurnRequest
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn
+from gateway.tokenfix.prompt import PromptBuilder
 from gateway.tokenfix.state import TokenState
-from gateway.turn import Turn, TurnRequest
 from gateway.upstream.pool import Pool
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -89,13 +92,19 @@ async def both_ways(chat_format: ChatFormat, case) -> tuple[Conversation, TokenS
     assume(state is not None)  # a prompt ending in an assistant message the template re-renders
     state = drifted(state, chat_format, 3)
     conversation = dataclasses.replace(before, items=[*before.items, *turn, *new])
-    incremental = Turn(runtime(chat_format), TurnRequest(conversation, SamplingOptions(), prefix=state))
-    ids = list(await incremental._render())
-    full = Turn(runtime(chat_format), TurnRequest(conversation, SamplingOptions(), prefix=state))
-    covered = state.continued_by(conversation, chat_format.turn_terminators)
-    reference = list(full._prompt_ids(covered))  # render everything twice, splice
-    assert incremental.spliced == full.spliced
-    return conversation, state, ids, reference
+    incremental = await turn_for(chat_format, conversation, state)
+    full = PromptBuilder(chat_format, conversation, state)
+    reference = list(full.full())  # render everything twice, splice
+    assert incremental.record.spliced == full.spliced
+    return conversation, state, list(incremental.record.prompt_ids), reference
+
+
+async def turn_for(chat_format: ChatFormat, conversation: Conversation, state: TokenState) -> Turn:
+    """The turn the pipeline makes for a request continuing `state`, its prompt rendered."""
+    turn = await session.prepare(runtime(chat_format), TurnRequest(conversation, SamplingOptions(),
+                                                                    client_prefix=state))
+    await turn.render()
+    return turn
 
 
 @SETTINGS
@@ -154,11 +163,10 @@ def test_harmony_tail_is_the_new_messages(harmony_format):
 async def test_the_spliced_prompt_keeps_the_model_tokens(qwen_format):
     conversation, state, _ = agent_case(qwen_format)
     state = drifted(state, qwen_format, 2)
-    turn = Turn(runtime(qwen_format), TurnRequest(conversation, SamplingOptions(), prefix=state))
-    turn.prompt_ids = ids = await turn._render()
-    assert turn.spliced and not turn.non_monotonic
-    assert list(ids[:len(state.tokens)]) == list(state.tokens)
-    assert turn.prompt_token_ids == list(ids)
+    record = (await turn_for(qwen_format, conversation, state)).record
+    assert record.spliced and not record.non_monotonic
+    assert list(record.prompt_ids[:len(state.tokens)]) == list(state.tokens)
+    assert record.prompt_token_ids == list(record.prompt_ids)
 
 
 def test_a_template_that_is_not_local_is_not_windowed(qwen_tokenizer_dir: Path):

@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from gateway.adapters.responses_input import parse_request
-from gateway.app import build_runtime
+from gateway.core.settings import Settings
 from gateway.formats.harmony import load_harmony_format
-from gateway.settings import Settings
+from gateway.server.app import build_runtime
 from tests.codex.harness import END_THINK, GENERATE, THINK, answer_ids, call_ids, ids, spelled
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
@@ -129,7 +129,7 @@ START, END, MESSAGE, CHANNEL, CONSTRAIN, CALL, RETURN = 200006, 200007, 200008, 
 
 @pytest.fixture(scope="module")
 def harmony(o200k_dir) -> Iterator[tuple[str, object, FakeVLLM]]:
-    from gateway.fixtures.o200k import harmony_tokenizer_dir
+    from tests.support.o200k import harmony_tokenizer_dir
 
     with FakeVLLM(model="m") as fake:
         settings = Settings(model=str(harmony_tokenizer_dir()), upstreams=[fake.url], chat_format="harmony",

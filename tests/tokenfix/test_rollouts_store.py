@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.conversation import Conversation
-from gateway.errors import APIError
-from gateway.tokenfix.rollouts import RolloutStore
+from gateway.core.conversation import Conversation
+from gateway.core.errors import APIError
+from gateway.sessions.rollouts import RolloutStore
 from gateway.tokenfix.state import TokenState
 
 EMPTY = Conversation(items=[])
@@ -33,8 +33,7 @@ def call(store: RolloutStore, rollout_id: str, prompt: list[int], output: list[i
     full = [*(base.tokens if base is not None and continues else []), *prompt]
     turn = SimpleNamespace(prompt_ids=full, output_ids=output, logprobs=[-float(t) for t in output],
                            finish_reason=finish_reason, spliced=continues and base is not None,
-                           non_monotonic=not continues and base is not None,
-                           request=SimpleNamespace(prefix=base))
+                           non_monotonic=not continues and base is not None, prefix=base)
     pending.check(turn)
     return pending, turn
 

@@ -11,8 +11,8 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
-from gateway.app import build_runtime
-from gateway.settings import Settings
+from gateway.core.settings import Settings
+from gateway.server.app import build_runtime
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 
@@ -57,7 +57,7 @@ def test_a_stream_cut_mid_way_fails_cleanly_and_keeps_the_session_cache(stack, t
     with httpx.stream("POST", url + "/v1/responses", json=body) as r:
         assert sse_events(r)[-1]["type"] == "response.completed"
     cached = runtime.sessions.get("thread-1")
-    assert list(cached.tokens)[-len(answer):] == answer
+    assert list(cached.state.tokens)[-len(answer):] == answer
 
     history += [{"type": "message", "role": "assistant", "content": "Hello there"},
                 {"type": "message", "role": "user", "content": "How are you?"}]

@@ -7,7 +7,7 @@ import orjson
 import pytest
 import respx
 
-from gateway.errors import UpstreamUnavailable
+from gateway.core.errors import UpstreamUnavailable
 from gateway.upstream import health
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.pool import Pool

@@ -5,7 +5,7 @@ import orjson
 import pytest
 import respx
 
-from gateway.errors import UpstreamFailed, UpstreamUnavailable
+from gateway.core.errors import UpstreamFailed, UpstreamUnavailable
 from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.replica import Replica
 

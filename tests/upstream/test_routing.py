@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.errors import UpstreamUnavailable
+from gateway.core.errors import UpstreamUnavailable
 from gateway.upstream import routing
 from gateway.upstream.pool import Pool
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.adapters.continuation import CachedResponse, parse_continuation
-from gateway.conversation import Conversation, Message, ToolCall
-from gateway.errors import APIError
-from gateway.ws.cache import ResponseCache
+from gateway.adapters.continuation import parse_continuation
+from gateway.core.conversation import Conversation, Message, ToolCall
+from gateway.core.errors import APIError
+from gateway.sessions.responses import CachedResponse, ResponseCache
 from gateway.ws.lanes import Lanes
 from gateway.ws.request import read_create
 

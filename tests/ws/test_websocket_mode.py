@@ -20,9 +20,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from gateway.adapters.codex_tools import offered_tools
-from gateway.conversation import Conversation, Message, Tool
+from gateway.core.conversation import Conversation, Message, Tool
+from gateway.core.settings import Settings
 from gateway.formats.hf import load_hf_format
-from gateway.settings import Settings
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 

@@ -9,7 +9,7 @@ import pytest
 import websockets
 from transformers import AutoTokenizer
 
-from gateway.settings import Settings
+from gateway.core.settings import Settings
 from tests.support.gateway_server import running_gateway
 
 pytestmark = pytest.mark.vllm

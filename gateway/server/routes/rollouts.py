@@ -1,0 +1,29 @@
+"""GET/DELETE /v1/rollouts/{rollout_id}: export or free a rollout's trajectory.
+
+GET /v1/rollouts answers the store's size and eviction counters.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.pipeline.runtime import Runtime
+from gateway.server.http import JSONResponse
+
+
+async def get_rollout(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    return JSONResponse(runtime.rollouts.get(request.path_params["rollout_id"]).export())
+
+
+async def delete_rollout(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    rollout_id = request.path_params["rollout_id"]
+    runtime.rollouts.delete(rollout_id)
+    return JSONResponse({"object": "rollout.deleted", "id": rollout_id, "deleted": True})
+
+
+async def rollout_stats(request: Request) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    return JSONResponse(runtime.rollouts.summary())

@@ -1,0 +1,44 @@
+"""GET /v1/responses upgraded: WebSocket mode (gateway/ws), within the server's limits.
+
+The route admits the socket under the server-wide connection cap, registers it with the
+drain (on shutdown: finish what runs, then close with 1001), and gives it what it shares
+with HTTP: the budget of requests in flight and the request traces.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import AbstractContextManager
+
+from starlette.websockets import WebSocket
+
+from gateway.core.ids import new_id
+from gateway.core.settings import Settings
+from gateway.pipeline.trace import Trace
+from gateway.server import observe
+from gateway.server.metrics import Metrics
+from gateway.ws.connection import ResponsesSocket, refuse
+
+
+async def responses_websocket(websocket: WebSocket) -> None:
+    state = websocket.app.state
+    settings: Settings = state.settings
+    await websocket.accept()
+    if state.ws_connections >= settings.max_websocket_connections:
+        await refuse(websocket, settings.max_websocket_connections)
+        return
+    state.ws_connections += 1
+    traced = functools.partial(_traced, state.metrics)
+    socket = ResponsesSocket(websocket, state.runtime, settings, budget=state.admission, traced=traced,
+                             draining=lambda: state.drain.draining)
+    state.drain.sockets.add(socket)
+    try:
+        await socket.serve()
+    finally:
+        state.drain.sockets.discard(socket)
+        state.ws_connections -= 1
+
+
+def _traced(metrics: Metrics, received: float) -> AbstractContextManager[Trace]:
+    """One `response.create`'s trace, counted as the `responses_ws` API."""
+    return observe.traced("responses_ws", metrics, new_id("req"), received)

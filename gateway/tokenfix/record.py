@@ -1,0 +1,76 @@
+"""What one model call did, as data: the record a turn leaves behind.
+
+A `Turn` (gateway/pipeline/turn.py) streams; this is what it wrote down while it did —
+the exact prompt and output ids, how the prompt was made, what ended the generation,
+timings. The transport hands it to observability (the access log and metrics) and the
+session module commits it (session state, stored response, rollout). It holds no stream,
+no request and no exception, so whoever keeps it keeps plain data only.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from gateway.core.conversation import Conversation, Item, Message
+from gateway.tokenfix.state import TokenState
+from gateway.upstream.chunks import Usage
+
+
+@dataclass(eq=False, slots=True)
+class TurnRecord:
+    request_id: str  # the id the replica knows the generation by
+    model: str
+    conversation: Conversation  # the history the prompt rendered
+    prefix: TokenState | None = None  # the exact earlier tokens the prompt was offered to continue
+    continued: bool = False  # the history starts with all of `prefix`'s items
+    prompt_ids: Sequence[int] = ()  # a list, or an int32 array when spliced onto exact tokens
+    spliced: bool = False  # the prompt reuses `prefix`'s exact tokens
+    non_monotonic: bool = False  # a prefix was offered, but the history does not continue it
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = None  # one per output id, when asked for
+    finish_reason: str | None = None  # stop | length | abort; None: not finished
+    usage: Usage | None = None
+    reasoning_tokens: int = 0
+    output_items: list[Item] = field(default_factory=list)  # the model's output as canonical items
+    attempts: int = 0  # replicas asked to take the prompt: more than one means retries
+    replica: str | None = None  # the URL of the replica that accepted the prompt
+    first_token_at: float | None = None  # time.perf_counter() of the first output token
+    ended_early: str | None = None  # "failed" | "cancelled" when the stream stopped before its end
+
+    @property
+    def turn_items(self) -> list[Item]:
+        """The model's turn as the history holds it: a generation with no visible item (only
+        whitespace, say) is still an assistant turn that the next prompt must contain."""
+        return self.output_items or [Message(role="assistant", text="")]
+
+    @property
+    def finished(self) -> bool:
+        """The generation ended normally: its tokens are history a next turn may continue."""
+        return self.finish_reason in ("stop", "length")
+
+    def token_state(self, terminators: Collection[int]) -> TokenState | None:
+        """The exact tokens of this turn for the next one to continue; None unless it finished."""
+        if not self.finished:
+            return None
+        conversation, prefix = self.conversation, self.prefix
+        # A continued history extends its prefix's digest: the cost follows the new items.
+        after = prefix if self.continued and prefix is not None and prefix.history_hash is not None else None
+        items = conversation.items[after.items:] if after is not None else conversation.items
+        return TokenState.build(conversation, [*items, *self.turn_items], self.prompt_ids, self.output_ids,
+                                terminators, after=after)
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        """`prompt_ids` as a list, for JSON."""
+        ids = self.prompt_ids
+        return ids.tolist() if isinstance(ids, array) else list(ids)
+
+    @property
+    def input_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def cached_tokens(self) -> int:
+        return (self.usage.cached_tokens or 0) if self.usage else 0

