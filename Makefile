@@ -1,13 +1,21 @@
-# `make test` and `make serve` work on a fresh machine: both bootstrap first (idempotent).
-.PHONY: bootstrap test serve
+# `make serve`, `make test` and `make demo-codex` work on a fresh machine: each bootstraps
+# first (idempotent). Only the tests and demo-codex need Node/npm (the Codex CLI).
+.PHONY: bootstrap bootstrap-codex test serve demo-codex
 
 bootstrap:
 	scripts/bootstrap.sh
 
+bootstrap-codex:
+	scripts/bootstrap.sh --with-codex
+
 # pytest's exit code 5 means "no tests collected": not a failure.
-test: bootstrap
+test: bootstrap-codex
 	.venv/bin/pytest -q --durations=15 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # With no --upstream the gateway starts a local stock vLLM on the tiny model itself.
 serve: bootstrap
 	.venv/bin/vllm-gateway serve $(SERVE_ARGS)
+
+# The demo, then one real Codex turn against it with docs/codex.md's config (examples/codex/).
+demo-codex: bootstrap-codex
+	scripts/demo-codex.sh $(CODEX_ARGS)

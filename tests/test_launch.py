@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -111,6 +112,47 @@ def test_serve_still_rejects_unknown_flags(capsys: pytest.CaptureFixture[str]) -
         main(["serve", "--upstream", "http://x:8000", "--model", "m", "--enable-prefix-caching"])
     assert exit_.value.code == 2
     assert "unrecognized arguments: --enable-prefix-caching" in capsys.readouterr().err
+
+
+def test_building_replicas_leaves_no_temporary_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Only a launch that starts vLLM makes its log dir (`vllm-gateway-*`); parsing and building
+    the replicas, as these tests do, leave nothing behind in the temporary directory."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    args, extra = parse_launch("--model-path", "m", "--replicas", "2")
+    assert [process.log_path for process in replicas(args, extra)] == [None, None]
+    args, extra = parse_launch("--model-path", "m", "--vllm-log-dir", str(tmp_path / "logs"))
+    assert [process.log_path for process in replicas(args, extra)] == [tmp_path / "logs" / "vllm-0.log"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_demo_fits_codex_and_says_its_bounds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    """`serve` without --upstream: a 32k context by default (Codex's prompt and tools take ~8.5k
+    tokens), --context-length (or vLLM's --max-model-len) to change it, and the output limit
+    of the model's generation_config.json said at start."""
+    from gateway.ops import demo, launch
+
+    model = tmp_path / "demo-model"
+    model.mkdir()
+    (model / "generation_config.json").write_text('{"max_new_tokens": 512}')
+    started: list[VLLMProcess] = []
+    monkeypatch.setattr("gateway.ops.tiny_models.demo_model_dir", lambda: model)
+    monkeypatch.setattr(launch, "serve_supervised", lambda processes, settings: started.extend(processes) or 0)
+    monkeypatch.delenv("GATEWAY_UPSTREAM", raising=False)
+    for argv, context in (([], 32768), (["--context-length", "65536"], 65536), (["--max-model-len", "4096"], 4096)):
+        with pytest.raises(SystemExit) as exit_:
+            main(["serve", *argv])
+        assert exit_.value.code == 0
+        vllm = started.pop()
+        assert (vllm.model_dir, vllm.served_model_name, vllm.max_model_len) == (model, "tiny-qwen3", context)
+        assert f"context {context} tokens, output limit 512 tokens per response" in capfd.readouterr().err
+    assert demo.DEMO_CONTEXT_LENGTH == 32768
+
+
+def test_context_length_is_for_the_demo_only(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--upstream", "http://x:8000", "--model", "m", "--context-length", "4096"])
+    assert "--context-length sizes the local demo vLLM" in str(exit_.value.code)
 
 
 def test_launch_mutually_exclusive_vllm_choice(capsys: pytest.CaptureFixture[str]) -> None:

@@ -85,6 +85,30 @@ def test_exit_before_ready_fails_fast_with_the_log(tmp_path: Path) -> None:
     assert f"ValueError: no such model: {tmp_path / 'missing-model'}" in str(failure.value)
 
 
+def test_load_progress_says_what_vllm_is_doing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """`serve`'s demo and `launch` log "waiting for model load… N s" every 10 s, with vLLM's
+    latest INFO line (its own progress: loading weights, KV cache, warmup)."""
+    log_lines = ["(APIServer pid=1) INFO 11-23 14:58:33 [model.py:2152] Using max model len 32768",
+                 "Loading safetensors checkpoint shards: 100% Completed | 1/1",
+                 "(EngineCore pid=2) INFO 11-23 14:59:10 [kv_cache_utils.py:2327] CPU KV cache size: 2,097,152 tokens",
+                 "(EngineCore pid=2) INFO 11-23 14:59:10 [ompmultiprocessing.py:185] \treserved_cpus=[1]",
+                 "(Worker pid=3) WARNING 11-23 14:59:10 [cpu_worker.py:114] libiomp is not found"]
+    python = fake_python(tmp_path, "".join(f"echo '{line}'\n" for line in log_lines) + "sleep 30\n")
+    monkeypatch.setattr("gateway.ops.vllm_process.PROGRESS_EVERY", 0.2)
+    process = VLLMProcess("m", python=python, log_path=tmp_path / "vllm.log")
+    assert process.last_step() is None
+    process.start()
+    try:
+        with caplog.at_level("INFO", logger="gateway.ops.vllm_process"), pytest.raises(VLLMError, match="not ready"):
+            process.wait_ready_sync(timeout=1.5)
+    finally:
+        process.stop()
+    assert process.last_step() == "CPU KV cache size: 2,097,152 tokens"
+    progress = [r.getMessage() for r in caplog.records if "waiting for model load" in r.getMessage()]
+    assert progress and progress[-1].endswith("; vLLM: CPU KV cache size: 2,097,152 tokens")
+
+
 def test_stop_kills_children_that_ignore_sigterm(tmp_path: Path) -> None:
     # Like vLLM's engine processes: children in the server's group, here deaf to SIGTERM.
     python = fake_python(tmp_path, "trap '' TERM\nsleep 300 &\nsleep 300 &\nwait\n")

@@ -7,6 +7,7 @@ sequence and the exact prompt ids the gateway sends are deterministic.
 from __future__ import annotations
 
 import json
+import shutil
 
 import httpx
 import openai
@@ -120,6 +121,43 @@ def test_length_limit_is_incomplete_and_token_ids_are_returned(fake, url, tokeni
     assert response["prompt_token_ids"] == sent["token_ids"]
     assert response["output_token_ids"] == out and response["output_logprobs"] == [-0.25] * len(out)
     assert sent["sampling_params"]["max_tokens"] == len(out) and sent["sampling_params"]["logprobs"] == 0
+
+
+def test_a_turn_the_context_window_ended_says_so(fake, url, tokenizer):
+    """No max_output_tokens: the turn may use all the room left, and when it fills the context
+    the reason says that, not max_output_tokens (which the client never set)."""
+    httpx.post(url + "/v1/responses", json={"model": "tiny-qwen3", "input": "count", "max_output_tokens": 1})
+    room = 4096 - len(fake.bodies(GENERATE)[-1]["token_ids"])
+    out = ids(tokenizer, " a") * room
+    fake.queue(Script(out, finish_reason="length", chunks=[room]))
+    response = httpx.post(url + "/v1/responses", json={"model": "tiny-qwen3", "input": "count"}).json()
+    assert fake.bodies(GENERATE)[-1]["sampling_params"]["max_tokens"] == room
+    assert response["status"] == "incomplete"
+    assert response["incomplete_details"] == {"reason": "model_context_window_exceeded"}
+    assert response["usage"]["input_tokens"] + response["usage"]["output_tokens"] == 4096
+
+
+def test_the_models_max_new_tokens_limits_every_turn(qwen_tokenizer_dir, tmp_path, tokenizer):
+    """generation_config.json's max_new_tokens is an output limit, as on vLLM's own endpoints:
+    the default for a request without one, the cap for one that asks more."""
+    model = tmp_path / "model"
+    shutil.copytree(qwen_tokenizer_dir, model)
+    (model / "generation_config.json").write_text(json.dumps({"eos_token_id": [IM_END], "max_new_tokens": 7}))
+    with FakeVLLM(max_model_len=4096) as fake:
+        settings = Settings(model=str(model), upstreams=[fake.url], served_model_name="tiny-qwen3")
+        with running_gateway(settings) as url:
+            for asked in (None, 100):
+                fake.queue(Script(ids(tokenizer, " a") * 7, finish_reason="length"))
+                body = {"model": "tiny-qwen3", "input": "count"} | ({"max_output_tokens": asked} if asked else {})
+                response = httpx.post(url + "/v1/responses", json=body).json()
+                assert fake.bodies(GENERATE)[-1]["sampling_params"]["max_tokens"] == 7
+                assert response["status"] == "incomplete"
+                assert response["incomplete_details"] == {"reason": "max_output_tokens"}
+            fake.queue(Script(ids(tokenizer, " a") * 3, finish_reason="length"))
+            body = {"model": "tiny-qwen3", "input": "count", "max_output_tokens": 3}
+            response = httpx.post(url + "/v1/responses", json=body).json()
+            assert fake.bodies(GENERATE)[-1]["sampling_params"]["max_tokens"] == 3
+            assert response["incomplete_details"] == {"reason": "max_output_tokens"}
 
 
 def test_full_history_requests_reuse_the_exact_generated_tokens(fake, url, tokenizer):

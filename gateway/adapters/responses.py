@@ -50,7 +50,7 @@ async def response_events(turn: Turn, writer: ResponseWriter, parsed: ResponsesR
         return
     record = turn.record
     held = writer.finish(record.output_ids if record.finished else None)
-    final = final_event(record, writer, parsed)
+    final = final_event(record, writer, parsed, incomplete_reason(turn))
     if final["type"] == "response.failed":
         session.forget(turn.request)
     else:
@@ -83,14 +83,38 @@ async def failed_events(writer: ResponseWriter, exc: APIError) -> AsyncIterator[
     yield [*writer.start(), writer.failed(exc.code or "server_error", exc.message)]
 
 
-def final_event(turn: TurnRecord, writer: ResponseWriter, parsed: ResponsesRequest) -> Event:
+def final_event(turn: TurnRecord, writer: ResponseWriter, parsed: ResponsesRequest,
+                reason: str = "max_output_tokens") -> Event:
+    """`reason`: what a turn cut for length says ended it (`incomplete_reason`)."""
     if parsed.return_token_ids:
         writer.extra = token_fields(turn)
     if turn.finish_reason == "length":
-        return writer.incomplete(usage(turn))
+        return writer.incomplete(usage(turn), reason)
     if turn.finish_reason == "abort":
         return writer.failed("server_error", "the replica aborted the generation", usage(turn))
     return writer.completed(usage(turn))
+
+
+CONTEXT_WINDOW = "model_context_window_exceeded"
+
+
+def incomplete_reason(turn: Turn) -> str:
+    """What ended a generation vLLM stopped for length. `max_output_tokens` when an output
+    limit did: the request's `max_output_tokens`, or the model's own limit (generation_config's
+    `max_new_tokens`). When the context window did (prompt + output filled `max_model_len`;
+    with no limit set, the gateway lets a turn use all the room left), OpenAI's schema has no
+    value that says so (its enum is max_output_tokens | content_filter, and OpenAI itself files
+    this case under max_output_tokens), so the gateway says what happened, in the words
+    Anthropic's API uses for it: `model_context_window_exceeded`."""
+    record = turn.record
+    output = len(record.output_ids)
+    limits = (turn.sampling.max_tokens, turn.runtime.defaults.max_tokens)
+    if any(limit is not None and output >= limit for limit in limits):
+        return "max_output_tokens"
+    max_model_len = turn.runtime.pool.max_model_len
+    if max_model_len is not None and record.input_tokens + output >= max_model_len:
+        return CONTEXT_WINDOW
+    return "max_output_tokens"
 
 
 def usage(turn: TurnRecord) -> dict[str, Any]:

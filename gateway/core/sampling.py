@@ -2,6 +2,8 @@
 
 vLLM's generate endpoint does not apply generation_config.json, so the gateway resolves
 every value itself and sends them explicitly — the same on both upstream endpoints.
+That includes `max_new_tokens`, which vLLM's own endpoints treat as a server-wide output
+limit: no request generates more, and a request that sets no limit gets that one.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class SamplingOptions:
 class GenerationDefaults:
     values: dict[str, Any] = field(default_factory=dict)
     eos_token_ids: list[int] = field(default_factory=list)
+    max_tokens: int | None = None  # generation_config's max_new_tokens: the output limit of every request
 
     @classmethod
     def load(cls, model: str | Path) -> GenerationDefaults:
@@ -54,7 +57,9 @@ class GenerationDefaults:
         eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
         if raw.get("do_sample") is False:
             values["temperature"] = 0.0
-        return cls(values=values, eos_token_ids=eos_ids)
+        max_new_tokens = raw.get("max_new_tokens")
+        return cls(values=values, eos_token_ids=eos_ids,
+                   max_tokens=max_new_tokens if isinstance(max_new_tokens, int) and max_new_tokens > 0 else None)
 
 
 def resolve(options: SamplingOptions, defaults: GenerationDefaults, *, max_tokens: int,
@@ -65,7 +70,7 @@ def resolve(options: SamplingOptions, defaults: GenerationDefaults, *, max_token
         value = getattr(options, f.name)
         if value is not None and f.name not in ("max_tokens", "logprobs"):
             params[f.name] = value
-    params["max_tokens"] = max_tokens
+    params["max_tokens"] = min(max_tokens, defaults.max_tokens) if defaults.max_tokens else max_tokens
     params["stop_token_ids"] = stop_token_ids
     if options.logprobs is not None:
         params["logprobs"] = options.logprobs

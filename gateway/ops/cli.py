@@ -31,4 +31,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(serve_demo(args))
     if not args.model:
         sys.exit("vllm-gateway serve: --model (or GATEWAY_MODEL) is required with --upstream")
+    if args.context_length is not None:
+        sys.exit("vllm-gateway serve: --context-length sizes the local demo vLLM; with --upstream the replicas' "
+                 "own --max-model-len decides (or use `vllm-gateway launch --context-length`)")
     run(settings_from_args(args, model=args.model, upstreams=upstreams))

@@ -24,6 +24,11 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
                             "Without any, a local vLLM is started on the tiny offline demo model.")
     serve.add_argument("--model", default=_env("model"),
                        help="model dir or hub id: tokenizer, chat template and generation_config")
+    context = _env("context_length")
+    serve.add_argument("--context-length", "--max-model-len", dest="context_length", type=int,
+                       default=int(context) if context else None,
+                       help="without --upstream only: the local demo vLLM's --max-model-len (default 32768, "
+                            "room for Codex's ~8.5k-token prompt and tools)")
     add_gateway_args(serve)
     serve.set_defaults(env_upstreams=env_upstreams)
     add_launch_args(commands.add_parser(

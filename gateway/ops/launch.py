@@ -65,14 +65,16 @@ def replica_env(index: int, gpus_per_replica: int) -> dict[str, str]:
 
 
 def replicas(args: argparse.Namespace, passthrough: Sequence[str]) -> list[VLLMProcess]:
-    log_dir = Path(args.vllm_log_dir or tempfile.mkdtemp(prefix="vllm-gateway-"))
+    """The replicas to start; their logs go to --vllm-log-dir, else `launch` picks a temporary
+    dir once it starts them (nothing is created here)."""
+    log_dir = Path(args.vllm_log_dir) if args.vllm_log_dir else None
     return [
         VLLMProcess(
             args.model_path, port=args.vllm_port + i if args.vllm_port else None, python=args.vllm_python,
             vllm_cmd=shlex.split(args.vllm_cmd or ""), served_model_name=None, max_model_len=None, dtype=None,
             enable_scale_out=args.upstream_api != "completions",  # /inference/v1/generate
             extra_args=vllm_args(args, passthrough), env=replica_env(i, args.gpus_per_replica),
-            log_path=log_dir / f"vllm-{i}.log",
+            log_path=log_dir / f"vllm-{i}.log" if log_dir else None,
         )
         for i in range(args.replicas)
     ]
@@ -90,6 +92,10 @@ def launch(args: argparse.Namespace, passthrough: Sequence[str]) -> int:
     except VLLMError as exc:
         log.error("%s", exc)
         return 2
+    if not args.vllm_log_dir:  # one temporary dir for this run's logs, made only now that they will be written
+        log_dir = Path(tempfile.mkdtemp(prefix="vllm-gateway-"))
+        for i, process in enumerate(processes):
+            process.log_path = log_dir / f"vllm-{i}.log"
     settings = settings_from_args(args, model=args.model_path, upstreams=[])
     return serve_supervised(processes, settings, max_restarts=args.max_restarts, ready_timeout=args.ready_timeout)
 

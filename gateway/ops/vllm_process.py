@@ -216,10 +216,30 @@ class VLLMProcess:
         if now - started > timeout:
             raise VLLMError(f"vLLM was not ready after {timeout:.0f} s:\n{self.log_tail()}")
         if now - last_report >= PROGRESS_EVERY:
-            log.info("waiting for model load… %.0f s (vLLM pid %d on %s, log %s)", now - started,
-                     self._process.pid, self.url, self.log_path)
+            log.info("waiting for model load… %.0f s (vLLM pid %d on %s, log %s)%s", now - started,
+                     self._process.pid, self.url, self.log_path,
+                     f"; vLLM: {step}" if (step := self.last_step()) else "")
             return now
         return last_report
+
+    def last_step(self) -> str | None:
+        """What vLLM says it is doing: its latest INFO line, without the prefix (None: nothing yet)."""
+        if self.log_path is None:
+            return None
+        try:
+            with open(self.log_path, "rb") as file:
+                file.seek(max(0, file.seek(0, os.SEEK_END) - 16384))
+                tail = file.read().decode(errors="replace")
+        except OSError:
+            return None
+        for line in reversed(tail.splitlines()):
+            # "(EngineCore pid=9494) INFO 11-23 14:59:14 [core.py:402] init engine … took 4.02 s"
+            _, info, message = line.partition(" INFO ")
+            _, bracket, message = message.partition("] ")
+            if info and bracket and message.strip() and not message[0].isspace():  # not a continuation line
+                message = message.strip()
+                return message if len(message) <= 120 else message[:119] + "…"
+        return None
 
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.datastructures import State
@@ -20,6 +28,10 @@ from starlette.responses import Response
 # Agent turns run from milliseconds (a warm tool call) to many minutes (long reasoning).
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+# No `*_created` series (a creation timestamp beside every counter and histogram): Prometheus
+# does not need them, and they double the exposition. Process-wide, like the setting itself.
+disable_created_metrics()
 
 
 class Metrics:

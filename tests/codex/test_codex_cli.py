@@ -140,7 +140,7 @@ def test_smoke_against_real_vllm(short_vllm_qwen, qwen_model_dir, codex_bin, tmp
         usage = response["usage"]
         assert usage["output_tokens"] > 0
         if response["status"] == "incomplete":  # noise until the context was full
-            assert response["incomplete_details"] == {"reason": "max_output_tokens"}
+            assert response["incomplete_details"] == {"reason": "model_context_window_exceeded"}
             assert usage["input_tokens"] + usage["output_tokens"] == SHORT_CONTEXT
         else:
             assert response["status"] == "completed"
