@@ -119,6 +119,21 @@ def vllm_qwen(qwen_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session")
+def qwen36_model_dir() -> Path:
+    """A tiny random model with Qwen3.5/3.6's vocabulary and the Qwen3.6 template (XML tool calls)."""
+    from tests.support.qwen36 import qwen36_model_dir as build
+
+    return _built(build)
+
+
+@pytest.fixture(scope="module")
+def vllm_qwen36(qwen36_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
+    """Stock vLLM serving the tiny Qwen3.6-vocab model as "tiny-qwen36", for one module's tests."""
+    cpus = sorted(os.sched_getaffinity(0))
+    yield from _serve(qwen36_model_dir, "tiny-qwen36", cpus[0], tmp_path_factory.mktemp("vllm-qwen36"))
+
+
+@pytest.fixture(scope="session")
 def vllm_harmony(harmony_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
     """Stock vLLM serving the tiny harmony-vocab model as "tiny-harmony" (pinned to another core)."""
     cpus = sorted(os.sched_getaffinity(0))

@@ -3,17 +3,12 @@ vocabulary and the Qwen3.6 chat template (XML tool calls)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import pytest
 
 from gateway.core.settings import Settings
-from gateway.ops.vllm_process import VLLMError, VLLMProcess
 from tests.support.gateway_server import running_gateway
-from tests.support.qwen36 import EOS_IDS, qwen36_model_dir
+from tests.support.qwen36 import EOS_IDS
 
 pytestmark = pytest.mark.vllm
 
@@ -24,39 +19,9 @@ TOOLS = [{"type": "function", "name": "shell", "description": "Run a command.",
 CONVERSATION = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "List the files."}]
 
 
-def _missing(message: str):
-    if os.environ.get("GATEWAY_TESTS_ALLOW_SKIP") == "1":
-        pytest.skip(message)
-    pytest.fail(f"{message} (set GATEWAY_TESTS_ALLOW_SKIP=1 to skip instead)", pytrace=False)
-
-
 @pytest.fixture(scope="module")
-def model_dir() -> Path:
-    try:
-        return qwen36_model_dir()
-    except VLLMError as exc:
-        _missing(str(exc))
-
-
-@pytest.fixture(scope="module")
-def vllm_qwen36(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-    cpus = sorted(os.sched_getaffinity(0))
-    process = VLLMProcess(model_dir, served_model_name=NAME, max_model_len=32768, enforce_eager=True,
-                          cpus=str(cpus[0]), log_path=tmp_path_factory.mktemp("vllm-qwen36") / "vllm.log")
-    try:
-        process.start()
-    except VLLMError as exc:
-        _missing(str(exc))
-    try:
-        process.wait_ready_sync(timeout=600)
-        yield process
-    finally:
-        process.stop()
-
-
-@pytest.fixture(scope="module")
-def gateway_url(vllm_qwen36, model_dir):
-    with running_gateway(Settings(model=str(model_dir), upstreams=[vllm_qwen36.url])) as url:
+def gateway_url(vllm_qwen36, qwen36_model_dir):
+    with running_gateway(Settings(model=str(qwen36_model_dir), upstreams=[vllm_qwen36.url])) as url:
         yield url
 
 

@@ -142,7 +142,14 @@ class HermesOutputParser:
     # Tool calls ---------------------------------------------------------------------------
 
     def _end_call(self) -> None:
-        body = bytes(self._call)
+        self._json_call(bytes(self._call))
+        self._call.clear()
+        self._mode = "text"
+        self._open_segment()
+
+    def _json_call(self, body: bytes) -> None:
+        """A hermes call's body, `{"name": …, "arguments": …}`, as one tool-call item; as text
+        (with its markup) when it is not one."""
         call = parse_tool_call(body.decode("utf-8", errors="replace"))
         if call is None:
             markup = self._markup
@@ -151,9 +158,6 @@ class HermesOutputParser:
             name, arguments = call
             index = self._start("tool_call", name)
             self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
-        self._call.clear()
-        self._mode = "text"
-        self._open_segment()
 
     def _raw_text_item(self, raw: bytes) -> None:
         text = raw.decode("utf-8", errors="replace")

@@ -51,7 +51,7 @@ from typing import Any
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
-from gateway.formats.hf_parser import HermesOutputParser, Markup, parse_tool_call
+from gateway.formats.hf_parser import HermesOutputParser, Markup
 
 FUNCTION_OPEN = "<function="
 FUNCTION_CLOSE = "</function>"
@@ -104,15 +104,7 @@ class XmlToolCallParser(HermesOutputParser):
     def _end_call(self) -> None:
         self._read_call()
         if self._state in (_HEAD, _RAW):
-            body = bytes(self._call)
-            call = parse_tool_call(body.decode("utf-8", errors="replace"))
-            if call is None:
-                markup = self._markup
-                self._raw_text_item(markup.text[markup.call_open] + body + markup.text[markup.call_close])
-            else:
-                name, arguments = call
-                index = self._start("tool_call", name)
-                self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
+            self._json_call(bytes(self._call))  # a hermes JSON body: that call
         else:
             self._close_call()
         self._call.clear()

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.hf import HFChatFormat
 from gateway.formats.hf_parser import parse_tool_call
+from tests.support.parse_events import items
 
 IM_END, ENDOFTEXT = 151645, 151643
 THINK, THINK_END, CALL, CALL_END = 151667, 151668, 151657, 151658
@@ -25,29 +26,6 @@ FUNCTION_CALL_ITEMS = [
     ("tool_call", "get_weather", '{"city": "東京", "unit": "c"}'),
     ("tool_call", "get_weather", '{"city": "Zürich"}'),
 ]
-
-
-def items(events) -> list[tuple[str, str | None, str]]:
-    """(kind, name, text) per item, checking the event contract on the way."""
-    started: dict[int, ItemStarted] = {}
-    deltas: dict[int, list[str]] = {}
-    done: dict[int, str] = {}
-    for event in events:
-        if isinstance(event, ItemStarted):
-            assert event.index == len(started) and event.index not in started
-            started[event.index] = event
-            deltas[event.index] = []
-        elif isinstance(event, ItemDelta):
-            assert event.index in started and event.index not in done
-            deltas[event.index].append(event.text)
-        else:
-            assert isinstance(event, ItemDone) and event.index in started and event.index not in done
-            done[event.index] = event.text
-    assert done.keys() == started.keys()
-    for index, text in done.items():
-        assert "".join(deltas[index]) == text
-    return [(started[i].kind, started[i].name, done[i]) for i in range(len(started))]
-
 
 def parse(fmt: HFChatFormat, ids: list[int], chunk_sizes=None) -> list[tuple[str, str | None, str]]:
     parser = fmt.parser()

@@ -15,6 +15,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.qwen_xml import convert_param_value
+from tests.support.parse_events import items
 
 IM_END, ENDOFTEXT = 248046, 248044
 CALL, CALL_END, THINK, THINK_END = 248058, 248059, 248068, 248069
@@ -38,7 +39,6 @@ SHELL = Tool("shell", "Run a command.", {
 READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
 TOOLS = [SHELL, READ]
 
-
 def ids_of(tokenizer, text: str, *, split: str = "canonical") -> list[int]:
     """Ids of model output `text`: markup as its added tokens, the rest canonically encoded, or
     (`split="bytes"`) one byte-level token per byte: a tokenization no encoder makes, which
@@ -53,29 +53,6 @@ def ids_of(tokenizer, text: str, *, split: str = "canonical") -> list[int]:
         elif piece:
             ids += tokenizer._encode_without_added_tokens(piece)
     return ids
-
-
-def items(events) -> list[tuple[str, str | None, str]]:
-    """(kind, name, text) per item, checking the event contract on the way: indices in order,
-    one ItemDone each, and the deltas adding up to the final text."""
-    started: dict[int, ItemStarted] = {}
-    deltas: dict[int, list[str]] = {}
-    done: dict[int, str] = {}
-    for event in events:
-        if isinstance(event, ItemStarted):
-            assert event.index == len(started) and event.index not in started
-            started[event.index] = event
-            deltas[event.index] = []
-        elif isinstance(event, ItemDelta):
-            assert event.index in started and event.index not in done
-            deltas[event.index].append(event.text)
-        else:
-            assert isinstance(event, ItemDone) and event.index in started and event.index not in done
-            done[event.index] = event.text
-    assert done.keys() == started.keys()
-    for index, text in done.items():
-        assert "".join(deltas[index]) == text
-    return [(started[i].kind, started[i].name, done[i]) for i in range(len(started))]
 
 
 def parse_events(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list:
