@@ -22,6 +22,17 @@ from gateway.pipeline.turn import Turn
 from gateway.tokenfix.record import TurnRecord
 
 
+def new_writer(runtime: Runtime, response_id: str, parsed: ResponsesRequest, spec: str) -> ResponseWriter:
+    """The writer of a response, its echo completed with the sampling values actually used: a
+    `temperature` or `top_p` the request left out is the model's generation default
+    (generation_config.json), else vLLM's own (1.0). `spec`: `--responses-spec`."""
+    echo = parsed.echo
+    for key in ("temperature", "top_p"):
+        if echo.get(key) is None:
+            echo[key] = float(runtime.defaults.values.get(key, 1.0))
+    return ResponseWriter(response_id=response_id, model=parsed.model, echo=echo, spec=spec)
+
+
 def check_model(runtime: Runtime, model: str) -> None:
     if model != runtime.model_name:
         raise APIError(f"The model '{model}' does not exist; this gateway serves '{runtime.model_name}'.",

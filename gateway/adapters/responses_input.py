@@ -92,6 +92,13 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         "previous_response_id": body.get("previous_response_id"),
         "prompt_cache_key": body.get("prompt_cache_key"),
         "truncation": body.get("truncation", "disabled"),
+        # Sent by OpenAI and required by Open Responses; the values this gateway uses.
+        "presence_penalty": sampling.presence_penalty or 0.0,
+        "frequency_penalty": sampling.frequency_penalty or 0.0,
+        "top_logprobs": body.get("top_logprobs") or 0,
+        "max_tool_calls": body.get("max_tool_calls"),
+        "safety_identifier": body.get("safety_identifier"),
+        "service_tier": "default",  # one tier here, whatever the request asked for
     }
     if body.get("user") is not None:
         echo["user"] = body["user"]

@@ -19,8 +19,7 @@ from starlette.responses import Response
 
 from gateway.adapters.continuation import parse_continuation
 from gateway.adapters.resent import parse_resent, resent_prefix
-from gateway.adapters.responses import Event, check_model, failed_events, response_events
-from gateway.adapters.responses_events import ResponseWriter
+from gateway.adapters.responses import Event, check_model, failed_events, new_writer, response_events
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import expect
@@ -46,10 +45,10 @@ async def create_response(request: Request) -> Response:
     settings = request.app.state.settings
     raw = await read_body(request, settings.max_body_bytes, settings.request_body_timeout)
     async with cancelled_on_disconnect(request):
-        return await _respond(runtime, raw)
+        return await _respond(runtime, raw, settings.responses_spec)
 
 
-async def _respond(runtime: Runtime, raw: bytes) -> Response:
+async def _respond(runtime: Runtime, raw: bytes, spec: str) -> Response:
     # A full history sent again under its prompt_cache_key: only what follows the covered part is parsed.
     resent = await parse_resent(raw, runtime)
     if resent is not None:
@@ -64,7 +63,7 @@ async def _respond(runtime: Runtime, raw: bytes) -> Response:
         turn_request = _turn_request(parsed, previous=previous, rollout=rollout, resent=index)
     check_model(runtime, parsed.model)
     turn = await session.prepare(runtime, turn_request)
-    writer = ResponseWriter(response_id=turn_request.response_id, model=parsed.model, echo=parsed.echo)
+    writer = new_writer(runtime, turn_request.response_id, parsed, spec)
     if parsed.background:
         return JSONResponse(await run_in_background(runtime, turn, writer, parsed))
     try:
