@@ -206,6 +206,13 @@ class ResponseWriter:
         events.extend(self._item_done(output_index, item))
         return events
 
+    def whole_item(self, item: dict[str, Any]) -> list[Event]:
+        """An item known whole when it is added (a compaction): added, then done."""
+        output_index = len(self.output)
+        self.output.append(item)
+        return [self._event("response.output_item.added", output_index=output_index, item=dict(item)),
+                *self._item_done(output_index, item)]
+
     def _item_done(self, output_index: int, item: dict[str, Any]) -> list[Event]:
         return [self._event("response.output_item.done", output_index=output_index, item=item)]
 
