@@ -28,8 +28,8 @@ from gateway.server.metrics import Metrics, metrics_endpoint
 from gateway.server.observe import ObserveMiddleware
 from gateway.server.openapi import openapi_endpoint
 from gateway.server.routes.chat import create_chat_completion
-from gateway.server.routes.messages import count_tokens, create_message
 from gateway.server.routes.compact import compact_response
+from gateway.server.routes.messages import count_tokens, create_message
 from gateway.server.routes.responses import create_response
 from gateway.server.routes.rollouts import delete_rollout, export_rollouts, get_rollout, rollout_stats
 from gateway.server.routes.stored_responses import cancel_response, delete_response, get_response, list_input_items
