@@ -171,3 +171,22 @@ def test_compact_refuses_generation_options(stack, fake):
     answer = _post(stack, "/v1/responses/compact", {"input": "x", "temperature": 0.5})
     assert answer.status_code == 400 and answer.json()["error"]["param"] == "temperature"
     assert fake.requests == []
+
+
+def test_a_summary_turn_that_only_thinks_and_calls_keeps_its_reasoning(stack, fake, tokenizer):
+    """The tools stay offered in the summary turn; a model that answers with a call rather than a
+    summary still leaves its reasoning as the summary."""
+    from tests.codex.harness import call_ids
+    from tests.support.qwen3_tokens import END_THINK, THINK
+
+    thought = [THINK, *ids(tokenizer, "\nThe user wants the weather.\n"), END_THINK, *ids(tokenizer, "\n\n")]
+    fake.queue(Script(thought + call_ids(tokenizer, "get_weather", {"city": "Paris"})))
+    tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    compacted = _post(stack, "/v1/responses/compact", {"input": "Weather in Paris?", "tools": [tool],
+                                                        "prompt_cache_retention": "24h"})
+    assert compacted.status_code == 200, compacted.text
+    item = compacted.json()["output"][-1]
+    assert "<tools>" in tokenizer.decode(fake.requests[-1].body["token_ids"])  # still offered
+    fake.queue(Script(answer_ids(tokenizer, "ok")))
+    _post(stack, "/v1/responses", {"input": [item, {"type": "message", "role": "user", "content": "go"}]})
+    assert SUMMARY_HEADER + "The user wants the weather." in tokenizer.decode(fake.requests[-1].body["token_ids"])

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.adapters import reasoning_blob
-from gateway.core.conversation import Item, Message
+from gateway.core.conversation import Item, Message, Reasoning
 from gateway.core.errors import invalid_request
 from gateway.core.ids import new_id
 
@@ -67,8 +67,14 @@ def summary_message(raw: dict[str, Any], param: str) -> Message:
 
 
 def summary_text(output_items: Sequence[Item]) -> str:
-    """What the model answered: the text of its messages (its reasoning and any call left out)."""
-    return "\n\n".join(item.text for item in output_items if isinstance(item, Message) and item.text).strip()
+    """What the model answered: the text of its messages; its reasoning when it wrote none (it
+    may have called a tool instead: the tools stay offered, so that the prompt continues the
+    session's tokens)."""
+    for kind in (Message, Reasoning):
+        text = "\n\n".join(item.text for item in output_items if isinstance(item, kind) and item.text).strip()
+        if text:
+            return text
+    return ""
 
 
 def compaction_item(summary: str) -> dict[str, Any]:

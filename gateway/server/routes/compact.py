@@ -1,8 +1,9 @@
 """POST /v1/responses/compact: a history in, its compacted window out (OpenAI's and Open
 Responses' `CompactResource`; the endpoint Codex's remote compaction calls).
 
-The body is a Responses body without the generation options (`model`, `input`,
-`previous_response_id`, `instructions`, `prompt_cache_key`). It runs as the same request
+The body is a Responses body without the sampling options (`model`, `input`,
+`previous_response_id`, `instructions`, `prompt_cache_key`, and the tools and reasoning
+options Codex's compaction client may send). It runs as the same request
 with a `compaction_trigger` appended (gateway/adapters/compaction.py): one summary turn through
 the ordinary pipeline, continuing the session's exact tokens. The answer holds the history's user
 messages, then the one `compaction` item that carries the summary.
@@ -22,8 +23,11 @@ from gateway.pipeline.runtime import Runtime
 from gateway.server.http import JSONResponse, cancelled_on_disconnect, parse_json, read_body
 from gateway.server.routes.responses import final_response, prepared
 
-# What a compact body may hold besides `input` (the rest of a Responses body is refused by its schema).
-_FIELDS = ("model", "input", "previous_response_id", "instructions", "prompt_cache_key")
+# A compact body: OpenAI's and Open Responses' fields, and what Codex's compaction client may add
+# (its tools and reasoning options: kept, the summary turn's prompt then continues the session's).
+_FIELDS = frozenset({"model", "input", "previous_response_id", "instructions", "prompt_cache_key", "service_tier",
+                     "tools", "tool_choice", "parallel_tool_calls", "reasoning", "text"})
+_HINTS = frozenset({"prompt_cache_retention", "prompt_cache_options"})  # caching hints: accepted, not needed here
 
 
 async def compact_response(request: Request) -> Response:
@@ -51,7 +55,7 @@ async def compact_response(request: Request) -> Response:
 
 def _create_body(body: dict[str, Any]) -> dict[str, Any]:
     """The `response.create` body the compaction runs as."""
-    unknown = sorted(set(body) - set(_FIELDS))
+    unknown = sorted(set(body) - _FIELDS - _HINTS)
     if unknown:
         raise invalid_request(f"Unsupported parameter for /v1/responses/compact: '{unknown[0]}'.", param=unknown[0],
                               code="unsupported_parameter")
@@ -61,4 +65,5 @@ def _create_body(body: dict[str, Any]) -> dict[str, Any]:
     items = raw_input if isinstance(raw_input, list) else [] if raw_input is None else raw_input
     if not isinstance(items, list):
         raise invalid_request("'input' must be a string or a list of items.", param="input")
-    return {**body, "input": [*items, {"type": TRIGGER}], "store": False}
+    fields = {key: value for key, value in body.items() if key in _FIELDS}
+    return {**fields, "input": [*items, {"type": TRIGGER}], "store": False}
