@@ -428,3 +428,19 @@ def test_compact_missing_model(stack, spec):
     assert answer.json()["error"]["param"] == "model"
     assert openai_schema.errors("ErrorResponse", answer.json()) == []
     assert stack.fake.requests == []
+
+
+def test_sampling_values_echoed_are_the_ones_used(qwen_tokenizer_dir, tokenizer, tmp_path):
+    """`temperature` and `top_p` a request leaves out are the model's generation defaults (its
+    generation_config.json): what the replica was asked to sample with, and what the response says."""
+    (tmp_path / "generation_config.json").write_text('{"temperature": 0.6, "top_p": 0.95, "top_k": 20}')
+    with fake_stack(tmp_path, tokenizer=str(qwen_tokenizer_dir), served_model_name=MODEL) as stack:
+        stack.fake.queue(_answer(tokenizer, reasoning=False), _answer(tokenizer, reasoning=False))
+        default = httpx.post(stack.url + "/v1/responses", json={"model": MODEL, "input": "hi"}, timeout=30).json()
+        sent = stack.fake.requests[-1].body
+        chosen = httpx.post(stack.url + "/v1/responses", json={"model": MODEL, "input": "hi", "temperature": 0.2,
+                                                               "presence_penalty": 0.5}, timeout=30).json()
+    assert (default["temperature"], default["top_p"]) == (0.6, 0.95)
+    assert (sent["sampling_params"]["temperature"], sent["sampling_params"]["top_p"]) == (0.6, 0.95)
+    assert (chosen["temperature"], chosen["top_p"], chosen["presence_penalty"]) == (0.2, 0.95, 0.5)
+    assert open_responses_schema.errors("ResponseResource", default) == []
