@@ -28,6 +28,7 @@ class Settings:
     websocket_warning: float = 3300.0  # when `connection_expiring` warns of the end
     rollout_max_tokens: int = 20_000_000  # tokens all rollouts may hold (~13 bytes each); LRU beyond
     rollout_ttl: float = 3600.0  # seconds a rollout lives without a call or export
+    responses_spec: str = "openai"  # openai | open-responses: whose names where the two specs differ
     reasoning_secret: str | None = None  # HMAC key of reasoning blobs; None: random per process
     upstream_idle_timeout: float = 300.0  # seconds a generation may go without a byte from its replica
     upstream_header_timeout: float = 30.0  # seconds a replica may take to accept a generation (headers)

@@ -68,6 +68,10 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                         help="seconds a WebSocket connection stays open before the server closes it")
     parser.add_argument("--websocket-warning", type=float, default=float(_env("websocket_warning", "3300")),
                         help="seconds after which a connection_expiring event warns of the close")
+    parser.add_argument("--responses-spec", choices=["openai", "open-responses"],
+                        default=_env("responses_spec", "openai"),
+                        help="where OpenAI's Responses API and the Open Responses spec differ (the reasoning "
+                             "events' names), whose to follow")
     parser.add_argument("--reasoning-secret", default=_env("reasoning_secret"),
                         help="key authenticating reasoning echoed back by clients (share it between gateways "
                              "behind one load balancer); default: random per process")
@@ -163,6 +167,7 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         reasoning_parser=args.reasoning_parser, tool_parser=args.tool_parser, log_level=args.log_level,
         max_websocket_connections=args.max_websocket_connections, websocket_lifetime=args.websocket_lifetime,
         websocket_warning=args.websocket_warning, reasoning_secret=args.reasoning_secret,
+        responses_spec=args.responses_spec,
         rollout_max_tokens=args.rollout_max_tokens, rollout_ttl=args.rollout_ttl,
         resolve_interval=args.resolve_interval, drain_timeout=args.drain_timeout,
         max_concurrent_requests=args.max_concurrent_requests, upstream_idle_timeout=args.upstream_idle_timeout,

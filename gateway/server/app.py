@@ -28,6 +28,7 @@ from gateway.server.metrics import Metrics, metrics_endpoint
 from gateway.server.observe import ObserveMiddleware
 from gateway.server.openapi import openapi_endpoint
 from gateway.server.routes.chat import create_chat_completion
+from gateway.server.routes.compact import compact_response
 from gateway.server.routes.messages import count_tokens, create_message
 from gateway.server.routes.responses import create_response
 from gateway.server.routes.rollouts import delete_rollout, export_rollouts, get_rollout, rollout_stats
@@ -112,6 +113,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
 
     routes = [
         Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/compact", compact_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),

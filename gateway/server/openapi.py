@@ -69,6 +69,9 @@ def description() -> dict[str, Any]:
                 "summary": "Create a response (JSON, SSE stream, or background)",
                 "requestBody": _body("CreateResponse", _EXTENSIONS),
                 "responses": _ok(response)}},
+            "/v1/responses/compact": {"post": {
+                "summary": "Compact a history: its user messages and one compaction item (the model's summary)",
+                "requestBody": _body("CompactResponseMethodPublicBody", {}), "responses": _ok(_ref("CompactResource"))}},
             "/v1/responses/{response_id}": {
                 "get": {"summary": "A stored response", "parameters": _ID, "responses": _ok(response)},
                 "delete": {"summary": "Delete a stored response", "parameters": _ID,

@@ -21,7 +21,7 @@ import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected, WebSocketState
 
 from gateway.adapters.continuation import parse_continuation
-from gateway.adapters.responses import Event, check_model, failed_events, response_events
+from gateway.adapters.responses import Event, check_model, failed_events, new_writer, response_events
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.adapters.rollout_fields import begin_rollout
@@ -161,7 +161,7 @@ class ResponsesSocket:
                                    generated=parsed.generated, store=parsed.store,
                                    lane=Lane(self.cache, lane), affinity=self.connection_id,
                                    spans=parsed.text_logprobs)
-        writer = ResponseWriter(response_id=turn_request.response_id, model=parsed.model, echo=parsed.echo)
+        writer = new_writer(self.runtime, turn_request.response_id, parsed, self.settings.responses_spec)
         if not request.generate:
             await self._warm_up(turn_request, writer, lane)
             return
