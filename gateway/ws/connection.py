@@ -56,8 +56,8 @@ POLICY_VIOLATION = 1008
 class Budget(Protocol):
     """The server's budget of model requests in flight, shared with HTTP (gateway/server/admission.py)."""
 
-    def acquire(self) -> None: ...  # raises APIError (429) when spent
-    def release(self) -> None: ...
+    async def acquire(self) -> None: ...  # raises APIError (429) when spent
+    async def release(self) -> None: ...
 
 
 class ResponsesSocket:
@@ -170,14 +170,14 @@ class ResponsesSocket:
             await self._warm_up(turn_request, writer, lane)
             return
         try:
-            self.budget.acquire()
+            await self.budget.acquire()
         except APIError as exc:  # over the limit: nothing ran
             await self._send_error(exc, lane)
             return
         try:
             await self._generate(turn_request, writer, parsed, lane)
         finally:
-            self.budget.release()
+            await self.budget.release()
 
     async def _previous(self, body: dict[str, Any]) -> CachedResponse | None:
         response_id = expect(body.get("previous_response_id"), str, "previous_response_id")
