@@ -1,4 +1,4 @@
-"""`python -m bench.workers [ROUNDS]`: relay throughput with `--workers 1` and `--workers 2`.
+"""`python -m bench.workers [ROUNDS [STREAMS...]]`: relay throughput with `--workers 1` and `--workers 2`.
 
 The same token server (unpaced: it emits as fast as the sockets take) and load generator as
 bench/relay.py, against a gateway of one and of two processes (the second shares state through
@@ -29,7 +29,7 @@ STREAMS = (64, 256)
 OUT = Path(__file__).parent / "results" / "workers.json"
 
 
-def run(rounds: int = 3) -> dict[str, Any]:
+def run(rounds: int = 3, streams_list: tuple[int, ...] = STREAMS) -> dict[str, Any]:
     model = MODELS["qwen"]()
     gateway_body, direct_body = _bodies(model)
     rates: dict[str, list[float]] = {}
@@ -40,8 +40,8 @@ def run(rounds: int = 3) -> dict[str, Any]:
                 with procs.gateway(upstream.url, str(model.model_dir), model.chat_format, cpu=None,
                                    extra=["--workers", str(workers), "--max-websocket-connections", "10"]) as gateway:
                     gw = partial(_config, gateway.port, "/v1/responses", gateway_body, GATEWAY_MARKER, "words")
-                    procs.load(gw(max(STREAMS), 1, 10), cpu=None)  # warm-up: code paths, pooled connections
-                    for streams in STREAMS:
+                    procs.load(gw(max(streams_list), 1, 10), cpu=None)  # warm-up: code paths, pooled connections
+                    for streams in streams_list:
                         tag = 1_000_000 * streams + 10_000 * index + 1000 * workers
                         reference = procs.load(direct(streams, 1, tag), cpu=None)
                         relayed = procs.load(gw(streams, 1, tag + 500_000), cpu=None)
@@ -57,7 +57,7 @@ def run(rounds: int = 3) -> dict[str, Any]:
 
 
 def main() -> None:
-    result = run(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    result = run(int(sys.argv[1]) if len(sys.argv) > 1 else 3, tuple(map(int, sys.argv[2:])) or STREAMS)
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(result, indent=2) + "\n")
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
