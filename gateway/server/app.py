@@ -108,6 +108,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         try:
             yield
         finally:
+            app.state.tenant_limits.close()
             await app.state.runtime.pool.close()
             await app.state.runtime.state.close()
 

@@ -88,6 +88,10 @@ class TenantLimits:
 
             self.shared = RedisLimits(state.link, state.prefix, WINDOW)  # type: ignore[attr-defined]
 
+    def close(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
+
     async def admit(self, tenant: Tenant) -> None:
         """`acquire`, counted in the shared store when there is one."""
         limits = self.limits(tenant)
