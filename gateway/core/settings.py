@@ -33,6 +33,8 @@ class Settings:
     upstream_idle_timeout: float = 300.0  # seconds a generation may go without a byte from its replica
     upstream_header_timeout: float = 30.0  # seconds a replica may take to accept a generation (headers)
     request_body_timeout: float = 30.0  # seconds a client may take to send its request body
+    header_timeout: float = 10.0  # seconds a client may take to send a request's headers (slowloris)
+    client_write_timeout: float = 60.0  # seconds a WebSocket send may wait on a client that does not read
     max_concurrent_requests: int | None = None  # model requests in flight, beyond which 429; None: no limit
     state_url: str | None = None  # redis://… | rediss://… | unix://…: state shared by processes; None: in process
     state_key_prefix: str = "gw:"  # namespaces the shared store's keys (several gateways on one Redis)

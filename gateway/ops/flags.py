@@ -97,6 +97,12 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                              "beyond, the replica is suspected and another one tried")
     parser.add_argument("--request-body-timeout", type=float, default=float(_env("request_body_timeout", "30")),
                         help="seconds a client may take to send its request body (408 beyond)")
+    parser.add_argument("--header-timeout", type=float, default=float(_env("header_timeout", "10")),
+                        help="seconds a client may take to send a request's headers; beyond, the connection is "
+                             "closed (slowloris)")
+    parser.add_argument("--client-write-timeout", type=float, default=float(_env("client_write_timeout", "60")),
+                        help="seconds a WebSocket event may wait on a client that does not read; beyond, its "
+                             "responses fail, their generations are aborted and the connection is closed")
     parser.add_argument("--max-request-bytes", "--max-body-bytes", dest="max_body_bytes", type=int,
                         default=int(_env("max_request_bytes", str(64 * 1024 * 1024))),
                         help="largest request body or WebSocket frame accepted (413 beyond; default 64 MiB)")
@@ -172,6 +178,7 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         resolve_interval=args.resolve_interval, drain_timeout=args.drain_timeout,
         max_concurrent_requests=args.max_concurrent_requests, upstream_idle_timeout=args.upstream_idle_timeout,
         upstream_header_timeout=args.upstream_header_timeout, request_body_timeout=args.request_body_timeout,
+        header_timeout=args.header_timeout, client_write_timeout=args.client_write_timeout,
         max_body_bytes=args.max_body_bytes,
         state_url=args.state_url or None,
         api_keys=[*_env_keys(), *(args.api_key or [])], api_key_file=args.api_key_file, admin_key=args.admin_key,

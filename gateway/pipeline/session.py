@@ -213,6 +213,13 @@ async def recall(runtime: Runtime, key: str, *, count: bool = True) -> Session |
     return await runtime.state.session(scoped(key), count=count)
 
 
+def confirm(runtime: Runtime, key: str, found: Session) -> bool:
+    """`found`, from a `recall(key, count=False)` with no await since, is the session under `key`:
+    counted as a hit and kept fresh. In this process only: the look before asked the shared
+    store already (a second round trip would learn nothing new)."""
+    return runtime.state.sessions.get(scoped(key)) is found
+
+
 async def begin_rollout(runtime: Runtime, rollout_id: str, response_mask: list[int] | None) -> Pending:
     """A call's place in the tenant's rollout `rollout_id` (new or live); 410 if it is gone."""
     with _client_ids(rollout_id):

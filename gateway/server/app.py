@@ -101,6 +101,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.runtime = runtime or build_runtime(settings, app.state.metrics.state_store)
+        app.state.tenant_limits.share(app.state.runtime.state)  # counted in Redis with --state-url
         await app.state.runtime.pool.start()
         served = [r.served_model for r in app.state.runtime.pool.replicas if r.served_model]
         if settings.served_model_name is None and served:
@@ -108,6 +109,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         try:
             yield
         finally:
+            app.state.tenant_limits.close()
             await app.state.runtime.pool.close()
             await app.state.runtime.state.close()
 
