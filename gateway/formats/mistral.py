@@ -9,7 +9,9 @@ tokens in it, so text a user types or a tool returns (`[INST]`, `[TOOL_CALLS]`) 
 Mistral's rules for the records, applied here so any conversation renders:
 - call ids are nine alphanumeric characters; another id (the gateway's `call_…`) is rendered as a
   fixed nine-character digest of itself, so the same call always renders the same ids;
-- system and developer text are system messages; an assistant turn's reasoning is a `ThinkChunk`
+- system and developer text are system messages, except after an assistant turn or a tool result,
+  where Mistral's order has no place for one: there it is a user message (as Qwen3.6's template
+  makes a late developer message a user query); an assistant turn's reasoning is a `ThinkChunk`
   where the tokenizer has `[THINK]` (v13 Magistral), and is not rendered where it has not;
 - the validator runs in mistral-common's `agnostic` mode, which checks the message order but
   not the last role, so a history that ends with the model's turn renders too (`tokenfix` asks).
@@ -138,6 +140,8 @@ class MistralFormat:
                                             name=item.name))
             elif item.role == "user":
                 messages.append(UserMessage(content=item.text))
+            elif messages and isinstance(messages[-1], dict | ToolMessage):
+                messages.append(UserMessage(content=item.text))  # Mistral takes no system text after the model's
             else:
                 messages.append(SystemMessage(content=item.text))
         return [self._assistant(m) if isinstance(m, dict) else m for m in messages]

@@ -78,3 +78,12 @@ def kimi_format(kimi_tokenizer):
     from gateway.formats.hf import HFChatFormat
 
     return HFChatFormat(kimi_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def mistral_format():
+    """The Mistral format on a v13 tekken file (Devstral / Magistral: `[ARGS]`, `[THINK]`)."""
+    from gateway.formats.mistral import load_mistral_format
+    from tests.support.mistral import tekken_file
+
+    return load_mistral_format(tekken_file("v13"))
