@@ -13,6 +13,8 @@ Mistral's rules for the records, applied here so any conversation renders:
   where Mistral's order has no place for one: there it is a user message (as Qwen3.6's template
   makes a late developer message a user query); an assistant turn's reasoning is a `ThinkChunk`
   where the tokenizer has `[THINK]` (v13 Magistral), and is not rendered where it has not;
+- an empty answer (the model wrote nothing visible) renders as its `</s>` alone, which the encoder
+  would refuse to make: a placeholder is encoded and taken out again;
 - the validator runs in mistral-common's `agnostic` mode, which checks the message order but
   not the last role, so a history that ends with the model's turn renders too (`tokenfix` asks).
 
@@ -23,6 +25,7 @@ no more than that.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +53,9 @@ from gateway.formats.hf_parser import Markup
 from gateway.formats.mistral_parser import CALL_ID_SHAPE, MistralToolCallParser
 
 TOKENIZER_FILE = "tekken.json"
+# Stands in for an empty answer (a generation with no visible output), which mistral-common refuses to
+# encode; taken out of the ids again, leaving what the encoder would write for it: `</s>`.
+_EMPTY = "\U0010fffd"
 _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -79,14 +85,16 @@ class MistralFormat:
         text = {tekken.get_special_token(t.value): t.value.encode() for t in [*markers, *extra]}
         self._markup = Markup(think_open=ids.get("think_open"), think_close=ids.get("think_close"),
                               call_open=ids["call_open"], call_close=None, text=text)
+        self._empty_ids = tekken.encode(_EMPTY, bos=False, eos=False)
         self._args = tekken.get_special_token(SpecialTokens.args.value) if new_calls else None
         self._call_id = tekken.get_special_token(SpecialTokens.call_id.value) if new_calls else None
 
     def render(self, conversation: Conversation) -> list[int]:
         try:
-            request = ChatCompletionRequest(messages=self._messages(conversation),
-                                            tools=[_tool(t) for t in conversation.tools] or None)
-            return list(self.tokenizer.encode_chat_completion(request).tokens)
+            messages, empty = self._messages(conversation)
+            request = ChatCompletionRequest(messages=messages, tools=[_tool(t) for t in conversation.tools] or None)
+            ids = list(self.tokenizer.encode_chat_completion(request).tokens)
+            return self._without_placeholders(ids, empty) if empty else ids
         except (MistralCommonException, ValidationError, AssertionError, ValueError) as exc:
             raise APIError(f"This conversation cannot be rendered for a Mistral model: {exc}", status=400,
                            param="input", code="invalid_conversation") from exc
@@ -114,9 +122,23 @@ class MistralFormat:
                        "are not supported for Mistral models by this gateway yet.", status=400,
                        param="tool_choice", code="unsupported_value")
 
+    def _without_placeholders(self, ids: list[int], empty: list[int]) -> list[int]:
+        """`ids` with the placeholder of each empty answer (the `n`-th run of assistant messages for `n`
+        in `empty`) taken out: each run ends with the render's `n`-th `</s>`, and content makes none."""
+        eos = self.stop_token_ids[0]
+        ends = [i for i, token in enumerate(ids) if token == eos]
+        width = len(self._empty_ids)
+        for n in reversed(empty):
+            end = ends[n]
+            if ids[end - width:end] != self._empty_ids:
+                raise AssertionError("an empty answer's placeholder is not where the encoder puts it")
+            del ids[end - width:end]
+        return ids
+
     # Conversation -> mistral-common's records ----------------------------------------------------
 
-    def _messages(self, conversation: Conversation) -> list[Any]:
+    def _messages(self, conversation: Conversation) -> tuple[list[Any], list[int]]:
+        """mistral-common's messages, and which of the assistant messages are empty answers."""
         messages: list[Any] = []
         if conversation.instructions:
             messages.append(SystemMessage(content=conversation.instructions))
@@ -144,7 +166,25 @@ class MistralFormat:
                 messages.append(UserMessage(content=item.text))  # Mistral takes no system text after the model's
             else:
                 messages.append(SystemMessage(content=item.text))
-        return [self._assistant(m) if isinstance(m, dict) else m for m in messages]
+        # The encoder joins neighbouring assistant messages into one answer (one `</s>`). Empty turns add
+        # nothing to a run that has content; a run of nothing but empty turns is one placeholder answer.
+        records: list[Any] = []
+        empty: list[int] = []
+        runs = 0
+        for is_turn, group in itertools.groupby(messages, key=lambda m: isinstance(m, dict)):
+            if not is_turn:
+                records += group
+                continue
+            run = list(group)
+            full = [turn for turn in run if self._has_content(turn)]
+            if not full:
+                empty.append(runs)
+            records += [self._assistant(turn) for turn in full or run[:1]]
+            runs += 1
+        return records, empty
+
+    def _has_content(self, turn: dict[str, Any]) -> bool:
+        return bool(turn["text"] or turn["calls"] or (turn["think"] is not None and self._thinks))
 
     def _assistant(self, turn: dict[str, Any]) -> AssistantMessage:
         chunks: list[Any] = []
@@ -153,6 +193,8 @@ class MistralFormat:
         if turn["text"]:
             chunks.append(TextChunk(text=turn["text"]))
         content: Any = chunks if any(isinstance(c, ThinkChunk) for c in chunks) else (turn["text"] or None)
+        if not self._has_content(turn):
+            content = _EMPTY  # the encoder refuses an empty answer; `render` takes the placeholder out
         return AssistantMessage(content=content, tool_calls=turn["calls"] or None)
 
 

@@ -180,3 +180,19 @@ def test_control_tokens_typed_by_a_user_or_returned_by_a_tool_stay_text(mistral_
         ToolCall("abcdefghi", "shell", json.dumps({"cmd": "x"})), ToolOutput("abcdefghi", "x")])
     assert [t for t in ids if t < 1000] == [t for t in mistral_format.render(clean) if t < 1000]
     assert mistral_format.decode(ids).count(INJECTION) == 5  # JSON leaves it as it is: no quotes, no backslashes
+
+
+def test_an_empty_answer_renders_as_its_eos_alone(mistral_format):
+    """A generation with nothing visible (control tokens only, or `</s>` at once) stays in the history;
+    the encoder refuses an empty assistant message, the gateway renders what it would write: `</s>`."""
+    case = Conversation(items=[Message("user", "hi"), Message("assistant", ""), Message("user", "again"),
+                               Message("assistant", "\U0010fffd"), Message("user", "more")])
+    assert mistral_format.decode(mistral_format.render(case)) == (
+        "<s>[INST]hi[/INST]</s>[INST]again[/INST]\U0010fffd</s>[INST]more[/INST]")
+
+
+def test_empty_turns_next_to_an_answer_add_nothing(mistral_format):
+    """The encoder joins neighbouring assistant messages into one answer; an empty one adds nothing."""
+    case = Conversation(items=[Message("user", "hi"), Message("assistant", "Sure."), Message("assistant", ""),
+                               Message("user", "")])
+    assert mistral_format.decode(mistral_format.render(case)) == "<s>[INST]hi[/INST]Sure.</s>[INST][/INST]"
