@@ -26,7 +26,6 @@ no more than that.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -240,7 +239,4 @@ def load_mistral_format(tokenizer_path: str | Path) -> MistralFormat:
     """The format of a model dir holding Mistral's `tekken.json` (or the path of such a file)."""
     path = Path(tokenizer_path)
     file = path / TOKENIZER_FILE if path.is_dir() else path
-    config = json.loads(file.read_text(encoding="utf-8")).get("config", {})
-    if not isinstance(config, dict):
-        raise ValueError(f"{file} is not a tekken tokenizer file")
     return MistralFormat(MistralTokenizer.from_file(str(file), mode=ValidationMode.agnostic))
