@@ -43,6 +43,7 @@ SECTIONS = {
     "deepseek": (deepseek.CALLS_BEGIN, deepseek.CALLS_END, deepseek.CALL_TOKENS, deepseek.DeepSeekToolCallParser),
     "kimi": (kimi.CALLS_BEGIN, kimi.CALLS_END, kimi.CALL_TOKENS, kimi.KimiToolCallParser),
 }
+THINKING_SWITCH = "enable_thinking"  # the variable Qwen3, Qwen3.5/3.6 and GLM templates switch thinking with
 XML_TEMPLATE_MARKERS = ("<function=", "<parameter=")
 
 
@@ -73,6 +74,11 @@ class HFChatFormat:
             template_kwargs["enable_thinking"] = enable_thinking
         prepare = template_messages if self.tool_calls == "xml" else glm.template_messages if self._glm else None
         self._encoder = SafeTemplateEncoder(tokenizer, template_kwargs, prepare=prepare)
+        # A request that turns thinking off (`Conversation.thinking`) renders with the template's switch
+        # off, as vLLM renders `chat_template_kwargs: {"enable_thinking": false}`; None: no switch.
+        self._quiet_encoder = (SafeTemplateEncoder(tokenizer, {**template_kwargs, "enable_thinking": False},
+                                                   prepare=prepare)
+                               if THINKING_SWITCH in template and enable_thinking is not False else None)
 
         vocab = tokenizer.get_vocab()
         missing = [t for t in (*glm.ARG_TOKENS, *glm.TURN_TOKENS) if t not in vocab] if self._glm else []
@@ -113,14 +119,18 @@ class HFChatFormat:
             self._call_ids = tuple(vocab[t] for t in section[2])
             text.update({vocab[t]: t.encode() for t in section[2]})
         self._markup = Markup(**ids, text=text)
-        self._starts_in_reasoning = self._prompt_opens_reasoning()
+        self._starts_in_reasoning = self._prompt_opens_reasoning(thinking=True)
+        self._quiet_starts_in_reasoning = self._prompt_opens_reasoning(thinking=False)
         if not self._glm:
             self.turn_terminators |= self._stop_ids_closing_turns()
         self._window = self._template_window()
 
     def render(self, conversation: Conversation) -> list[int]:
         messages, tools = hf_messages(conversation)
-        return self._encoder.encode(messages, tools)
+        return self._encoder_for(conversation.thinking).encode(messages, tools)
+
+    def _encoder_for(self, thinking: bool) -> SafeTemplateEncoder:
+        return self._quiet_encoder if not thinking and self._quiet_encoder is not None else self._encoder
 
     @property
     def incremental_kinds(self) -> frozenset[str]:
@@ -128,20 +138,24 @@ class HFChatFormat:
         return self._window.kinds if self._window is not None else frozenset()
 
     def render_tail(self, conversation: Conversation, covered: Covered) -> Tail | None:
-        return self._window.tail(conversation, covered) if self._window is not None else None
+        if self._window is None or self._encoder_for(conversation.thinking) is not self._encoder:
+            return None  # the window renders the template's default mode; the caller renders everything
+        return self._window.tail(conversation, covered)
 
-    def parser(self, tools: Sequence[Tool] = ()) -> HermesOutputParser:
-        """A parser for one generation; `tools` (the request's) type XML calls' parameters."""
+    def parser(self, tools: Sequence[Tool] = (), *, thinking: bool = True) -> HermesOutputParser:
+        """A parser for one generation; `tools` (the request's) type XML calls' parameters; `thinking`
+        off starts it where the template's switched-off generation prompt leaves the model."""
         stop_ids = frozenset(self.stop_token_ids)
+        starts = self._starts_in_reasoning if thinking else self._quiet_starts_in_reasoning
         if self.tool_calls == "xml":
-            return XmlToolCallParser(self._token_bytes, self._markup, stop_ids, self._starts_in_reasoning, tools)
+            return XmlToolCallParser(self._token_bytes, self._markup, stop_ids, starts, tools)
         if self.tool_calls == "glm":
             return glm.GlmToolCallParser(self._token_bytes, self._markup, self._arg_ids, stop_ids,
-                                         self._starts_in_reasoning, tools)
+                                         starts, tools)
         if self.tool_calls in SECTIONS:
             return SECTIONS[self.tool_calls][3](self._token_bytes, self._markup, self._call_ids, stop_ids,
-                                                self._starts_in_reasoning, tools)
-        return HermesOutputParser(self._token_bytes, self._markup, stop_ids, self._starts_in_reasoning)
+                                                starts, tools)
+        return HermesOutputParser(self._token_bytes, self._markup, stop_ids, starts)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
@@ -155,12 +169,12 @@ class HFChatFormat:
         found = table[token_id] if 0 <= token_id < len(table) else b""
         return found or (self.tokenizer.convert_ids_to_tokens(token_id) or "").encode()
 
-    def _prompt_opens_reasoning(self) -> bool:
+    def _prompt_opens_reasoning(self, *, thinking: bool) -> bool:
         """Whether the generation prompt leaves a `<think>` open (the model starts mid-reasoning)."""
         think_open, think_close = self._markup.think_open, self._markup.think_close
         if think_open is None:
             return False
-        ids = self.render(Conversation(items=[Message(role="user", text="Hi")]))
+        ids = self.render(Conversation(items=[Message(role="user", text="Hi")], reasoning_effort=None if thinking else "none"))
         last_open = max((i for i, t in enumerate(ids) if t == think_open), default=-1)
         last_close = max((i for i, t in enumerate(ids) if t == think_close), default=-1)
         return last_open > last_close

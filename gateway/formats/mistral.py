@@ -101,7 +101,7 @@ class MistralFormat:
     def render_tail(self, conversation: Conversation, covered: Covered) -> Tail | None:
         return None  # the encoder renders whole requests; the caller renders everything
 
-    def parser(self, tools: Sequence[Tool] = ()) -> MistralToolCallParser:
+    def parser(self, tools: Sequence[Tool] = (), *, thinking: bool = True) -> MistralToolCallParser:
         return MistralToolCallParser(self._token_bytes, self._markup, self._args, self._call_id,
                                      frozenset(self.stop_token_ids), tools)
 
