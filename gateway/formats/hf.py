@@ -23,7 +23,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.sampling import OutputConstraint
-from gateway.formats import deepseek, glm, hf_constraints, kimi
+from gateway.formats import deepseek, glm, hf_constraints, kimi, llama3_json
 from gateway.formats.base import Covered, Tail
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
@@ -34,7 +34,8 @@ from gateway.formats.qwen_xml import XmlToolCallParser, template_messages
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
 # vLLM's --tool-call-parser / --reasoning-parser names this format speaks, and what they mean here.
 TOOL_PARSERS = {"auto": "auto", "hermes": "hermes", "qwen3_coder": "xml", "qwen3_xml": "xml", "glm45": "glm",
-                "glm47": "glm", "deepseek_v31": "deepseek", "kimi_k2": "kimi", "none": "none"}
+                "glm47": "glm", "deepseek_v31": "deepseek", "kimi_k2": "kimi", "none": "none",
+                "llama3_json": "llama3_json"}
 REASONING_PARSERS = {"auto": "think", "qwen3": "think", "glm45": "think", "glm47": "think", "deepseek_v3": "think",
                      "deepseek_r1": "think", "kimi_k2": "think", "none": "none"}
 # Families whose calls come in a section of calls, each a head and its arguments as written:
@@ -73,6 +74,8 @@ class HFChatFormat:
         if enable_thinking is not None:
             template_kwargs["enable_thinking"] = enable_thinking
         prepare = template_messages if self.tool_calls == "xml" else glm.template_messages if self._glm else None
+        if self.tool_calls == "llama3_json":
+            prepare = llama3_json.template_messages
         self._encoder = SafeTemplateEncoder(tokenizer, template_kwargs, prepare=prepare)
         # A request that turns thinking off (`Conversation.thinking`) renders with the template's switch
         # off, as vLLM renders `chat_template_kwargs: {"enable_thinking": false}`; None: no switch.
@@ -109,6 +112,9 @@ class HFChatFormat:
             del markers["think_open"], markers["think_close"]
         if self.tool_calls == "none":
             del markers["call_open"], markers["call_close"]
+        if self.tool_calls == "llama3_json":  # calls have no closing marker; `<|python_tag|>` may open them
+            markers.update(call_open=llama3_json.PYTHON_TAG)
+            del markers["call_close"]
         ids = {field: vocab.get(token) for field, token in markers.items()}
         ids = {field: ids.get(field) for field in ("think_open", "think_close", "call_open", "call_close")}
         text = {ids[f]: markers[f].encode() for f in markers if ids[f] is not None}
@@ -152,6 +158,8 @@ class HFChatFormat:
         if self.tool_calls == "glm":
             return glm.GlmToolCallParser(self._token_bytes, self._markup, self._arg_ids, stop_ids,
                                          starts, tools)
+        if self.tool_calls == "llama3_json":
+            return llama3_json.Llama3JsonParser(self._token_bytes, self._markup, stop_ids, tools)
         if self.tool_calls in SECTIONS:
             return SECTIONS[self.tool_calls][3](self._token_bytes, self._markup, self._call_ids, stop_ids,
                                                 starts, tools)
@@ -208,6 +216,8 @@ def _tool_calls_of(template: str) -> str:
         return "deepseek"
     if kimi.TEMPLATE_MARKER in template:
         return "kimi"
+    if llama3_json.TEMPLATE_MARKER in template and "<|eot_id|>" in template:
+        return "llama3_json"
     return "xml" if any(marker in template for marker in XML_TEMPLATE_MARKERS) else "hermes"
 
 
