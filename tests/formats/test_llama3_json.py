@@ -9,6 +9,8 @@ import json
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway.core.conversation import Conversation, Message, Tool, ToolCall, ToolOutput
 from gateway.core.sampling import GenerationDefaults, SamplingOptions
@@ -23,6 +25,7 @@ from gateway.upstream.pool import Pool
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support.llama3 import EOS_IDS, KNOWN_IDS, llama3_tokenizer_dir
 from tests.support.parse_events import feed, items, marked_ids
+from tests.tokenfix.test_incremental import SETTINGS, both_ways, continuations
 
 EOT, EOM, TAG = KNOWN_IDS["<|eot_id|>"], KNOWN_IDS["<|eom_id|>"], KNOWN_IDS["<|python_tag|>"]
 MARKUP = {t: KNOWN_IDS[t] for t in ("<|eot_id|>", "<|eom_id|>", "<|python_tag|>", "<|start_header_id|>")}
@@ -135,3 +138,24 @@ async def test_the_next_prompt_continues_the_model_s_parallel_calls(llama3_forma
         '<|start_header_id|>ipython<|end_header_id|>\n\n{"output": "a.py"}<|eot_id|>'
         '<|start_header_id|>ipython<|end_header_id|>\n\n{"output": "print(1)"}<|eot_id|>'
         "<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+@SETTINGS
+@given(case=continuations())
+async def test_the_pipeline_prompt_equals_full_render_and_splice(llama3_format, case):
+    """The shared hypothesis check (tests/tokenfix/test_incremental.py) on Llama's template."""
+    _, _, ids, reference = await both_ways(llama3_format, case)
+    assert ids == reference
+
+
+@settings(derandomize=True, max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_any_ids_parse_without_error(llama3_format, data):
+    """Random mixes of markup, braces, JSON pieces and text, fed in random pieces: the event contract holds."""
+    tokenizer = llama3_format.tokenizer
+    pieces = ['{"name": "shell", "parameters": {', '"command": ["ls"]', "}", "};", " ", "\n", "x", '"', "{",
+              "<|python_tag|>", "<|eot_id|>", "<|eom_id|>", "<|start_header_id|>", "東"]
+    text = "".join(data.draw(st.lists(st.sampled_from(pieces), max_size=20)))
+    ids = ids_of(tokenizer, text, data.draw(st.sampled_from(["canonical", "bytes"])))
+    sizes = data.draw(st.lists(st.integers(1, 6), max_size=10))
+    items(feed(llama3_format.parser(data.draw(st.sampled_from([[], TOOLS]))), ids, sizes))
