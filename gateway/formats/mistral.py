@@ -239,4 +239,7 @@ def load_mistral_format(tokenizer_path: str | Path) -> MistralFormat:
     """The format of a model dir holding Mistral's `tekken.json` (or the path of such a file)."""
     path = Path(tokenizer_path)
     file = path / TOKENIZER_FILE if path.is_dir() else path
+    if not file.is_file():
+        raise ValueError(f"the mistral format renders with Mistral's tokenizer file: {file} does not exist "
+                         f"(use --chat-format hf for a model without tekken.json)")
     return MistralFormat(MistralTokenizer.from_file(str(file), mode=ValidationMode.agnostic))
