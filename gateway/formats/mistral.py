@@ -128,8 +128,8 @@ class MistralFormat:
         ends = [i for i, token in enumerate(ids) if token == eos]
         width = len(self._empty_ids)
         for n in reversed(empty):
-            end = ends[n]
-            if ids[end - width:end] != self._empty_ids:
+            end = ends[n] if n < len(ends) else -1
+            if end < width or ids[end - width:end] != self._empty_ids:
                 raise AssertionError("an empty answer's placeholder is not where the encoder puts it")
             del ids[end - width:end]
         return ids
