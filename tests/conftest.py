@@ -104,9 +104,9 @@ def harmony_model_dir() -> Path:
     return _built(build)
 
 
-def _serve(model_dir: Path, name: str, cpu: int, logs: Path) -> Iterator[VLLMProcess]:
+def _serve(model_dir: Path, name: str, cpu: int, logs: Path, extra_args: tuple[str, ...] = ()) -> Iterator[VLLMProcess]:
     process = VLLMProcess(model_dir, served_model_name=name, max_model_len=32768, enforce_eager=True,
-                          cpus=str(cpu), log_path=logs / f"vllm-{name}.log")
+                          cpus=str(cpu), log_path=logs / f"vllm-{name}.log", extra_args=extra_args)
     try:
         process.start()
     except VLLMError as exc:
@@ -169,6 +169,22 @@ def vllm_deepseek(deepseek_model_dir: Path, tmp_path_factory: pytest.TempPathFac
     """Stock vLLM serving the tiny DeepSeek model as "tiny-deepseek", for one module's tests."""
     cpus = sorted(os.sched_getaffinity(0))
     yield from _serve(deepseek_model_dir, "tiny-deepseek", cpus[0], tmp_path_factory.mktemp("vllm-deepseek"))
+
+
+@pytest.fixture(scope="session")
+def mistral_model_dir() -> Path:
+    """A tiny random model with tekken's vocabulary size and a v13 `tekken.json` (Devstral / Magistral)."""
+    from tests.support.mistral import mistral_model_dir as build
+
+    return _built(build)
+
+
+@pytest.fixture(scope="module")
+def vllm_mistral(mistral_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
+    """Stock vLLM serving it as "tiny-mistral" with Mistral's tokenizer (`--tokenizer-mode mistral`)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    yield from _serve(mistral_model_dir, "tiny-mistral", cpus[0], tmp_path_factory.mktemp("vllm-mistral"),
+                      ("--tokenizer-mode", "mistral"))
 
 
 @pytest.fixture(scope="session")

@@ -247,6 +247,7 @@ class ChatBody(_Body):
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool | None = None
     reasoning_effort: str | None = None
+    chat_template_kwargs: Obj | None = None  # vLLM's; {"enable_thinking": false} turns thinking off
     response_format: Obj | None = None
     logit_bias: Obj | None = None
     modalities: list[str] | None = None

@@ -23,7 +23,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.sampling import OutputConstraint
-from gateway.formats import deepseek, glm, hf_constraints, kimi
+from gateway.formats import deepseek, glm, hf_constraints, kimi, llama3_json
 from gateway.formats.base import Covered, Tail
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
@@ -34,7 +34,8 @@ from gateway.formats.qwen_xml import XmlToolCallParser, template_messages
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
 # vLLM's --tool-call-parser / --reasoning-parser names this format speaks, and what they mean here.
 TOOL_PARSERS = {"auto": "auto", "hermes": "hermes", "qwen3_coder": "xml", "qwen3_xml": "xml", "glm45": "glm",
-                "glm47": "glm", "deepseek_v31": "deepseek", "kimi_k2": "kimi", "none": "none"}
+                "glm47": "glm", "deepseek_v31": "deepseek", "kimi_k2": "kimi", "none": "none",
+                "llama3_json": "llama3_json"}
 REASONING_PARSERS = {"auto": "think", "qwen3": "think", "glm45": "think", "glm47": "think", "deepseek_v3": "think",
                      "deepseek_r1": "think", "kimi_k2": "think", "none": "none"}
 # Families whose calls come in a section of calls, each a head and its arguments as written:
@@ -43,6 +44,7 @@ SECTIONS = {
     "deepseek": (deepseek.CALLS_BEGIN, deepseek.CALLS_END, deepseek.CALL_TOKENS, deepseek.DeepSeekToolCallParser),
     "kimi": (kimi.CALLS_BEGIN, kimi.CALLS_END, kimi.CALL_TOKENS, kimi.KimiToolCallParser),
 }
+THINKING_SWITCH = "enable_thinking"  # the variable Qwen3, Qwen3.5/3.6 and GLM templates switch thinking with
 XML_TEMPLATE_MARKERS = ("<function=", "<parameter=")
 
 
@@ -72,7 +74,14 @@ class HFChatFormat:
         if enable_thinking is not None:
             template_kwargs["enable_thinking"] = enable_thinking
         prepare = template_messages if self.tool_calls == "xml" else glm.template_messages if self._glm else None
+        if self.tool_calls == "llama3_json":
+            prepare = llama3_json.template_messages
         self._encoder = SafeTemplateEncoder(tokenizer, template_kwargs, prepare=prepare)
+        # A request that turns thinking off (`Conversation.thinking`) renders with the template's switch
+        # off, as vLLM renders `chat_template_kwargs: {"enable_thinking": false}`; None: no switch.
+        self._quiet_encoder = (SafeTemplateEncoder(tokenizer, {**template_kwargs, "enable_thinking": False},
+                                                   prepare=prepare)
+                               if THINKING_SWITCH in template and enable_thinking is not False else None)
 
         vocab = tokenizer.get_vocab()
         missing = [t for t in (*glm.ARG_TOKENS, *glm.TURN_TOKENS) if t not in vocab] if self._glm else []
@@ -103,6 +112,9 @@ class HFChatFormat:
             del markers["think_open"], markers["think_close"]
         if self.tool_calls == "none":
             del markers["call_open"], markers["call_close"]
+        if self.tool_calls == "llama3_json":  # calls have no closing marker; `<|python_tag|>` may open them
+            markers.update(call_open=llama3_json.PYTHON_TAG)
+            del markers["call_close"]
         ids = {field: vocab.get(token) for field, token in markers.items()}
         ids = {field: ids.get(field) for field in ("think_open", "think_close", "call_open", "call_close")}
         text = {ids[f]: markers[f].encode() for f in markers if ids[f] is not None}
@@ -113,14 +125,18 @@ class HFChatFormat:
             self._call_ids = tuple(vocab[t] for t in section[2])
             text.update({vocab[t]: t.encode() for t in section[2]})
         self._markup = Markup(**ids, text=text)
-        self._starts_in_reasoning = self._prompt_opens_reasoning()
+        self._starts_in_reasoning = self._prompt_opens_reasoning(thinking=True)
+        self._quiet_starts_in_reasoning = self._prompt_opens_reasoning(thinking=False)
         if not self._glm:
             self.turn_terminators |= self._stop_ids_closing_turns()
         self._window = self._template_window()
 
     def render(self, conversation: Conversation) -> list[int]:
         messages, tools = hf_messages(conversation)
-        return self._encoder.encode(messages, tools)
+        return self._encoder_for(conversation.thinking).encode(messages, tools)
+
+    def _encoder_for(self, thinking: bool) -> SafeTemplateEncoder:
+        return self._quiet_encoder if not thinking and self._quiet_encoder is not None else self._encoder
 
     @property
     def incremental_kinds(self) -> frozenset[str]:
@@ -128,20 +144,26 @@ class HFChatFormat:
         return self._window.kinds if self._window is not None else frozenset()
 
     def render_tail(self, conversation: Conversation, covered: Covered) -> Tail | None:
-        return self._window.tail(conversation, covered) if self._window is not None else None
+        if self._window is None or self._encoder_for(conversation.thinking) is not self._encoder:
+            return None  # the window renders the template's default mode; the caller renders everything
+        return self._window.tail(conversation, covered)
 
-    def parser(self, tools: Sequence[Tool] = ()) -> HermesOutputParser:
-        """A parser for one generation; `tools` (the request's) type XML calls' parameters."""
+    def parser(self, tools: Sequence[Tool] = (), *, thinking: bool = True) -> HermesOutputParser:
+        """A parser for one generation; `tools` (the request's) type XML calls' parameters; `thinking`
+        off starts it where the template's switched-off generation prompt leaves the model."""
         stop_ids = frozenset(self.stop_token_ids)
+        starts = self._starts_in_reasoning if thinking else self._quiet_starts_in_reasoning
         if self.tool_calls == "xml":
-            return XmlToolCallParser(self._token_bytes, self._markup, stop_ids, self._starts_in_reasoning, tools)
+            return XmlToolCallParser(self._token_bytes, self._markup, stop_ids, starts, tools)
         if self.tool_calls == "glm":
             return glm.GlmToolCallParser(self._token_bytes, self._markup, self._arg_ids, stop_ids,
-                                         self._starts_in_reasoning, tools)
+                                         starts, tools)
+        if self.tool_calls == "llama3_json":
+            return llama3_json.Llama3JsonParser(self._token_bytes, self._markup, stop_ids, tools)
         if self.tool_calls in SECTIONS:
             return SECTIONS[self.tool_calls][3](self._token_bytes, self._markup, self._call_ids, stop_ids,
-                                                self._starts_in_reasoning, tools)
-        return HermesOutputParser(self._token_bytes, self._markup, stop_ids, self._starts_in_reasoning)
+                                                starts, tools)
+        return HermesOutputParser(self._token_bytes, self._markup, stop_ids, starts)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
@@ -155,12 +177,12 @@ class HFChatFormat:
         found = table[token_id] if 0 <= token_id < len(table) else b""
         return found or (self.tokenizer.convert_ids_to_tokens(token_id) or "").encode()
 
-    def _prompt_opens_reasoning(self) -> bool:
+    def _prompt_opens_reasoning(self, *, thinking: bool) -> bool:
         """Whether the generation prompt leaves a `<think>` open (the model starts mid-reasoning)."""
         think_open, think_close = self._markup.think_open, self._markup.think_close
         if think_open is None:
             return False
-        ids = self.render(Conversation(items=[Message(role="user", text="Hi")]))
+        ids = self.render(Conversation(items=[Message(role="user", text="Hi")], reasoning_effort=None if thinking else "none"))
         last_open = max((i for i, t in enumerate(ids) if t == think_open), default=-1)
         last_close = max((i for i, t in enumerate(ids) if t == think_close), default=-1)
         return last_open > last_close
@@ -194,6 +216,8 @@ def _tool_calls_of(template: str) -> str:
         return "deepseek"
     if kimi.TEMPLATE_MARKER in template:
         return "kimi"
+    if llama3_json.TEMPLATE_MARKER in template and "<|eot_id|>" in template:
+        return "llama3_json"
     return "xml" if any(marker in template for marker in XML_TEMPLATE_MARKERS) else "hermes"
 
 

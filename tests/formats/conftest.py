@@ -78,3 +78,31 @@ def kimi_format(kimi_tokenizer):
     from gateway.formats.hf import HFChatFormat
 
     return HFChatFormat(kimi_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def mistral_format():
+    """The Mistral format on a v13 tekken file (Devstral / Magistral: `[ARGS]`, `[THINK]`)."""
+    from gateway.formats.mistral import load_mistral_format
+    from tests.support.mistral import tekken_file
+
+    return load_mistral_format(tekken_file("v13"))
+
+
+@pytest.fixture(scope="session")
+def llama3_tokenizer():
+    """Llama 3.1's special tokens at their real ids on a stand-in BPE, with vLLM's llama3.1 JSON template."""
+    from transformers import AutoTokenizer
+
+    from tests.support.llama3 import llama3_tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(llama3_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def llama3_format():
+    """The HF format on it (with generation_config's stop ids): llama3_json calls, picked from the template."""
+    from gateway.formats.hf import load_hf_format
+    from tests.support.llama3 import llama3_tokenizer_dir
+
+    return load_hf_format(llama3_tokenizer_dir())
