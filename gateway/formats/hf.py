@@ -25,6 +25,8 @@ from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.sampling import OutputConstraint
 from gateway.formats import deepseek, glm, hf_constraints, kimi
 from gateway.formats.base import Covered, Tail
+from gateway.formats.dsml import DsmlToolCallParser
+from gateway.formats.dsml_render import DSML, DsmlEncoder
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
 from gateway.formats.hf_window import TemplateWindow
@@ -34,9 +36,11 @@ from gateway.formats.qwen_xml import XmlToolCallParser, template_messages
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
 # vLLM's --tool-call-parser / --reasoning-parser names this format speaks, and what they mean here.
 TOOL_PARSERS = {"auto": "auto", "hermes": "hermes", "qwen3_coder": "xml", "qwen3_xml": "xml", "glm45": "glm",
-                "glm47": "glm", "deepseek_v31": "deepseek", "kimi_k2": "kimi", "none": "none"}
+                "glm47": "glm", "deepseek_v31": "deepseek", "kimi_k2": "kimi", "none": "none",
+                "deepseek_v32": "dsml_v32", "deepseek_v4": "dsml_v4"}
 REASONING_PARSERS = {"auto": "think", "qwen3": "think", "glm45": "think", "glm47": "think", "deepseek_v3": "think",
-                     "deepseek_r1": "think", "kimi_k2": "think", "none": "none"}
+                     "deepseek_r1": "think", "kimi_k2": "think", "none": "none",
+                     "deepseek_v4": "think"}
 # Families whose calls come in a section of calls, each a head and its arguments as written:
 # (section begin, section end, (call begin, call end, head/arguments separator), parser)
 SECTIONS = {
@@ -44,6 +48,8 @@ SECTIONS = {
     "kimi": (kimi.CALLS_BEGIN, kimi.CALLS_END, kimi.CALL_TOKENS, kimi.KimiToolCallParser),
 }
 XML_TEMPLATE_MARKERS = ("<function=", "<parameter=")
+# Models DeepSeek ships without a chat template (config.json model_type): their encoder's calls.
+DSML_MODEL_TYPES = {"deepseek_v32": "deepseek_v32", "deepseek_v4": "deepseek_v4"}
 
 
 class HFChatFormat:
@@ -53,8 +59,6 @@ class HFChatFormat:
                  extra_eos_ids: Iterable[int] = (), tool_parser: str = "auto", reasoning_parser: str = "auto") -> None:
         if not isinstance(tokenizer, PreTrainedTokenizerFast):
             raise TypeError(f"the hf format needs a fast (tokenizers) tokenizer, got {type(tokenizer).__name__}")
-        if tokenizer.chat_template is None:
-            raise ValueError("the tokenizer has no chat template")
         if tool_parser not in TOOL_PARSERS:
             raise ValueError(f"unknown tool parser {tool_parser!r}; expected one of {', '.join(TOOL_PARSERS)}")
         if reasoning_parser not in REASONING_PARSERS:
@@ -63,16 +67,21 @@ class HFChatFormat:
             )
         self.tokenizer = tokenizer
         template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
-        self.tool_calls = TOOL_PARSERS[tool_parser]  # "hermes" | "xml" | "glm" | "deepseek" | "kimi" | "none"
+        self.tool_calls = TOOL_PARSERS[tool_parser]  # "hermes" | "xml" | "glm" | "deepseek" | "kimi" | "dsml_…" | "none"
         if self.tool_calls == "auto":
             self.tool_calls = _tool_calls_of(template)
+        # DeepSeek-V3.2/V4 render with DeepSeek's encoder, not a template (gateway.formats.dsml_render).
+        self._dsml = self.tool_calls.removeprefix("dsml_") if self.tool_calls.startswith("dsml_") else None
+        if tokenizer.chat_template is None and self._dsml is None:
+            raise ValueError("the tokenizer has no chat template")
         # GLM ends a turn on the token that opens the next message (see gateway.formats.glm).
         self._glm = glm.TEMPLATE_MARKER in template or self.tool_calls == "glm"
         template_kwargs: dict[str, Any] = {}
         if enable_thinking is not None:
             template_kwargs["enable_thinking"] = enable_thinking
         prepare = template_messages if self.tool_calls == "xml" else glm.template_messages if self._glm else None
-        self._encoder = SafeTemplateEncoder(tokenizer, template_kwargs, prepare=prepare)
+        self._encoder = (DsmlEncoder(tokenizer, self._dsml, enable_thinking) if self._dsml is not None
+                         else SafeTemplateEncoder(tokenizer, template_kwargs, prepare=prepare))
 
         vocab = tokenizer.get_vocab()
         missing = [t for t in (*glm.ARG_TOKENS, *glm.TURN_TOKENS) if t not in vocab] if self._glm else []
@@ -80,6 +89,8 @@ class HFChatFormat:
             raise ValueError(f"GLM's format needs GLM's tokens; the tokenizer lacks {', '.join(missing)}")
         section = SECTIONS.get(self.tool_calls)
         missing = [t for t in (*section[:2], *section[2]) if t not in vocab] if section else []
+        if self._dsml is not None and DSML not in vocab:
+            missing = [DSML]
         if missing:
             raise ValueError(f"{self.tool_calls} tool calls need the family's tokens; the tokenizer lacks "
                              f"{', '.join(missing)}")
@@ -99,6 +110,9 @@ class HFChatFormat:
                    "call_open": "<tool_call>", "call_close": "</tool_call>"}
         if section:
             markers.update(call_open=section[0], call_close=section[1])
+        if self._dsml is not None:  # `｜DSML｜` opens every tag; the parser reads the text around it
+            markers["call_open"] = DSML
+            del markers["call_close"]
         if REASONING_PARSERS[reasoning_parser] == "none":
             del markers["think_open"], markers["think_close"]
         if self.tool_calls == "none":
@@ -138,6 +152,9 @@ class HFChatFormat:
         if self.tool_calls == "glm":
             return glm.GlmToolCallParser(self._token_bytes, self._markup, self._arg_ids, stop_ids,
                                          self._starts_in_reasoning, tools)
+        if self._dsml is not None:
+            return DsmlToolCallParser(self._token_bytes, self._markup, self._dsml, stop_ids, self._starts_in_reasoning,
+                                      tools)
         if self.tool_calls in SECTIONS:
             return SECTIONS[self.tool_calls][3](self._token_bytes, self._markup, self._call_ids, stop_ids,
                                                 self._starts_in_reasoning, tools)
@@ -188,6 +205,8 @@ class HFChatFormat:
 
 
 def _tool_calls_of(template: str) -> str:
+    if DSML in template:
+        return "dsml_v4" if f"{DSML}tool_calls" in template else "dsml_v32"
     if glm.TEMPLATE_MARKER in template:
         return "glm"
     if deepseek.TEMPLATE_MARKER in template:
@@ -200,11 +219,21 @@ def _tool_calls_of(template: str) -> str:
 def load_hf_format(tokenizer_path: str | Path, **options: Any) -> HFChatFormat:
     """An `HFChatFormat` from a tokenizer dir (or hub name); eos ids from generation_config.json too."""
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
+    if options.get("tool_parser", "auto") == "auto" and _model_type(tokenizer_path) in DSML_MODEL_TYPES:
+        options["tool_parser"] = DSML_MODEL_TYPES[_model_type(tokenizer_path)]
     generation_config = Path(tokenizer_path) / "generation_config.json"
     if generation_config.is_file() and "extra_eos_ids" not in options:
         eos = json.loads(generation_config.read_text()).get("eos_token_id")
         options["extra_eos_ids"] = [eos] if isinstance(eos, int) else list(eos or [])
     return HFChatFormat(tokenizer, **options)
+
+
+def _model_type(model_dir: str | Path) -> str | None:
+    path = Path(model_dir) / "config.json"
+    try:
+        return json.loads(path.read_text()).get("model_type") if path.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def _token_bytes(tokenizer: PreTrainedTokenizerFast) -> list[bytes]:
