@@ -98,9 +98,9 @@ def harmony_model_dir() -> Path:
     return _built(build)
 
 
-def _serve(model_dir: Path, name: str, cpu: int, logs: Path) -> Iterator[VLLMProcess]:
+def _serve(model_dir: Path, name: str, cpu: int, logs: Path, extra_args: tuple[str, ...] = ()) -> Iterator[VLLMProcess]:
     process = VLLMProcess(model_dir, served_model_name=name, max_model_len=32768, enforce_eager=True,
-                          cpus=str(cpu), log_path=logs / f"vllm-{name}.log")
+                          cpus=str(cpu), log_path=logs / f"vllm-{name}.log", extra_args=extra_args)
     try:
         process.start()
     except VLLMError as exc:
@@ -163,6 +163,22 @@ def vllm_deepseek(deepseek_model_dir: Path, tmp_path_factory: pytest.TempPathFac
     """Stock vLLM serving the tiny DeepSeek model as "tiny-deepseek", for one module's tests."""
     cpus = sorted(os.sched_getaffinity(0))
     yield from _serve(deepseek_model_dir, "tiny-deepseek", cpus[0], tmp_path_factory.mktemp("vllm-deepseek"))
+
+
+@pytest.fixture(scope="session")
+def deepseek_v4_model_dir() -> Path:
+    """A tiny random model with DeepSeek-V4's vocabulary size and real tokenizer (no chat template)."""
+    from tests.support.deepseek_v4 import deepseek_v4_model_dir as build
+
+    return _built(build)
+
+
+@pytest.fixture(scope="module")
+def vllm_deepseek_v4(deepseek_v4_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
+    """Stock vLLM serving it as "tiny-deepseek-v4" with DeepSeek's V4 encoder (`--tokenizer-mode deepseek_v4`)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    yield from _serve(deepseek_v4_model_dir, "tiny-deepseek-v4", cpus[0], tmp_path_factory.mktemp("vllm-deepseek-v4"),
+                      ("--tokenizer-mode", "deepseek_v4"))
 
 
 @pytest.fixture(scope="session")

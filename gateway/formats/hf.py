@@ -23,13 +23,13 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.sampling import OutputConstraint
-from gateway.formats import deepseek, glm, hf_constraints, kimi
+from gateway.formats import deepseek, dsml, glm, hf_constraints, kimi
 from gateway.formats.base import Covered, Tail
-from gateway.formats.dsml import DsmlToolCallParser
 from gateway.formats.dsml_render import DSML, DsmlEncoder
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
 from gateway.formats.hf_window import TemplateWindow
+from gateway.formats.invoke import InvokeToolCallParser
 from gateway.formats.qwen_xml import XmlToolCallParser, template_messages
 
 # Tokens that end a turn in ChatML-style templates, besides the tokenizer's eos.
@@ -127,6 +127,8 @@ class HFChatFormat:
             self._call_ids = tuple(vocab[t] for t in section[2])
             text.update({vocab[t]: t.encode() for t in section[2]})
         self._markup = Markup(**ids, text=text)
+        if self._dsml is not None:
+            self._invoke_tags = dsml.tags(vocab[DSML], self._dsml)
         self._starts_in_reasoning = self._prompt_opens_reasoning()
         if not self._glm:
             self.turn_terminators |= self._stop_ids_closing_turns()
@@ -153,8 +155,8 @@ class HFChatFormat:
             return glm.GlmToolCallParser(self._token_bytes, self._markup, self._arg_ids, stop_ids,
                                          self._starts_in_reasoning, tools)
         if self._dsml is not None:
-            return DsmlToolCallParser(self._token_bytes, self._markup, self._dsml, stop_ids, self._starts_in_reasoning,
-                                      tools)
+            return InvokeToolCallParser(self._token_bytes, self._markup, self._invoke_tags, stop_ids,
+                                        self._starts_in_reasoning, tools)
         if self.tool_calls in SECTIONS:
             return SECTIONS[self.tool_calls][3](self._token_bytes, self._markup, self._call_ids, stop_ids,
                                                 self._starts_in_reasoning, tools)

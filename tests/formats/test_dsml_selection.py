@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from gateway.formats import load_format
-from gateway.formats.dsml import DsmlToolCallParser
 from gateway.formats.hf import HFChatFormat
 from gateway.formats.hf_parser import HermesOutputParser
+from gateway.formats.invoke import InvokeToolCallParser
 from tests.support.deepseek import deepseek_tokenizer_dir
 from tests.support.deepseek_v4 import EOS_IDS, deepseek_v4_tokenizer_dir
 
@@ -24,7 +24,7 @@ from tests.support.deepseek_v4 import EOS_IDS, deepseek_v4_tokenizer_dir
 def test_vllm_s_parser_names(tool_parser, reasoning_parser, kind):
     fmt = load_format(str(deepseek_v4_tokenizer_dir()), chat_format="hf", tool_parser=tool_parser,
                       reasoning_parser=reasoning_parser)
-    assert fmt.tool_calls == kind and type(fmt.parser()) is DsmlToolCallParser
+    assert fmt.tool_calls == kind and type(fmt.parser()) is InvokeToolCallParser
     assert fmt.stop_token_ids == EOS_IDS
 
 
@@ -34,7 +34,7 @@ def test_config_model_type_picks_the_encoder(tmp_path, model_type, kind):
         shutil.copy(path, tmp_path / path.name)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
     fmt = load_format(str(tmp_path))
-    assert fmt.tool_calls == kind and type(fmt.parser()) is DsmlToolCallParser
+    assert fmt.tool_calls == kind and type(fmt.parser()) is InvokeToolCallParser
 
 
 def test_without_template_or_model_type_there_is_nothing_to_render():
@@ -58,7 +58,7 @@ def test_a_vocabulary_without_the_dsml_token_is_refused():
 def test_without_parsers_dsml_is_text():
     fmt = load_format(str(deepseek_v4_tokenizer_dir()), chat_format="hf", tool_parser="deepseek_v4",
                       reasoning_parser="none")
-    assert type(fmt.parser()) is DsmlToolCallParser
+    assert type(fmt.parser()) is InvokeToolCallParser
     hermes = load_format(str(deepseek_tokenizer_dir()), chat_format="hf", tool_parser="none", reasoning_parser="none")
     assert type(hermes.parser()) is HermesOutputParser
 
