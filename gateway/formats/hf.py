@@ -23,7 +23,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.sampling import OutputConstraint
-from gateway.formats import deepseek, dsml, glm, hf_constraints, kimi
+from gateway.formats import deepseek, dsml, glm, hf_constraints, kimi, minimax
 from gateway.formats.base import Covered, Tail
 from gateway.formats.dsml_render import DSML, DsmlEncoder
 from gateway.formats.hf_parser import HermesOutputParser, Markup
@@ -37,10 +37,10 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
 # vLLM's --tool-call-parser / --reasoning-parser names this format speaks, and what they mean here.
 TOOL_PARSERS = {"auto": "auto", "hermes": "hermes", "qwen3_coder": "xml", "qwen3_xml": "xml", "glm45": "glm",
                 "glm47": "glm", "deepseek_v31": "deepseek", "kimi_k2": "kimi", "none": "none",
-                "deepseek_v32": "dsml_v32", "deepseek_v4": "dsml_v4"}
+                "deepseek_v32": "dsml_v32", "deepseek_v4": "dsml_v4", "minimax_m2": "minimax"}
 REASONING_PARSERS = {"auto": "think", "qwen3": "think", "glm45": "think", "glm47": "think", "deepseek_v3": "think",
                      "deepseek_r1": "think", "kimi_k2": "think", "none": "none",
-                     "deepseek_v4": "think"}
+                     "deepseek_v4": "think", "minimax_m2": "think"}
 # Families whose calls come in a section of calls, each a head and its arguments as written:
 # (section begin, section end, (call begin, call end, head/arguments separator), parser)
 SECTIONS = {
@@ -79,7 +79,8 @@ class HFChatFormat:
         template_kwargs: dict[str, Any] = {}
         if enable_thinking is not None:
             template_kwargs["enable_thinking"] = enable_thinking
-        prepare = template_messages if self.tool_calls == "xml" else glm.template_messages if self._glm else None
+        prepare = (template_messages if self.tool_calls in ("xml", "minimax")
+                   else glm.template_messages if self._glm else None)
         self._encoder = (DsmlEncoder(tokenizer, self._dsml, enable_thinking) if self._dsml is not None
                          else SafeTemplateEncoder(tokenizer, template_kwargs, prepare=prepare))
 
@@ -91,6 +92,8 @@ class HFChatFormat:
         missing = [t for t in (*section[:2], *section[2]) if t not in vocab] if section else []
         if self._dsml is not None and DSML not in vocab:
             missing = [DSML]
+        if self.tool_calls == "minimax":
+            missing = [t for t in (minimax.CALLS_BEGIN, minimax.CALLS_END) if t not in vocab]
         if missing:
             raise ValueError(f"{self.tool_calls} tool calls need the family's tokens; the tokenizer lacks "
                              f"{', '.join(missing)}")
@@ -110,6 +113,8 @@ class HFChatFormat:
                    "call_open": "<tool_call>", "call_close": "</tool_call>"}
         if section:
             markers.update(call_open=section[0], call_close=section[1])
+        if self.tool_calls == "minimax":
+            markers.update(call_open=minimax.CALLS_BEGIN, call_close=minimax.CALLS_END)
         if self._dsml is not None:  # `｜DSML｜` opens every tag; the parser reads the text around it
             markers["call_open"] = DSML
             del markers["call_close"]
@@ -129,6 +134,8 @@ class HFChatFormat:
         self._markup = Markup(**ids, text=text)
         if self._dsml is not None:
             self._invoke_tags = dsml.tags(vocab[DSML], self._dsml)
+        elif self.tool_calls == "minimax":
+            self._invoke_tags = minimax.tags(vocab[minimax.CALLS_BEGIN], vocab[minimax.CALLS_END])
         self._starts_in_reasoning = self._prompt_opens_reasoning()
         if not self._glm:
             self.turn_terminators |= self._stop_ids_closing_turns()
@@ -154,6 +161,9 @@ class HFChatFormat:
         if self.tool_calls == "glm":
             return glm.GlmToolCallParser(self._token_bytes, self._markup, self._arg_ids, stop_ids,
                                          self._starts_in_reasoning, tools)
+        if self.tool_calls == "minimax":
+            return minimax.MiniMaxToolCallParser(self._token_bytes, self._markup, self._invoke_tags, stop_ids,
+                                                 self._starts_in_reasoning, tools)
         if self._dsml is not None:
             return InvokeToolCallParser(self._token_bytes, self._markup, self._invoke_tags, stop_ids,
                                         self._starts_in_reasoning, tools)
@@ -166,7 +176,8 @@ class HFChatFormat:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
 
     def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool]) -> dict[str, Any]:
-        return hf_constraints.structured_outputs(constraint, tools, calls=self.tool_calls, markers=self._markup,
+        calls = "none" if self.tool_calls == "minimax" else self.tool_calls  # no grammar for its calls yet
+        return hf_constraints.structured_outputs(constraint, tools, calls=calls, markers=self._markup,
                                                  starts_in_reasoning=self._starts_in_reasoning)
 
     def token_bytes(self, token_id: int) -> bytes:
@@ -207,6 +218,8 @@ class HFChatFormat:
 
 
 def _tool_calls_of(template: str) -> str:
+    if minimax.TEMPLATE_MARKER in template:
+        return "minimax"
     if DSML in template:
         return "dsml_v4" if f"{DSML}tool_calls" in template else "dsml_v32"
     if glm.TEMPLATE_MARKER in template:

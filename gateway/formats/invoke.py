@@ -73,6 +73,7 @@ class InvokeToolCallParser(HermesOutputParser):
         self._block_close, self._invoke_open, self._invoke_close = tags.block_close, tags.invoke_open, tags.invoke_close
         self._parameter_close = tags.parameter_close
         self._value_ends = (tags.parameter_close, tags.parameter_open, tags.invoke_close, tags.block_close)
+        self._tag_starts = ("<", *tags.marks.values())
         self._unmark = str.maketrans({char: markup.text[token_id].decode() for token_id, char in tags.marks.items()})
         super().__init__(token_bytes, markup, stop_ids, starts_in_reasoning)
         self._outer: ItemKind = "text"
@@ -172,7 +173,7 @@ class InvokeToolCallParser(HermesOutputParser):
                 return True
             head = self._tags.parameter.match(buf)
             if head is not None:
-                self._open_value(head[1], head[2])
+                self._open_value(head[1], head[2] if head.re.groups > 1 else None)
                 self._buf = buf[head.end():]
                 return True
             opening = self._tags.parameter_open
@@ -191,7 +192,8 @@ class InvokeToolCallParser(HermesOutputParser):
             waiting = self._invoke_open.startswith(buf)
         if waiting or any(tag.startswith(buf) for tag in (self._block_close, self._invoke_close)):
             return False
-        cut = buf.find("<", 1)  # junk between tags is dropped, as vLLM drops it
+        # Junk between tags is dropped, as vLLM drops it, up to what may start a tag.
+        cut = min((i for i in (buf.find(c, 1) for c in self._tag_starts) if i > 0), default=-1)
         self._buf = buf[cut:] if cut > 0 else ""
         return cut > 0
 
@@ -271,15 +273,9 @@ class InvokeToolCallParser(HermesOutputParser):
         return True
 
     def _close_value(self, written: str) -> None:
-        text = written.translate(self._unmark)
         if self._call_index is None or self._key in self._seen:
             return  # a key given twice keeps its first value (already streamed)
-        value: Any = text
-        if self._is_string != "true":
-            try:
-                value = json.loads(text)
-            except ValueError:
-                value = text
+        value = self.value(written.translate(self._unmark), self._is_string)
         schema = self._properties.get(self._key)
         if isinstance(schema, dict) and not isinstance(value, dict | list):
             value = convert_arg_value(value if isinstance(value, str) else json.dumps(value), schema)

@@ -104,3 +104,21 @@ def deepseek_v32_format(deepseek_v4_tokenizer):
     from gateway.formats.hf import HFChatFormat
 
     return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v32", reasoning_parser="deepseek_r1")
+
+
+@pytest.fixture(scope="session")
+def minimax_tokenizer():
+    """MiniMax-M2's control tokens at their real ids on a stand-in BPE, with the published MiniMax-M2 template."""
+    from transformers import AutoTokenizer
+
+    from tests.support.minimax import minimax_tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(minimax_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def minimax_format(minimax_tokenizer):
+    """The HF format on it: MiniMax-M2 tool calls, picked from the template."""
+    from gateway.formats.hf import HFChatFormat
+
+    return HFChatFormat(minimax_tokenizer)
