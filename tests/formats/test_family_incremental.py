@@ -11,7 +11,7 @@ from hypothesis import given
 from tests.tokenfix.test_incremental import SETTINGS, both_ways, continuations
 
 FAMILIES = ["qwen36_format", "glm_format", "deepseek_format", "kimi_format", "deepseek_v4_format",
-            "deepseek_v32_format"]
+            "deepseek_v32_format", "minimax_format"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -32,6 +32,7 @@ async def test_incremental_prompt_equals_full_render_and_splice(request, family,
     # answers with their thinking, and without it once another query follows.
     ("deepseek_v4_format", {"tool"}),
     ("deepseek_v32_format", {"tool", "user"}),
+    ("minimax_format", {"tool"}),  # a new query drops earlier reasoning; later system messages are queries
 ])
 def test_the_kinds_each_template_renders_alone(request, family, kinds):
     """The locality probe's verdict per family, pinned: which new items take the fast path (the
