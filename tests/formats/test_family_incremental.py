@@ -29,8 +29,8 @@ async def test_incremental_prompt_equals_full_render_and_splice(request, family,
     ("deepseek_format", {"tool", "user"}),  # a later system message joins the system prompt at the top
     ("kimi_format", {"tool", "user", "system"}),
     # DeepSeek's encoders: every system message at the top, too; V4 in thinking mode renders the last query's
-    # answers with their thinking, and without it once another query follows.
-    ("deepseek_v4_format", {"tool"}),
+    # answers with their thinking, and without it once another query or a tool result (a user turn) follows.
+    ("deepseek_v4_format", set()),
     ("deepseek_v32_format", {"tool", "user"}),
     ("minimax_format", {"tool"}),  # a new query drops earlier reasoning; later system messages are queries
 ])
