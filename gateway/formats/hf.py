@@ -17,11 +17,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from jinja2 import TemplateError
 from tokenizers import decoders
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from gateway.core.conversation import Conversation, Message, Tool
+from gateway.core.errors import APIError
 from gateway.core.sampling import OutputConstraint
 from gateway.formats import deepseek, dsml, glm, hf_constraints, kimi, minimax
 from gateway.formats.base import Covered, Tail
@@ -143,7 +145,11 @@ class HFChatFormat:
 
     def render(self, conversation: Conversation) -> list[int]:
         messages, tools = hf_messages(conversation)
-        return self._encoder.encode(messages, tools)
+        try:
+            return self._encoder.encode(messages, tools)
+        except TemplateError as exc:  # e.g. Qwen3.6's "No user query found in messages."
+            raise APIError(f"The model's chat template cannot render this conversation: {exc.message}",
+                           param="input", code="invalid_prompt") from exc
 
     @property
     def incremental_kinds(self) -> frozenset[str]:
