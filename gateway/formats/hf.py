@@ -4,10 +4,12 @@ Prompts are rendered by the tokenizer's chat template (see `hf_render` for how c
 kept from becoming markup); output is parsed at the token level for `<think>` reasoning and
 `<tool_call>` blocks: hermes JSON (`hf_parser`, the Qwen2.5/Qwen3 family), Qwen's XML
 (`qwen_xml`, Qwen3.5/3.6 and Qwen3-Coder), GLM's `<arg_key>`/`<arg_value>` (`glm`, GLM-4.5 to
-GLM-5) or the call sections of DeepSeek-V3.1 (`deepseek`) and Kimi-K2 (`kimi`). Which one is read off
-the template (a template that writes `<arg_key>` is GLM's, one that writes `<｜tool▁calls▁begin｜>`
-DeepSeek's, `<|tool_calls_section_begin|>` Kimi's, `<function=` / `<parameter=` XML) unless vLLM's
-parser name is given.
+GLM-5), the call sections of DeepSeek-V3.1 (`deepseek`) and Kimi-K2 (`kimi`), or the `<invoke>` blocks
+of MiniMax-M2 (`minimax`) and DeepSeek-V3.2/V4 (`dsml`; these two models ship no template, and render
+with DeepSeek's encoder, `dsml_render`). Which one is read off the template (a template that writes
+`<arg_key>` is GLM's, one that writes `<｜tool▁calls▁begin｜>` DeepSeek's, `<|tool_calls_section_begin|>`
+Kimi's, `<minimax:tool_call>` MiniMax's, `｜DSML｜` DSML, `<function=` / `<parameter=` XML) or off
+config.json's `model_type` (`deepseek_v32`, `deepseek_v4`), unless vLLM's parser name is given.
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ class InvokeToolCallParser(HermesOutputParser):
             self._consume()
             self._buf += tags.marks.get(token_id) or self._markup.text[token_id].decode()
             self._advance()
-        elif token_id == tags.opener and self._mode != "tool_call" and tags.block_open is None:
+        elif token_id == tags.opener and tags.block_open is None:
             self._close_segment()  # the text (or reasoning) before the block is complete
             self._mode, self._state, self._buf = "tool_call", _BETWEEN, ""
             self._call_utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -108,7 +108,7 @@ class InvokeToolCallParser(HermesOutputParser):
             self._outer, self._mode = self._mode, "tool_call"
             self._state, self._buf = _OPENING, "<" + tags.marks[token_id]
             self._call_utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        elif token_id in tags.marks and token_id not in (self._markup.think_open, self._markup.think_close):
+        elif token_id in tags.marks:  # out of place: text
             self._pending += self._markup.text[token_id]
         else:
             super()._on_markup(token_id)
@@ -118,7 +118,8 @@ class InvokeToolCallParser(HermesOutputParser):
             self._consume()
             self._advance()
             return
-        hold = not final and self._tags.block_open is not None and self._pending.endswith(b"<")  # it may open a block with the next token
+        # A `<` that may open a block with the next token waits for it.
+        hold = not final and self._tags.block_open is not None and self._pending.endswith(b"<")
         if hold:
             del self._pending[-1]
         super()._flush(final)
