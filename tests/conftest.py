@@ -179,12 +179,28 @@ def mistral_model_dir() -> Path:
     return _built(build)
 
 
+@pytest.fixture(scope="session")
+def deepseek_v4_model_dir() -> Path:
+    """A tiny random model with DeepSeek-V4's vocabulary size and real tokenizer (no chat template)."""
+    from tests.support.deepseek_v4 import deepseek_v4_model_dir as build
+
+    return _built(build)
+
+
 @pytest.fixture(scope="module")
 def vllm_mistral(mistral_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
     """Stock vLLM serving it as "tiny-mistral" with Mistral's tokenizer (`--tokenizer-mode mistral`)."""
     cpus = sorted(os.sched_getaffinity(0))
     yield from _serve(mistral_model_dir, "tiny-mistral", cpus[0], tmp_path_factory.mktemp("vllm-mistral"),
                       ("--tokenizer-mode", "mistral"))
+
+
+@pytest.fixture(scope="module")
+def vllm_deepseek_v4(deepseek_v4_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
+    """Stock vLLM serving it as "tiny-deepseek-v4" with DeepSeek's V4 encoder (`--tokenizer-mode deepseek_v4`)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    yield from _serve(deepseek_v4_model_dir, "tiny-deepseek-v4", cpus[0], tmp_path_factory.mktemp("vllm-deepseek-v4"),
+                      ("--tokenizer-mode", "deepseek_v4"))
 
 
 @pytest.fixture(scope="session")

@@ -160,7 +160,10 @@ async def warm_up(runtime: Runtime, request: TurnRequest) -> int:
     limit = runtime.pool.max_model_len
     if limit is not None and (bound := too_long(request.conversation, runtime.format.max_token_bytes, limit - 1)):
         raise context_length_exceeded(bound, limit, 1, at_least=True)  # before rendering it
-    prompt = await asyncio.to_thread(runtime.format.render, request.conversation)
+    try:
+        prompt = await asyncio.to_thread(runtime.format.render, request.conversation)
+    except APIError:  # a template that wants a user query (Qwen3.6's) before Codex's prewarm has one
+        prompt = []
     assert request.response_id is not None, "a warmup is remembered under its response id"
     previous = request.previous.tokens if request.previous is not None else None
     await _remember(runtime, request, CachedResponse(request.response_id, request.conversation, previous))

