@@ -322,7 +322,8 @@ def run(*, quick: bool, vllm_url: str | None, size: Size | None = None) -> dict[
         log.info("versus: %d sessions of %d turns in %.0f s", size.repeats * len(PATHS), size.turns,
                  time.monotonic() - started)
         client.post(proxy.url + "/script", json={"ids": []})  # the model speaks for itself from here
-        exact = versus_exact.run(client, vllm_url, gateway.url, model, turns=size.exact_turns)
+        exact = versus_exact.run(client, proxy.url, gateway.url, model, turns=size.exact_turns,
+                                 tokenizer=stack.tokenizer)
     return {"size": dataclasses.asdict(size), "rows": rows, "summary": summarize(rows), "exactness": exact}
 
 
