@@ -77,10 +77,11 @@ def diff(turns: list[Turn], tokenizer: Any = None) -> dict[str, Any]:
 
 def _example(matcher: difflib.SequenceMatcher, output: list[int], later: list[int], tokenizer: Any) -> dict[str, Any]:
     """The first replaced stretch: what the model generated, what the next prompt has instead."""
+    special = set(tokenizer.all_special_ids)
     for tag, a0, a1, b0, b1 in matcher.get_opcodes():
         if tag != "equal":
-            special = set(tokenizer.all_special_ids)
-            instead = list(itertools.takewhile(lambda t: t not in special, later[b0:b1]))
+            instead = later[b0:b1]  # up to the template's own tokens that close the turn
+            instead = instead[:next((i for i, t in enumerate(instead) if t in special), len(instead))]
             return {"generated": [tokenizer.decode([t]) for t in output[a0:a1][:8]],
                     "next_prompt": [tokenizer.decode([t]) for t in instead[:8]]}
     return {}
