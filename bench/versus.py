@@ -66,6 +66,13 @@ class Size:
     repeats: int
     max_output_tokens: int = 16  # what vLLM decodes each turn, on every path
     exact_turns: int = 10  # of each exactness rollout (bench/versus_exact.py)
+    budget_s: float = 1_200.0  # no new session per path past this (a loaded machine): at least one
+
+    @classmethod
+    def parse(cls, text: str) -> Size:
+        """"TURNS,TOOL_CHARS,REPEATS[,BUDGET_S]", e.g. "32,6500,3" (FULL) or "64,6500,5,3600"."""
+        turns, chars, repeats, *budget = (float(part) for part in text.split(","))
+        return cls(int(turns), int(chars), int(repeats), budget_s=budget[0] if budget else cls.budget_s)
 
 
 FULL = Size(turns=32, tool_chars=6_500, repeats=3)  # ≈ 64k tokens of history at the last turn
@@ -279,13 +286,14 @@ def _session_rows(stack: _Stack, size: Size, repeat: int) -> list[dict[str, Any]
                                              f"http-{tag}", scripted=False),
                 "gateway_ws": _WebSocketSession(stack.gateway_url, stack.model, _codex_base(f"{tag}-ws"), size)}
     rows = []
+    after = _metric_sums(client, vllm_url, _VLLM_METRICS)
     try:
         for index, round_ in enumerate(rounds):
             previous = rounds[index - 1] if index else None
             client.post(stack.proxy_url + "/script", json={"ids": round_.token_ids(stack.tokenizer)})
             shift = (index + repeat) % len(PATHS)
             for path in [*list(PATHS)[shift:], *list(PATHS)[:shift]]:
-                before = _metric_sums(client, vllm_url, _VLLM_METRICS)
+                before = after  # nothing else asks vLLM to generate in between
                 row = sessions[path].turn(round_, previous)
                 after = _metric_sums(client, vllm_url, _VLLM_METRICS)
                 engine = after["vllm:time_to_first_token_seconds_sum"] - before["vllm:time_to_first_token_seconds_sum"]
@@ -322,10 +330,15 @@ def run(*, quick: bool, vllm_url: str | None, size: Size | None = None) -> dict[
         model = client.get(vllm_url + "/v1/models").json()["data"][0]["id"]
         stack = _Stack(client, vllm_url, gateway.url, proxy.url, model, AutoTokenizer.from_pretrained(model_dir))
         _session_rows(stack, Size(2, 500, 1, size.max_output_tokens), -1)  # warm-up: connections, caches
+        rows: list[dict[str, Any]] = []
         started = time.monotonic()
-        rows = [row for repeat in range(size.repeats) for row in _session_rows(stack, size, repeat)]
-        log.info("versus: %d sessions of %d turns in %.0f s", size.repeats * len(PATHS), size.turns,
-                 time.monotonic() - started)
+        for repeat in range(size.repeats):
+            rows += _session_rows(stack, size, repeat)
+            spent = time.monotonic() - started
+            if spent * (repeat + 2) / (repeat + 1) > size.budget_s:  # another one would overrun
+                break
+        size = dataclasses.replace(size, repeats=repeat + 1)
+        log.info("versus: %d sessions per path of %d turns in %.0f s", size.repeats, size.turns, spent)
         client.post(proxy.url + "/script", json={"ids": []})  # the model speaks for itself from here
         exact = versus_exact.run(client, proxy.url, gateway.url, model, turns=size.exact_turns,
                                  tokenizer=stack.tokenizer)
