@@ -159,9 +159,10 @@ class _HttpSession:
         self.fields = {"model": model, "tools": base["tools"], "tool_choice": base["tool_choice"], "stream": True,
                        "store": False, "max_output_tokens": limit, "prompt_cache_key": cache_key}
         self.call_id: str | None = None
+        self.sent: dict[str, Any] = {}  # the last request's body
 
     def body(self) -> dict[str, Any]:
-        return {**self.fields, "input": self.history}
+        return {**self.fields, "input": list(self.history)}
 
     def turn(self, round_: _Round, previous: _Round | None) -> dict[str, Any]:
         if previous is not None:
@@ -169,7 +170,8 @@ class _HttpSession:
         started = time.perf_counter()
         first = None
         final: dict[str, Any] | None = None
-        with self.client.stream("POST", self.url + "/v1/responses", json=self.body()) as response:
+        self.sent = self.body()
+        with self.client.stream("POST", self.url + "/v1/responses", json=self.sent) as response:
             response.raise_for_status()
             kind = ""
             for line in response.iter_lines():  # "event: <type>", then "data: <json>"
@@ -301,7 +303,7 @@ def _session_rows(stack: _Stack, size: Size, repeat: int) -> list[dict[str, Any]
                            before_engine_ms=round(row["ttft_ms"] - engine * 1000, 3),
                            prefix_cache_hit=_ratio(after, before))
                 if path == "vllm":
-                    row["render_ms"] = _render_ms(client, vllm_url, vllm.body())
+                    row["render_ms"] = _render_ms(client, vllm_url, vllm.sent)
                 rows.append(row)
     finally:
         sessions["gateway_ws"].close()
