@@ -75,7 +75,7 @@ class Size:
         return cls(int(turns), int(chars), int(repeats), budget_s=budget[0] if budget else cls.budget_s)
 
 
-FULL = Size(turns=32, tool_chars=6_500, repeats=3)  # ≈ 64k tokens of history at the last turn
+FULL = Size(turns=32, tool_chars=8_500, repeats=3)  # ≈ 66k tokens of history at the last turn
 QUICK = Size(turns=4, tool_chars=1_500, repeats=1, exact_turns=4)
 
 
