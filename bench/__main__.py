@@ -104,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections: dict[str, Any] = {}
 
     def measure(name: str, vllm_url: str | None) -> None:
+        if name == "versus" and vllm_url is None:  # keep latest.json's last side-by-side, not an empty one
+            log.warning("versus: skipped, it needs vLLM (--vllm off, or --quick without --only versus)")
+            return
         if name == "prepare" and not scaling.available():
             log.warning("prepare: bench/prepare.py is not in this checkout; skipping preparation and scaling")
         started = time.monotonic()
