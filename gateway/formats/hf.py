@@ -207,7 +207,9 @@ class HFChatFormat:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
 
     def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool]) -> dict[str, Any]:
-        calls = "none" if self.tool_calls == "minimax" else self.tool_calls  # no grammar for its calls yet
+        # Grammars exist for Qwen3's JSON and Qwen3.6's XML calls; any other family's calls would be
+        # forced into markup its parser does not read, so forcing them is refused (a clear 400).
+        calls = self.tool_calls if self.tool_calls in ("hermes", "xml") else "none"
         return hf_constraints.structured_outputs(constraint, tools, calls=calls, markers=self._markup,
                                                  starts_in_reasoning=self._starts_in_reasoning)
 
