@@ -22,7 +22,7 @@ from typing import Any
 from bench import latency, machine, memory, relay, report, scaling
 from bench.procs import CLIENT_CPU, ROOT
 
-SECTIONS = ("latency", "relay", "memory", "prepare")
+SECTIONS = ("latency", "relay", "steady", "memory", "prepare")
 VLLM_SECTIONS = {"latency", "prepare"}
 DOC = ROOT / "docs" / "benchmarks.md"
 log = logging.getLogger("bench")
@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where the JSON goes")
     parser.add_argument("--vllm", default="auto",
                         help="auto: start vLLM-CPU unless --quick/--smoke; off; or the URL of a running vLLM")
+    parser.add_argument("--steady-seconds", type=float, default=60.0,
+                        help="how long the steady section holds its 256 engine-paced streams")
     parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md and its PNG")
     return parser
 
@@ -74,11 +76,13 @@ def vllm_server(choice: str, fast: bool) -> Iterator[str | None]:
         process.stop()
 
 
-def _measure(name: str, quick: bool, smoke: bool, vllm_url: str | None) -> Any:
+def _measure(name: str, quick: bool, smoke: bool, vllm_url: str | None, steady_s: float = 60.0) -> Any:
     runs: dict[str, Callable[[], Any]] = {
         "latency": lambda: latency.run(quick=quick, vllm_url=vllm_url, requests=20 if smoke else None),
         "relay": lambda: relay.run(quick=quick, concurrency=(1, 4) if smoke else (1, 64, 256),
                                    tokens=20 if smoke else None),
+        "steady": lambda: relay.steady(seconds=2 if smoke else 10 if quick else steady_s,
+                                       streams=4 if smoke else 256, window_s=0.5 if smoke else 10),
         "memory": lambda: (memory.run(quick=quick, sockets=20, sessions=1, session_tokens=4000) if smoke
                            else memory.run(quick=quick)),
         "prepare": lambda: scaling.run(quick=quick, vllm_url=vllm_url),
@@ -100,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.warning("prepare: bench/prepare.py is not in this checkout; skipping preparation and scaling")
         started = time.monotonic()
         load = [round(x, 2) for x in os.getloadavg()]
-        data = _measure(name, quick, args.smoke, vllm_url)
+        data = _measure(name, quick, args.smoke, vllm_url, args.steady_seconds)
         sections[name] = {"quick": quick, "smoke": args.smoke, "vllm": vllm_url is not None,
                           "measured_at": time.strftime("%Y-%m-%d %H:%M"), "load_average": load,
                           "seconds": round(time.monotonic() - started, 1), "data": data}
