@@ -142,19 +142,48 @@ class UpstreamStream:
 
     def _decode(self, payloads: list[bytes]) -> tuple[list[TokenChunk | Usage], UpstreamFailed | None]:
         """One TokenChunk for the tokens of all `payloads`, then the Usage if one came; and the
-        replica's in-stream error, if one came (what preceded it is still passed on)."""
+        replica's in-stream error, if one came (what preceded it is still passed on).
+
+        All payloads are parsed in one orjson call (as one JSON array); a choice without
+        logprobs only adds its ids, so a token costs a few dict lookups and no object."""
+        try:
+            events = orjson.loads(b"[" + b",".join(payloads) + b"]")
+        except orjson.JSONDecodeError:
+            events = None
+        if events is None or not all(isinstance(event, dict) for event in events):
+            return self._decode_one_by_one(payloads)
         api = self.replica.api
         merged: TokenChunk | None = None
         usage: Usage | None = None
-        error: UpstreamFailed | None = None
+        try:
+            for payload in events:
+                if "error" in payload:
+                    return self._with(merged, usage), self._mid_stream_error(payload["error"])
+                for choice in payload.get("choices") or ():
+                    if choice.get("logprobs") is None and merged is not None:
+                        merged.token_ids += choice.get("token_ids") or ()
+                        if (finish := choice.get("finish_reason")) is not None:
+                            merged.finish_reason, merged.stop_reason = finish, choice.get("stop_reason")
+                    elif merged is None:
+                        merged = parse_choice(api, choice)
+                    else:
+                        merged.extend(parse_choice(api, choice))
+                if payload.get("usage"):
+                    usage = parse_usage(payload)
+        except (TypeError, KeyError, AttributeError, IndexError, ValueError):
+            return self._decode_one_by_one(payloads)  # which one, and what preceded it
+        return self._with(merged, usage), None
+
+    def _decode_one_by_one(self, payloads: list[bytes]) -> tuple[list[TokenChunk | Usage], UpstreamFailed | None]:
+        """`_decode` for a batch that did not parse whole: up to the malformed payload, and why."""
+        api = self.replica.api
+        merged: TokenChunk | None = None
+        usage: Usage | None = None
         for data in payloads:
             try:
                 payload = orjson.loads(data)
                 if "error" in payload:
-                    detail = payload["error"]
-                    message = detail.get("message") if isinstance(detail, dict) else str(detail)
-                    error = UpstreamFailed(f"replica {self.replica.url} failed mid-stream: {message}")
-                    break
+                    return self._with(merged, usage), self._mid_stream_error(payload["error"])
                 for choice in payload.get("choices") or ():
                     chunk = parse_choice(api, choice)
                     if merged is None:
@@ -163,9 +192,17 @@ class UpstreamStream:
                         merged.extend(chunk)
                 usage = parse_usage(payload) or usage
             except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:  # orjson's errors too
-                error = UpstreamFailed(f"replica {self.replica.url} sent a malformed event {data[:200]!r}: {exc!r}")
-                break
-        return [item for item in (merged, usage) if item is not None], error
+                return self._with(merged, usage), UpstreamFailed(
+                    f"replica {self.replica.url} sent a malformed event {data[:200]!r}: {exc!r}")
+        return self._with(merged, usage), None
+
+    def _mid_stream_error(self, detail: object) -> UpstreamFailed:
+        message = detail.get("message") if isinstance(detail, dict) else str(detail)
+        return UpstreamFailed(f"replica {self.replica.url} failed mid-stream: {message}")
+
+    @staticmethod
+    def _with(merged: TokenChunk | None, usage: Usage | None) -> list[TokenChunk | Usage]:
+        return [item for item in (merged, usage) if item is not None]
 
     def _wake_iterator(self) -> None:
         if self._wake is not None and not self._wake.done():
