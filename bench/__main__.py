@@ -22,7 +22,7 @@ from typing import Any
 from bench import latency, machine, memory, relay, report, scaling, versus
 from bench.procs import CLIENT_CPU, ROOT
 
-SECTIONS = ("versus", "latency", "relay", "memory", "prepare")
+SECTIONS = ("versus", "latency", "relay", "steady", "memory", "prepare")
 VLLM_SECTIONS = {"versus", "latency", "prepare"}
 DOC = ROOT / "docs" / "benchmarks.md"
 log = logging.getLogger("bench")
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--versus-size", type=versus.Size.parse, default=None,
                         help="the side-by-side session: TURNS,TOOL_CHARS,REPEATS[,BUDGET_S] (default: "
                              f"{versus.FULL.turns},{versus.FULL.tool_chars},{versus.FULL.repeats}; --quick: smaller)")
+    parser.add_argument("--steady-seconds", type=float, default=60.0,
+                        help="how long the steady section holds its 256 engine-paced streams")
     parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md and its PNG")
     return parser
 
@@ -81,11 +83,14 @@ def vllm_server(choice: str, fast: bool) -> Iterator[str | None]:
         process.stop()
 
 
-def _measure(name: str, quick: bool, smoke: bool, vllm_url: str | None, versus_size: versus.Size | None) -> Any:
+def _measure(name: str, quick: bool, smoke: bool, vllm_url: str | None, versus_size: versus.Size | None = None,
+             steady_s: float = 60.0) -> Any:
     runs: dict[str, Callable[[], Any]] = {
         "latency": lambda: latency.run(quick=quick, vllm_url=vllm_url, requests=20 if smoke else None),
         "relay": lambda: relay.run(quick=quick, concurrency=(1, 4) if smoke else (1, 64, 256),
                                    tokens=20 if smoke else None),
+        "steady": lambda: relay.steady(seconds=2 if smoke else 10 if quick else steady_s,
+                                       streams=4 if smoke else 256, window_s=0.5 if smoke else 10),
         "memory": lambda: (memory.run(quick=quick, sockets=20, sessions=1, session_tokens=4000) if smoke
                            else memory.run(quick=quick)),
         "prepare": lambda: scaling.run(quick=quick, vllm_url=vllm_url),
@@ -111,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.warning("prepare: bench/prepare.py is not in this checkout; skipping preparation and scaling")
         started = time.monotonic()
         load = [round(x, 2) for x in os.getloadavg()]
-        data = _measure(name, quick, args.smoke, vllm_url, args.versus_size)
+        data = _measure(name, quick, args.smoke, vllm_url, args.versus_size, args.steady_seconds)
         sections[name] = {"quick": quick, "smoke": args.smoke, "vllm": vllm_url is not None,
                           "measured_at": time.strftime("%Y-%m-%d %H:%M"), "load_average": load,
                           "seconds": round(time.monotonic() - started, 1), "data": data}

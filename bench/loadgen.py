@@ -13,14 +13,15 @@ Input (one JSON object on stdin), output (one JSON object on stdout):
 
     {"port": 8080, "path": "/v1/responses", "body": "... __TAG__ ...", "streams": 64,
      "requests": 2, "tag_base": 100000, "marker": "_text.delta\\n", "count": "words",
-     "timings_port": 8000, "content_offset": 0, "cpu": 1}
+     "timings_port": 8000, "content_offset": 0, "cpu": 1, "window_s": 10}
     -> {"wall_s": …, "tokens": …, "requests": […{"ttft_ms", "total_ms", "tokens"}],
         "token_latency_ms": {"p50": …, "p90": …, "p99": …, "max": …} | null}
 
 `__TAG__` becomes each request's own number (the token server keys its send times by
 it); with `timings_port`, send times are fetched afterwards and every token's delay is
 arrival − send, skipping the first `content_offset` tokens (header tokens that make no
-client event, e.g. harmony's `<|channel|>final<|message|>`).
+client event, e.g. harmony's `<|channel|>final<|message|>`). With `window_s`, the latency
+is `{"all", "first", "last"}`: also over the tokens sent in the first and last `window_s`.
 """
 
 from __future__ import annotations
@@ -130,12 +131,24 @@ async def run(config: dict[str, Any]) -> dict[str, Any]:
         sent = await _timings(config["timings_port"])
         offset = config.get("content_offset", 0)
         delays = []
+        sends = []
         for tag, times in arrivals.items():
             send = sent.get(tag, [])[offset:]
             delays.extend((arrived - at) / 1e6 for arrived, at in zip(times, send))
+            sends.extend(send[:len(times)])
         latency = percentiles(delays)
+        if (window := config.get("window_s")) and sends:
+            latency = {"all": latency, **_windows(delays, sends, int(window * 1e9))}
     return {"wall_s": wall, "tokens": sum(r["tokens"] for r in results), "requests": results,
             "token_latency_ms": latency}
+
+
+def _windows(delays: list[float], sends: list[int], window_ns: int) -> dict[str, Any]:
+    """Delays of the tokens sent in the run's first and last `window_ns`: a relay that falls behind
+    shows a last window worse than its first."""
+    first, last = min(sends) + window_ns, max(sends) - window_ns
+    return {"first": percentiles([d for d, at in zip(delays, sends) if at < first]),
+            "last": percentiles([d for d, at in zip(delays, sends) if at > last])}
 
 
 def main() -> None:

@@ -80,13 +80,50 @@ def run(*, quick: bool, formats: tuple[str, ...] = ("qwen", "harmony"), concurre
                 cpu = gateway.cpu_seconds() - cpu_before
                 _pace(upstream, STEP_MS)
                 paced_direct = procs.load(direct(streams, 1, tag + 100_000, timings_port=upstream.port))
+                cpu_before = gateway.cpu_seconds()
                 paced = procs.load(gw(streams, 1, tag + 200_000, timings_port=upstream.port,
                                       content_offset=offset))
+                paced["cpu_s"] = gateway.cpu_seconds() - cpu_before
                 expected = streams * requests * tokens
                 if relayed["tokens"] != expected:
                     raise RuntimeError(f"{name}: the gateway relayed {relayed['tokens']} of {expected} tokens")
                 rows.append(_row(name, streams, tokens, requests, reference, relayed, cpu, paced_direct, paced))
     return rows
+
+
+def steady(*, seconds: float = 60.0, streams: int = 256, fmt: str = "qwen", window_s: float = 10.0) -> dict:
+    """`streams` engine-paced streams for `seconds` (256 × 1000/12.8 ms = 20,000 tokens/s offered):
+    how much is relayed, the gateway's CPU per token, and the added delay over the whole run and
+    over its first and last `window_s` (steady, or falling behind?). Direct first, the reference."""
+    model = MODELS[fmt]()
+    tokens = int(seconds * 1000 / STEP_MS)
+    gateway_body, direct_body = _bodies(model)
+    with procs.token_server(model.name, model.output(tokens), step_ms=STEP_MS) as upstream, \
+            procs.gateway(upstream.url, str(model.model_dir), model.chat_format) as gateway:
+        gw = partial(_config, gateway.port, "/v1/responses", gateway_body, GATEWAY_MARKER, "words")
+        direct = partial(_config, upstream.port, "/inference/v1/generate", direct_body, DIRECT_MARKER, "events")
+        _pace(upstream, 0)
+        procs.load(gw(streams, 1, 10))  # warm-up: code paths and pooled connections
+        _pace(upstream, STEP_MS)
+        reference = procs.load({**direct(streams, 1, 1_000_000 + tokens, timings_port=upstream.port),
+                                "window_s": window_s})
+        cpu_before = gateway.cpu_seconds()
+        paced = procs.load({**gw(streams, 1, 2_000_000 + tokens, timings_port=upstream.port,
+                                 content_offset=len(model.header)), "window_s": window_s})
+        cpu = gateway.cpu_seconds() - cpu_before
+    offered = streams * 1000 / STEP_MS
+    gw_latency, direct_latency = paced["token_latency_ms"], reference["token_latency_ms"]
+    return {
+        "format": fmt, "streams": streams, "seconds": seconds, "offered_tokens_per_s": round(offered),
+        "direct_tokens_per_s": round(reference["tokens"] / reference["wall_s"]),
+        "gateway_tokens_per_s": round(paced["tokens"] / paced["wall_s"]),
+        "relayed_fraction": round(paced["tokens"] / paced["wall_s"] / offered, 4),
+        "gateway_cpu_s": round(cpu, 2), "gateway_cpu_us_per_token": round(cpu / paced["tokens"] * 1e6, 1),
+        **{f"added_{window}_{key}_ms": _diff(gw_latency[window], direct_latency[window], key)
+           for window in ("all", "first", "last") for key in ("p50", "p99")},
+        "direct_token_latency_ms": direct_latency, "gateway_token_latency_ms": gw_latency,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
 
 
 def _row(name: str, streams: int, tokens: int, requests: int, reference: dict, relayed: dict, cpu: float,
@@ -104,6 +141,7 @@ def _row(name: str, streams: int, tokens: int, requests: int, reference: dict, r
         "gateway_cpu_s": round(cpu, 3),
         "gateway_tokens_per_cpu_s": round(relayed["tokens"] / cpu) if cpu > 0 else None,
         "paced_tokens_per_s": round(paced["tokens"] / paced["wall_s"]),
+        "paced_cpu_us_per_token": round(paced["cpu_s"] / paced["tokens"] * 1e6, 1),
         "direct_token_latency_ms": direct_latency,
         "gateway_token_latency_ms": gateway_latency,
         "added_token_latency_p50_ms": _diff(gateway_latency, direct_latency, "p50"),

@@ -21,7 +21,7 @@ PERCENTILES = {"p50", "p90", "p99", "min", "max", "n"}
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("bench")
     command = [sys.executable, "-m", "bench", "--smoke", "--vllm", "off", "--no-docs", "--out", str(out),
-               "--only", "latency", "--only", "relay", "--only", "memory"]
+               "--only", "latency", "--only", "relay", "--only", "steady", "--only", "memory"]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     [stamped] = out.glob("run-*.json")
@@ -47,6 +47,17 @@ def test_latency_compares_the_gateway_with_the_same_upstream(results):
             row[f"gateway_{metric}"]["p50"] - row[f"direct_{metric}"]["p50"], abs=1e-3)
     # 15 words then <|im_end|>: one text delta per word reaches the client.
     assert row["gateway_tokens_mean"] == 15
+
+
+def test_steady_paces_every_token_and_reports_the_first_and_last_window(results):
+    row = results["sections"]["steady"]["data"]
+    tokens = int(2 * 1000 / 12.8)  # smoke: 2 s of engine steps
+    assert (row["streams"], row["offered_tokens_per_s"]) == (4, 312)  # 4 × 1000 / 12.8, rounded
+    assert row["gateway_token_latency_ms"]["all"]["n"] == 4 * tokens  # every text token of every stream
+    assert row["direct_token_latency_ms"]["all"]["n"] == 4 * (tokens + 1)  # + the stop token
+    for window in ("first", "last"):
+        assert 0 < row["gateway_token_latency_ms"][window]["n"] < 4 * tokens
+    assert row["gateway_cpu_us_per_token"] > 0
 
 
 def test_relay_delivers_every_token_of_every_stream(results):

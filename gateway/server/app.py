@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -103,6 +104,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         app.state.runtime = runtime or build_runtime(settings, app.state.metrics.state_store)
         app.state.tenant_limits.share(app.state.runtime.state)  # counted in Redis with --state-url
         await app.state.runtime.pool.start()
+        log.info("event loop: %s", type(asyncio.get_running_loop()).__module__)  # "uvloop" where installed
         served = [r.served_model for r in app.state.runtime.pool.replicas if r.served_model]
         if settings.served_model_name is None and served:
             app.state.runtime.model_name = served[0]  # clients send what vLLM itself would accept

@@ -62,7 +62,15 @@ def parse_json(raw: bytes) -> Any:
 
 
 def sse_event(event: dict[str, Any]) -> bytes:
-    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+    """One SSE event: its `event: <type>\ndata: ` prefix rendered once per type, orjson once."""
+    type_ = event["type"]
+    prefix = _SSE_PREFIXES.get(type_)
+    if prefix is None:
+        prefix = _SSE_PREFIXES[type_] = b"event: " + type_.encode() + b"\ndata: "
+    return prefix + orjson.dumps(event) + b"\n\n"
+
+
+_SSE_PREFIXES: dict[str, bytes] = {}  # a few dozen event types, ever
 
 
 class SSEResponse:

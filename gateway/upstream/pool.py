@@ -33,6 +33,7 @@ class Pool:
         timeout = httpx.Timeout(connect=5.0, read=idle_timeout, write=idle_timeout, pool=None)
         self.client = httpx.AsyncClient(timeout=timeout, transport=transport)
         self.header_timeout = header_timeout
+        self.idle_timeout = idle_timeout
         self.resolver = Resolver(upstreams)
         self.api = api
         self.policy = policy or HealthPolicy()
@@ -57,6 +58,8 @@ class Pool:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for replica in self.replicas:
+            replica.connections.close()
         await self.client.aclose()
 
     @property
@@ -88,8 +91,8 @@ class Pool:
         """Make the membership `urls`: new replicas start unroutable (admitted by their
         watcher after warmup); vanished ones drain, and leave once idle. Returns the new ones."""
         known = {r.url: r for r in self.replicas}
-        added = [Replica(url=url, client=self.client, header_timeout=self.header_timeout)
-                 for url in urls if url not in known]
+        added = [Replica(url=url, client=self.client, header_timeout=self.header_timeout,
+                         idle_timeout=self.idle_timeout) for url in urls if url not in known]
         for replica in self.replicas:
             if replica.url not in urls and replica.state != "draining":
                 log.info("replica %s left the upstream set; draining it", replica.url)
@@ -99,7 +102,10 @@ class Pool:
                 log.info("replica %s is back", replica.url)
                 replica.state = "starting"
                 self._watch(replica)
-        self.replicas = [r for r in self.replicas if r.state != "draining" or r.inflight] + added
+        gone = [r for r in self.replicas if r.state == "draining" and not r.inflight]
+        for replica in gone:
+            replica.connections.close()
+        self.replicas = [r for r in self.replicas if r not in gone] + added
         if watch:
             for replica in added:
                 self._watch(replica)

@@ -1,0 +1,238 @@
+"""One accepted streaming generation: SSE payloads off the connection, token chunks to the turn.
+
+The connection hands over each read's body bytes at once (gateway/upstream/connection.py);
+`on_body` splits them into SSE `data:` payloads in one `split` and appends them, and wakes
+the turn if it waits. Iterating takes every payload read so far and yields one TokenChunk
+with all their tokens (and the Usage, if one came): a replica emits a token per event, so a
+relay that falls behind catches up in batches (one parse, one client write for many tokens)
+instead of token by token, and nothing ever waits for more tokens. A chunk boundary may fall
+anywhere (inside a UTF-8 character, inside `data: [DONE]`, between the two newlines): bytes
+are only ever split at a newline, and the unfinished line waits for the next read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import orjson
+
+from gateway.core.errors import UpstreamFailed, shutting_down
+from gateway.upstream.chunks import TokenChunk, Usage
+from gateway.upstream.connection import Connection, IdleTimeout
+from gateway.upstream.protocol import parse_choice, parse_usage
+
+if TYPE_CHECKING:
+    from gateway.upstream.replica import Replica
+
+MAX_UNTAKEN = 1024  # payloads read ahead of a slow client before the connection stops reading
+
+
+class UpstreamStream:
+    """A generation's response. `Replica.open` returns it once the replica accepted (HTTP 200);
+    iterate for chunks; `aclose()` aborts the generation if it is unfinished."""
+
+    def __init__(self, replica: Replica, request_id: str) -> None:
+        self.replica = replica
+        self.request_id = request_id
+        self.status: int | None = None
+        self.connection: Connection | None = None  # None once the response ended or was dropped
+        self._answer: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
+        self._error_body: list[bytes] = []  # a non-200 answer's body
+        self._pending = b""  # the unfinished last line of the body read so far
+        self._payloads: list[bytes] = []  # SSE `data:` payloads read and not yet taken
+        self._paused = False  # the connection stopped reading for us
+        self._finished = False  # `data: [DONE]` came
+        self._ended = False  # the response ended, broke or was interrupted
+        self._interrupted = False
+        self._error: Exception | None = None  # why the response broke, if it did
+        self._wake: asyncio.Future | None = None  # the iterator waiting for payloads
+        self._closing: asyncio.Future | None = None
+
+    # the connection's Receiver
+    def on_headers(self, status: int) -> None:
+        self.status = status
+        if status == 200 and not self._answer.done():
+            self._answer.set_result(None)
+
+    def on_body(self, data: bytes) -> None:
+        if self.status != 200:
+            self._error_body.append(data)
+            return
+        lines = (self._pending + data if self._pending else data).split(b"\n")
+        self._pending = lines.pop()
+        payloads = self._payloads
+        n_before = len(payloads)
+        for line in lines:
+            if line[:5] == b"data:":
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    self._finished = True
+                else:
+                    payloads.append(payload)
+        if len(payloads) > n_before:
+            self._wake_iterator()
+            if len(payloads) >= MAX_UNTAKEN and self.connection is not None:  # the client reads slower
+                self._paused = True
+                self.connection.pause()
+
+    def on_end(self, error: Exception | None) -> None:
+        self.connection = None
+        self._ended = True
+        if error is not None and self.status == 200:
+            self._error = self._stream_error(error)
+        if not self._answer.done():
+            self._answer.set_result(error)
+        self._wake_iterator()
+
+    def _stream_error(self, error: Exception) -> UpstreamFailed:
+        url = self.replica.url
+        if isinstance(error, IdleTimeout):  # no byte for --upstream-idle-timeout: a stalled replica
+            self.replica.eject("a stream stalled")
+            failed = UpstreamFailed(f"replica {url} sent nothing for the idle timeout: {error}", timed_out=True)
+        else:
+            self.replica.wake.set()  # a dead replica is found (and ejected) by the next health check
+            failed = UpstreamFailed(f"replica {url} stream broke: {error!r}")
+        failed.__cause__ = error
+        return failed
+
+    @property
+    def n_untaken(self) -> int:
+        """Payloads read and not yet taken by the turn (at most about MAX_UNTAKEN)."""
+        return len(self._payloads)
+
+    # what Replica.open reads
+    async def answered(self) -> Exception | None:
+        """Wait for the status (a non-200 answer's whole body); the error if the connection broke first."""
+        return await self._answer
+
+    def error_text(self) -> str:
+        return b"".join(self._error_body).decode(errors="replace")[:500]
+
+    # the turn's side
+    async def __aiter__(self) -> AsyncIterator[TokenChunk | Usage]:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._payloads and not self._ended:
+                self._wake = loop.create_future()
+                try:
+                    await self._wake
+                finally:
+                    self._wake = None
+            payloads, self._payloads = self._payloads, []
+            if self._paused:
+                self._paused = False
+                if self.connection is not None:
+                    self.connection.resume()
+            if not payloads:
+                break  # the response ended and everything read was taken
+            items, error = self._decode(payloads)
+            for item in items:
+                yield item
+            if error is not None:
+                raise error
+        if self._finished:
+            return
+        if self._error is not None:
+            raise self._error
+        if self._interrupted:
+            raise shutting_down()
+        raise UpstreamFailed(f"replica {self.replica.url} closed the stream before it finished")
+
+    def _decode(self, payloads: list[bytes]) -> tuple[list[TokenChunk | Usage], UpstreamFailed | None]:
+        """One TokenChunk for the tokens of all `payloads`, then the Usage if one came; and the
+        replica's in-stream error, if one came (what preceded it is still passed on).
+
+        All payloads are parsed in one orjson call (as one JSON array); a choice without
+        logprobs only adds its ids, so a token costs a few dict lookups and no object."""
+        try:
+            events = orjson.loads(b"[" + b",".join(payloads) + b"]")
+        except orjson.JSONDecodeError:
+            events = None
+        if events is None or not all(isinstance(event, dict) for event in events):
+            return self._decode_one_by_one(payloads)
+        api = self.replica.api
+        merged: TokenChunk | None = None
+        usage: Usage | None = None
+        try:
+            for payload in events:
+                if "error" in payload:
+                    return self._with(merged, usage), self._mid_stream_error(payload["error"])
+                for choice in payload.get("choices") or ():
+                    if choice.get("logprobs") is None and merged is not None:
+                        merged.token_ids += choice.get("token_ids") or ()
+                        if (finish := choice.get("finish_reason")) is not None:
+                            merged.finish_reason, merged.stop_reason = finish, choice.get("stop_reason")
+                    elif merged is None:
+                        merged = parse_choice(api, choice)
+                    else:
+                        merged.extend(parse_choice(api, choice))
+                if payload.get("usage"):
+                    usage = parse_usage(payload)
+        except (TypeError, KeyError, AttributeError, IndexError, ValueError):
+            return self._decode_one_by_one(payloads)  # which one, and what preceded it
+        return self._with(merged, usage), None
+
+    def _decode_one_by_one(self, payloads: list[bytes]) -> tuple[list[TokenChunk | Usage], UpstreamFailed | None]:
+        """`_decode` for a batch that did not parse whole: up to the malformed payload, and why."""
+        api = self.replica.api
+        merged: TokenChunk | None = None
+        usage: Usage | None = None
+        for data in payloads:
+            try:
+                payload = orjson.loads(data)
+                if "error" in payload:
+                    return self._with(merged, usage), self._mid_stream_error(payload["error"])
+                for choice in payload.get("choices") or ():
+                    chunk = parse_choice(api, choice)
+                    if merged is None:
+                        merged = chunk
+                    else:
+                        merged.extend(chunk)
+                usage = parse_usage(payload) or usage
+            except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:  # orjson's errors too
+                return self._with(merged, usage), UpstreamFailed(
+                    f"replica {self.replica.url} sent a malformed event {data[:200]!r}: {exc!r}")
+        return self._with(merged, usage), None
+
+    def _mid_stream_error(self, detail: object) -> UpstreamFailed:
+        message = detail.get("message") if isinstance(detail, dict) else str(detail)
+        return UpstreamFailed(f"replica {self.replica.url} failed mid-stream: {message}")
+
+    @staticmethod
+    def _with(merged: TokenChunk | None, usage: Usage | None) -> list[TokenChunk | Usage]:
+        return [item for item in (merged, usage) if item is not None]
+
+    def _wake_iterator(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    def interrupt(self) -> None:
+        """Stop waiting for tokens: iteration raises, and `aclose()` aborts upstream."""
+        self._interrupted = True
+        self.close_connection()
+        self._ended = True
+        self._wake_iterator()
+
+    async def aclose(self) -> None:
+        """Close the connection and abort an unfinished generation, to the end even when the caller
+        is cancelled meanwhile (a client leaving while we clean up): the abort runs shielded."""
+        if self._closing is None:
+            self.replica.inflight -= 1
+            self.replica.streams.discard(self)
+            self._payloads = []
+            self._ended = True
+            if self._finished:  # the connection goes back to the pool when the response's end is read
+                self._closing = asyncio.get_running_loop().create_future()
+                self._closing.set_result(None)
+            else:
+                self.close_connection()
+                self._closing = asyncio.get_running_loop().create_task(self.replica.abort(self.request_id))
+        await asyncio.shield(self._closing)
+
+    def close_connection(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            connection.close()  # vLLM aborts a generation whose connection closes
+
