@@ -45,6 +45,18 @@ def test_a_stop_string_ends_the_turn_at_the_token_it_begins_in(stack, tokenizer)
     assert len(choice.logprobs.content) == len(kept)
     assert completion.usage.completion_tokens == len(kept)
     assert len(stack.fake.aborted) == 1  # the generation was stopped upstream, not read to its end
+    assert choice.model_extra["stop_reason"] == "STOP"  # which stop string, as vLLM's server says
+
+
+def test_stop_reason_names_the_stop_id_or_nothing(stack, tokenizer):
+    stack.reset()
+    stack.fake.queue(Script(ids(tokenizer, "ok") + [IM_END]), Script(ids(tokenizer, "long"), finish_reason="length"))
+    ended = httpx.post(stack.url + "/v1/chat/completions", json={"model": "m", "messages": MESSAGES},
+                       timeout=30).json()["choices"][0]
+    assert (ended["finish_reason"], ended["stop_reason"]) == ("stop", IM_END)
+    cut = httpx.post(stack.url + "/v1/chat/completions", json={"model": "m", "messages": MESSAGES},
+                     timeout=30).json()["choices"][0]
+    assert (cut["finish_reason"], cut["stop_reason"]) == ("length", None)
 
 
 def test_a_streamed_stop_string_never_shows_any_of_itself(stack, tokenizer):
@@ -55,6 +67,7 @@ def test_a_streamed_stop_string_never_shows_any_of_itself(stack, tokenizer):
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text == "One two"  # " thr" began the match: that token and all after are gone
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["choices"][0]["stop_reason"] == "three"
 
 
 def test_text_that_only_starts_like_a_stop_string_comes_through(stack, tokenizer):

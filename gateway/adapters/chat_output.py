@@ -36,6 +36,7 @@ def completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[st
     message["content"] = "".join(texts) if texts else None
     message["reasoning"] = "".join(reasoning) if reasoning else None
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": _finish_reason(turn),
+                              "stop_reason": turn.record.stop_reason,
                               "logprobs": _logprobs(turn) if parsed.logprobs else None}
     body = {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(turn)}
     if parsed.return_token_ids:
@@ -100,7 +101,7 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> Async
         return
     if turn.record.finished:
         await session.commit(turn)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"stop_reason": turn.record.stop_reason}
     if parsed.return_token_ids:
         extra["token_ids"] = turn.record.output_ids
     if parsed.logprobs:

@@ -152,6 +152,7 @@ class Turn:
                 record.reasoning_tokens = parser.reasoning_tokens
                 if stops is not None and stops.cut is not None:
                     self._cut(stops.cut)
+                    record.stop_string = stops.matched
                 for event in events:
                     self._track(event, started)
                 if events:

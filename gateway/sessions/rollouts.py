@@ -56,13 +56,15 @@ class RolloutTurn:
     sampling: dict[str, Any] | None = None
     timing: dict[str, float | None] | None = None
     client_ids_mismatch: str | None = None  # why the client's own ids were not used
+    stop_reason: int | str | None = None  # the stop string that ended the generation, else `stop_token_id`
 
     def export(self, index: int) -> dict[str, Any]:
         return {"index": index, "segment": self.segment, "start": self.start, "prompt_end": self.prompt_end,
                 "end": self.end, "finish_reason": self.finish_reason, "truncated": self.finish_reason == "length",
                 "spliced": self.spliced, "non_monotonic": self.non_monotonic, "mask_source": self.mask_source,
                 "stop_token_id": self.stop_token_id, "replica": self.replica, "request_id": self.request_id,
-                "sampling": self.sampling, "timing": self.timing, "client_ids_mismatch": self.client_ids_mismatch}
+                "sampling": self.sampling, "timing": self.timing, "client_ids_mismatch": self.client_ids_mismatch,
+                "stop_reason": self.stop_reason}
 
 
 @dataclass(slots=True, eq=False)
@@ -300,7 +302,8 @@ def addition(pending: Pending, turn: TurnRecord, state: TokenState, *, continues
             non_monotonic=turn.non_monotonic or (new_segment and has_turns),
             mask_source="client" if mask is not None else "gateway", stop_token_id=turn.stop_token_id,
             replica=turn.replica, request_id=turn.request_id, sampling=_applied(turn.upstream_params),
-            timing=_timing(turn), client_ids_mismatch=turn.client_ids_mismatch))
+            timing=_timing(turn), client_ids_mismatch=turn.client_ids_mismatch,
+            stop_reason=turn.stop_reason))
 
 
 def _applied(params: dict[str, Any] | None) -> dict[str, Any] | None:
