@@ -46,11 +46,16 @@ def completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[st
     return body
 
 
-def completions(turns: list[Turn], parsed: ChatRequest, head: dict[str, Any]) -> dict[str, Any]:
-    """`n` generations of one prompt as one completion: choice i is turn i; the prompt counts once."""
+def completions(turns: list[Turn], parsed: ChatRequest, head: dict[str, Any], rollout_id: str | None = None
+                ) -> dict[str, Any]:
+    """`n` generations of one prompt as one completion: choice i is turn i; the prompt counts once.
+    With `rollout_id`, choice i names the rollout branch it is recorded in."""
     bodies = [completion(turn, parsed, head) for turn in turns]
     body = bodies[0]
     body["choices"] = [{**each["choices"][0], "index": i} for i, each in enumerate(bodies)]
+    if rollout_id is not None:
+        for i, choice in enumerate(body["choices"]):
+            choice["rollout_id"] = session.branch_id(rollout_id, i)
     completion_tokens = sum(each["usage"]["completion_tokens"] for each in bodies)
     body["usage"] = {**body["usage"], "completion_tokens": completion_tokens,
                      "total_tokens": body["usage"]["prompt_tokens"] + completion_tokens,
