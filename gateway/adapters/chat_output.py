@@ -71,6 +71,16 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> Async
         body = {**head, "object": "chat.completion.chunk", "choices": [choice]}
         return b"data: " + orjson.dumps(body) + b"\n\n"
 
+    sent = 0  # output positions whose logprobs went out
+
+    def upto(end: int | None) -> dict[str, Any]:
+        """The logprobs of the tokens since the last chunk's through `end` (None: all), as vLLM
+        streams them: each chunk its own tokens, markup with the text that follows it."""
+        nonlocal sent
+        content = logprobs.entries(turn.runtime.format, turn.record, sent, end)
+        sent += len(content)
+        return {"logprobs": {"content": content, "refusal": None}}
+
     first: dict[str, Any] = {"role": "assistant", "content": ""}
     yield chunk(first) if not parsed.return_token_ids else _with_prompt_ids(chunk(first), turn)
     kinds: dict[int, str] = {}
@@ -87,13 +97,14 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> Async
                                                  "function": {"name": event.name, "arguments": ""}}]})
             elif isinstance(event, ItemDelta):
                 kind = kinds[event.index]
+                extra = upto(event.span[1]) if parsed.logprobs and event.span is not None else {}
                 if kind == "text":
-                    yield chunk({"content": event.text})
+                    yield chunk({"content": event.text}, **extra)
                 elif kind == "reasoning":
-                    yield chunk({"reasoning": event.text})
+                    yield chunk({"reasoning": event.text}, **extra)
                 else:
                     yield chunk({"tool_calls": [{"index": tool_index[event.index],
-                                                 "function": {"arguments": event.text}}]})
+                                                 "function": {"arguments": event.text}}]}, **extra)
 
     try:
         async with contextlib.aclosing(turn.batches()) as batches:
@@ -110,7 +121,7 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> Async
     if parsed.return_token_ids:
         extra["token_ids"] = turn.record.output_ids
     if parsed.logprobs:
-        extra["logprobs"] = _logprobs(turn)
+        extra.update(upto(None))  # what no delta took: the stop id, trailing markup
     yield chunk({}, _finish_reason(turn), **extra)
     if parsed.include_usage:
         yield b"data: " + orjson.dumps({**head, "object": "chat.completion.chunk", "choices": [],

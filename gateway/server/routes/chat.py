@@ -46,7 +46,8 @@ async def _complete(runtime: Runtime, body: Any) -> Response:
         branches = [await session.branch_rollout(runtime, rollout, body["rollout_id"], i) for i in range(parsed.n)]
         rollout = branches[0]
     turn_request = TurnRequest(parsed.conversation, parsed.sampling, cache_key=parsed.prompt_cache_key,
-                               rollout=rollout, client_prefix=parsed.client_prefix)
+                               rollout=rollout, client_prefix=parsed.client_prefix,
+                               spans=parsed.stream and parsed.logprobs)  # per-chunk logprobs
     turn = await session.prepare(runtime, turn_request)
     try:
         await turn.start()
