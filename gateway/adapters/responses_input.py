@@ -96,8 +96,8 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     if body.get("user") is not None:
         echo["user"] = body["user"]
     background = bool(expect(body.get("background"), bool, "background"))
-    if background and (not store or body.get("stream")):
-        raise invalid_request("'background': true needs 'store': true and no 'stream' on this gateway.",
+    if background and not store:
+        raise invalid_request("'background': true needs 'store': true (its result is stored to be retrieved).",
                               param="background", code="unsupported_value")
     echo["background"] = background
     return ResponsesRequest(

@@ -29,6 +29,7 @@ from gateway.core.ids import new_id
 from gateway.pipeline import session
 from gateway.pipeline.request import Recognised, TurnRequest
 from gateway.pipeline.runtime import Runtime
+from gateway.server.admission import Admission
 from gateway.server.http import (
     JSONResponse,
     cancelled_on_disconnect,
@@ -46,10 +47,10 @@ async def create_response(request: Request) -> Response:
     settings = request.app.state.settings
     raw = await read_body(request, settings.max_body_bytes, settings.request_body_timeout)
     async with cancelled_on_disconnect(request):
-        return await _respond(runtime, raw)
+        return await _respond(runtime, raw, request.app.state.admission)
 
 
-async def _respond(runtime: Runtime, raw: bytes) -> Response:
+async def _respond(runtime: Runtime, raw: bytes, admission: Admission) -> Response:
     # A full history sent again under its prompt_cache_key: only what follows the covered part is parsed.
     resent = await parse_resent(raw, runtime)
     if resent is not None:
@@ -66,7 +67,7 @@ async def _respond(runtime: Runtime, raw: bytes) -> Response:
     turn = await session.prepare(runtime, turn_request)
     writer = ResponseWriter(response_id=turn_request.response_id, model=parsed.model, echo=parsed.echo)
     if parsed.background:
-        return JSONResponse(await run_in_background(runtime, turn, writer, parsed))
+        return await run_in_background(runtime, turn, writer, parsed, admission)
     try:
         await turn.start()
         if parsed.stream:
