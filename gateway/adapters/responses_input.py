@@ -82,6 +82,7 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         "tools": [_echoed_tool(raw) for raw in raw_tools],
         "tool_choice": body.get("tool_choice", "auto"),
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "max_tool_calls": body.get("max_tool_calls"),
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "max_output_tokens": max_output,
