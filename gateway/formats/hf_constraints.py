@@ -54,7 +54,7 @@ class Markers(Protocol):
 def structured_outputs(constraint: OutputConstraint, tools: Sequence[Tool], *, calls: str, markers: Markers,
                        starts_in_reasoning: bool) -> dict[str, Any]:
     """vLLM's `structured_outputs` for `constraint`. `calls`: "hermes" | "xml" | "none"."""
-    allowed = _allowed(constraint, tools)
+    allowed = allowed_tools(constraint, tools)
     forced = constraint.tool_choice != "auto"
     has_calls = calls != "none" and markers.call_open is not None and markers.call_close is not None
     if not has_calls and (forced or constraint.allowed_tools is not None):
@@ -82,7 +82,9 @@ def structured_outputs(constraint: OutputConstraint, tools: Sequence[Tool], *, c
     return {"structural_tag": json.dumps({"type": "structural_tag", "format": body})}
 
 
-def _allowed(constraint: OutputConstraint, tools: Sequence[Tool]) -> list[Tool]:
+def allowed_tools(constraint: OutputConstraint, tools: Sequence[Tool]) -> list[Tool]:
+    """The tools a call may name; 400 for a forced name that is not offered, or a forced call
+    with no tools."""
     names = {tool.name for tool in tools}
     wanted: Sequence[str] | None = constraint.allowed_tools
     if constraint.tool_choice not in ("auto", "required"):
