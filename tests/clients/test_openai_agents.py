@@ -10,17 +10,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled
+from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+from agents.models.openai_responses import OpenAIResponsesModel, OpenAIResponsesWSModel
+from openai import AsyncOpenAI
 
-agents = pytest.importorskip("agents")
-
-from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled  # noqa: E402
-from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel  # noqa: E402
-from agents.models.openai_responses import OpenAIResponsesModel, OpenAIResponsesWSModel  # noqa: E402
-from openai import AsyncOpenAI  # noqa: E402
-
-from tests.codex.harness import answer_ids, call_ids  # noqa: E402
-from tests.support.fake_vllm import Script  # noqa: E402
-from tests.support.stack import fake_stack  # noqa: E402
+from tests.codex.harness import answer_ids, call_ids
+from tests.support.fake_vllm import Script
+from tests.support.stack import fake_stack
 
 GENERATE = "/inference/v1/generate"
 MODELS = {"responses": OpenAIResponsesModel, "chat": OpenAIChatCompletionsModel, "websocket": OpenAIResponsesWSModel}
