@@ -123,7 +123,28 @@ def test_n_fans_out_generations_of_one_prompt(stack, tokenizer):
     assert completion.usage.completion_tokens == sum(map(len, outputs))
 
 
-@pytest.mark.parametrize("fields", [{"n": 2, "stream": True}, {"n": 0}, {"n": 17}])
+def test_streamed_n_interleaves_the_choices_and_counts_the_prompt_once(stack, tokenizer):
+    stack.reset()
+    outputs = [ids(tokenizer, text) + [IM_END] for text in ("one two", "three four")]
+    stack.fake.queue(*(Script(output, logprobs=[-1.0] * len(output)) for output in outputs))
+    chunks = _stream(stack, {"model": "m", "messages": MESSAGES, "n": 2, "logprobs": True,
+                             "stream_options": {"include_usage": True}})
+    texts, ends, tokens = {}, {}, {}
+    for chunk in chunks[:-1]:
+        (choice,) = chunk["choices"]
+        texts[choice["index"]] = texts.get(choice["index"], "") + (choice["delta"].get("content") or "")
+        tokens[choice["index"]] = tokens.get(choice["index"], 0) + len((choice["logprobs"] or {}).get("content") or [])
+        if choice["finish_reason"]:
+            ends[choice["index"]] = (choice["finish_reason"], choice["stop_reason"])
+    assert sorted(texts.values()) == ["one two", "three four"] and sorted(texts) == [0, 1]
+    assert ends == {0: ("stop", IM_END), 1: ("stop", IM_END)}
+    assert sorted(tokens.values()) == sorted(map(len, outputs))  # each choice's own tokens' logprobs
+    prompt = stack.fake.bodies(GENERATE)[0]["token_ids"]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["prompt_tokens"] == len(prompt)
+    assert chunks[-1]["usage"]["completion_tokens"] == sum(map(len, outputs))
+
+
+@pytest.mark.parametrize("fields", [{"n": 0}, {"n": 17}])
 def test_n_it_cannot_serve_is_a_400(stack, fields):
     response = httpx.post(stack.url + "/v1/chat/completions",
                           json={"model": "m", "messages": MESSAGES, **fields}, timeout=30)

@@ -4,6 +4,8 @@ so far plus that sample, exact, continuable and exported as its own trajectory."
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -78,3 +80,24 @@ def test_sampling_into_existing_branches_is_a_409(stack, tokenizer):
     again = chat(stack, QUESTION, rollout_id="twice", n=2)
     assert again.status_code == 409 and again.json()["error"]["code"] == "rollout_branch_exists"
     assert "twice:0" in again.json()["error"]["message"]
+
+
+def test_streamed_samples_name_their_branches_and_are_recorded(stack, tokenizer):
+    stack.reset()
+    outputs = {text: [*ids(tokenizer, text), IM_END] for text in ("yes", "no")}
+    stack.fake.queue(*(Script(output) for output in outputs.values()))
+    with httpx.stream("POST", stack.url + "/v1/chat/completions", timeout=30, json={
+            "model": "tiny-qwen3", "messages": QUESTION, "rollout_id": "s", "n": 2, "stream": True}) as response:
+        chunks = [json.loads(line[5:]) for line in response.iter_lines()
+                  if line.startswith("data:") and line[5:].strip() != "[DONE]"]
+    branches = {c["choices"][0]["index"]: c["choices"][0]["rollout_id"] for c in chunks
+                if "rollout_id" in c["choices"][0]}
+    assert branches == {0: "s:0", 1: "s:1"}
+    texts = {}
+    for chunk in chunks:
+        choice = chunk["choices"][0]
+        texts[choice["index"]] = texts.get(choice["index"], "") + (choice["delta"].get("content") or "")
+    prompt = stack.fake.bodies(GENERATE)[0]["token_ids"]
+    for index, branch in branches.items():
+        trajectory = httpx.get(f"{stack.url}/v1/rollouts/{branch}").json()
+        assert trajectory["token_ids"] == [*prompt, *outputs[texts[index]]]
