@@ -41,6 +41,7 @@ class ResponsesRequest:
     return_token_ids: bool = False
     text_logprobs: bool = False  # `include` asked for message.output_text.logprobs
     background: bool = False  # run as a task, answer `queued` now (gateway/server/routes/stored_responses.py)
+    truncate: bool = False  # `truncation: "auto"`: the oldest exchanges go when the history does not fit
     tools: list[dict[str, Any]] = field(default_factory=list)
     # Reasoning items whose blob holds the ids their turn generated (for gateway/tokenfix/restore.py).
     generated: list[tuple[Reasoning, array | str]] = field(default_factory=list)
@@ -101,11 +102,16 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         raise invalid_request("'background': true needs 'store': true (its result is stored to be retrieved).",
                               param="background", code="unsupported_value")
     echo["background"] = background
+    truncation = echo["truncation"] = echo["truncation"] or "disabled"
+    if truncation not in ("auto", "disabled"):
+        raise invalid_request(f"Invalid value for 'truncation': {truncation!r}; expected 'auto' or 'disabled'.",
+                              param="truncation", code="invalid_value")
     return ResponsesRequest(
         conversation=conversation, sampling=sampling, model=model,
         stream=bool(expect(body.get("stream"), bool, "stream")), echo=echo, store=store,
         prompt_cache_key=expect(body.get("prompt_cache_key"), str, "prompt_cache_key"),
         return_token_ids=return_token_ids, text_logprobs=text_logprobs, background=background, tools=raw_tools, generated=generated,
+        truncate=truncation == "auto",
     )
 
 

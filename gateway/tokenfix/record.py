@@ -48,6 +48,7 @@ class TurnRecord:
     client_ids_mismatch: str | None = None
     ended_early: str | None = None  # "failed" | "cancelled" when the stream stopped before its end
     stop_string: str | None = None  # the request's stop string that ended the generation
+    truncated_items: int = 0  # oldest history items dropped to fit the context (truncation: auto)
 
     @property
     def turn_items(self) -> list[Item]:

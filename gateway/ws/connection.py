@@ -160,7 +160,7 @@ class ResponsesSocket:
                                    cache_key=parsed.prompt_cache_key, previous=previous, rollout=rollout,
                                    generated=parsed.generated, store=parsed.store,
                                    lane=Lane(self.cache, lane), affinity=self.connection_id,
-                                   spans=parsed.text_logprobs)
+                                   spans=parsed.text_logprobs, truncate=parsed.truncate)
         writer = ResponseWriter(response_id=turn_request.response_id, model=parsed.model, echo=parsed.echo)
         if not request.generate:
             await self._warm_up(turn_request, writer, lane)

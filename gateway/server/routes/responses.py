@@ -99,7 +99,7 @@ _FAILED_STATUS = {"upstream_timeout": 504, "server_shutting_down": 503}
 def _turn_request(parsed: ResponsesRequest, **sources: Any) -> TurnRequest:
     return TurnRequest(parsed.conversation, parsed.sampling, response_id=new_id("resp"),
                        cache_key=parsed.prompt_cache_key, generated=parsed.generated, store=parsed.store,
-                       spans=parsed.text_logprobs, **sources)
+                       spans=parsed.text_logprobs, truncate=parsed.truncate, **sources)
 
 
 async def _stored(runtime: Runtime, body: object) -> CachedResponse | None:
