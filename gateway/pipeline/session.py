@@ -232,13 +232,13 @@ def branch_id(rollout_id: str, sample: int) -> str:
 
 async def branch_rollout(runtime: Runtime, pending: Pending, rollout_id: str, sample: int) -> Pending:
     """The call `pending` as sample `sample`: its own rollout, a copy of `rollout_id`'s so far plus
-    this sample. 409 if that branch exists already (a branch is one trajectory; free it first)."""
+    this sample. 409 if that branch exists already, 410 if it was deleted (a branch is one trajectory)."""
     branch = branch_id(rollout_id, sample)
     with _client_ids(branch):
         found = await runtime.state.begin_rollout(scoped(branch), None)
     if found.rollout is not None:
         raise APIError(f"Rollout '{branch}' exists already: sample {sample} of rollout '{rollout_id}' is recorded "
-                       f"there. Delete it or use another rollout_id.", status=409, param="rollout_id",
+                       f"there. Use another rollout_id (a branch is one trajectory).", status=409, param="rollout_id",
                        code="rollout_branch_exists")
     return pending.branch(scoped(branch))
 
