@@ -58,3 +58,20 @@ def test_disabled_is_a_400_and_auto_cannot_drop_the_last_user_turn(stack, tokeni
     bad = _respond(stack, truncation="sometimes")
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "truncation"
     assert stack.fake.bodies(GENERATE) == []
+
+
+def test_a_truncated_turn_leaves_no_session_to_splice_onto_the_full_history(stack, tokenizer):
+    stack.reset()
+    stack.fake.queue(Script(answer_ids(tokenizer, "ok")), Script(answer_ids(tokenizer, "fine")))
+    assert _respond(stack, truncation="auto", prompt_cache_key="t").status_code == 200
+    history = [*_history(4)[:-1], {"role": "user", "content": "and now?"}, {"role": "assistant", "content": "ok"},
+               {"role": "user", "content": "more?"}]
+    again = httpx.post(stack.url + "/v1/responses", timeout=30, json={
+        "model": "m", "instructions": "Be brief.", "input": history, "max_output_tokens": 32,
+        "truncation": "auto", "prompt_cache_key": "t"})
+    assert again.status_code == 200, again.text
+    prompt = stack.fake.bodies(GENERATE)[-1]["token_ids"]
+    text = tokenizer.decode(prompt)
+    assert len(prompt) + 32 <= 512 and text.startswith("<|im_start|>system\nBe brief.<|im_end|>")
+    assert text.endswith("and now?<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n"
+                         "<|im_start|>user\nmore?<|im_end|>\n<|im_start|>assistant\n")

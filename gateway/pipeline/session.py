@@ -135,6 +135,11 @@ async def commit(turn: Turn, response: dict[str, Any] | None = None, *, sample: 
     its rollout branch: the session continues the first."""
     runtime, request, record = turn.runtime, turn.request, turn.record
     state = record.token_state(runtime.format.turn_terminators)
+    if record.truncated_items and state is not None:  # its tokens are of a shorter history than the client's
+        if request.rollout is not None:
+            await runtime.state.commit_rollout(request.rollout, record, state)
+        state = None
+        request = dataclasses.replace(request, cache_key=None, rollout=None)
     if sample > 0:
         if request.rollout is not None and state is not None:
             await runtime.state.commit_rollout(request.rollout, record, state)
