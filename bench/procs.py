@@ -124,3 +124,12 @@ def load(config: dict, cpu: int | None = CLIENT_CPU) -> dict:
     if result.returncode != 0:
         raise RuntimeError(f"the load generator failed:\n{result.stderr.decode()[-3000:]}")
     return json.loads(result.stdout)
+
+
+@contextmanager
+def script_proxy(upstream: str, cpu: int | None = CLIENT_CPU) -> Iterator[Process]:
+    """bench.versus_script in front of `upstream`: vLLM's timing, the session's scripted tokens."""
+    port = free_port()
+    args = ["-m", "bench.versus_script", "--port", str(port), "--upstream", upstream]
+    with _running(args, f"http://127.0.0.1:{port}", port, cpu, "health") as process:
+        yield process

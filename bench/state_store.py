@@ -48,15 +48,18 @@ def _store(url: str | None, prefix: str) -> StateStore:
     return open_state(url, SessionStore(max_tokens=10**9), ResponseStore(), RolloutStore(), key_prefix=prefix)
 
 
-async def _turns(mode: str, url: str | None, size: int, repeats: int) -> list[float]:
-    """Seconds of store work (read + write) per turn."""
+async def _turns(mode: str, url: str | None, size: int, repeats: int) -> tuple[list[float], dict[str, float]]:
+    """Seconds of store work (read + write) per turn, and the CPU milliseconds a turn cost this
+    process (the measured part only) and redis-server (its own counters; the turns' work and
+    the little done between them): what a quiet machine's round trips cannot go below."""
     prefix = f"bench{time.monotonic_ns()}:"
     a, b = _store(url, prefix), _store(url, prefix)
     states = {size + GROWTH * k: _state(size + GROWTH * k) for k in range(2 * repeats + 1)}  # built off the clock
     n = size
     await a.put_session("s", Session(_state(n)))
     await b.session("s")  # b holds it too (for the suffix case)
-    times = []
+    times, cpu = [], 0.0
+    redis_before = await _redis_cpu(a)
     for _ in range(repeats):
         n += GROWTH
         state = states[n]
@@ -68,28 +71,42 @@ async def _turns(mode: str, url: str | None, size: int, repeats: int) -> list[fl
             n += GROWTH
             state = states[n]
         if mode == "ping":  # the bare loopback round trip, after the same work between turns
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             await a.link.client.ping()  # type: ignore[attr-defined]
             times.append(time.perf_counter() - start)
+            cpu += time.process_time() - cpu_start
             continue
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         found = await reader.session("s")
         assert found is not None
         spliced = SimpleNamespace(spliced=True, prefix=found.state)  # as a turn spliced onto it tells
         await reader.put_session("s", Session(state), spliced)  # type: ignore[arg-type]
         times.append(time.perf_counter() - start)
+        cpu += time.process_time() - cpu_start
         if mode in ("store_read", "suffix_read"):
             await a.session("s")  # a follows, off the clock
+    redis_cpu = (await _redis_cpu(a) - redis_before) if redis_before is not None else None
     await a.close()
     await b.close()
-    return times
+    return times, {"cpu_ms": round(cpu / repeats * 1000, 4),
+                   "redis_cpu_ms": round(redis_cpu / repeats * 1000, 4) if redis_cpu is not None else None}
 
 
-def _summary(times: list[float]) -> dict[str, Any]:
+async def _redis_cpu(store: StateStore) -> float | None:
+    """redis-server's CPU seconds so far (INFO cpu, from its getrusage); None in process."""
+    link = getattr(store, "link", None)
+    if link is None:
+        return None
+    info = await link.client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _summary(measured: tuple[list[float], dict[str, float]]) -> dict[str, Any]:
+    times, cpu = measured
     ms = sorted(t * 1000 for t in times)
     q = statistics.quantiles(ms, n=10)
     return {"median_ms": round(statistics.median(ms), 4), "p10_ms": round(q[0], 4), "p90_ms": round(q[-1], 4),
-            "n": len(ms)}
+            "n": len(ms), **cpu}
 
 
 async def measure(repeats: int = 40) -> dict[str, Any]:
@@ -123,6 +140,22 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def cpu_table(results: dict[str, Any]) -> str:
+    """CPU ms per turn, this process + redis-server: the floor of a turn's store work when no
+    other process competes for the cores (the wall figures above are not, on a loaded machine)."""
+    sizes = list(results)
+    lines = ["| CPU per turn (gateway + redis-server) | " + " | ".join(f"{int(s) // 1000}k tokens" for s in sizes)
+             + " |", "|---|" + "---:|" * len(sizes)]
+    for key, name in ROWS.items():
+        cells = []
+        for size in sizes:
+            row = results[size][key]
+            redis = row.get("redis_cpu_ms")
+            cells.append(f"{row['cpu_ms']:.3f}" + (f" + {redis:.3f}" if redis is not None else ""))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 40
     results = asyncio.run(measure(repeats))
@@ -130,6 +163,8 @@ def main() -> None:
     out.write_text(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M"), "growth_tokens": GROWTH,
                                "results": results}, indent=1) + "\n")
     print(table(results))
+    print()
+    print(cpu_table(results))
 
 
 if __name__ == "__main__":

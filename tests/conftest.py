@@ -6,8 +6,14 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from hypothesis import settings
 
 from gateway.ops.vllm_process import VLLMError, VLLMProcess
+
+# Hypothesis' per-example deadline is a timing assertion: on a loaded CI box it fails tests
+# whose properties hold. Examples are bounded by max_examples instead.
+settings.register_profile("gateway", deadline=None)
+settings.load_profile("gateway")
 
 
 @pytest.fixture(scope="session")
@@ -98,9 +104,9 @@ def harmony_model_dir() -> Path:
     return _built(build)
 
 
-def _serve(model_dir: Path, name: str, cpu: int, logs: Path) -> Iterator[VLLMProcess]:
+def _serve(model_dir: Path, name: str, cpu: int, logs: Path, extra_args: tuple[str, ...] = ()) -> Iterator[VLLMProcess]:
     process = VLLMProcess(model_dir, served_model_name=name, max_model_len=32768, enforce_eager=True,
-                          cpus=str(cpu), log_path=logs / f"vllm-{name}.log")
+                          cpus=str(cpu), log_path=logs / f"vllm-{name}.log", extra_args=extra_args)
     try:
         process.start()
     except VLLMError as exc:
@@ -163,6 +169,38 @@ def vllm_deepseek(deepseek_model_dir: Path, tmp_path_factory: pytest.TempPathFac
     """Stock vLLM serving the tiny DeepSeek model as "tiny-deepseek", for one module's tests."""
     cpus = sorted(os.sched_getaffinity(0))
     yield from _serve(deepseek_model_dir, "tiny-deepseek", cpus[0], tmp_path_factory.mktemp("vllm-deepseek"))
+
+
+@pytest.fixture(scope="session")
+def mistral_model_dir() -> Path:
+    """A tiny random model with tekken's vocabulary size and a v13 `tekken.json` (Devstral / Magistral)."""
+    from tests.support.mistral import mistral_model_dir as build
+
+    return _built(build)
+
+
+@pytest.fixture(scope="session")
+def deepseek_v4_model_dir() -> Path:
+    """A tiny random model with DeepSeek-V4's vocabulary size and real tokenizer (no chat template)."""
+    from tests.support.deepseek_v4 import deepseek_v4_model_dir as build
+
+    return _built(build)
+
+
+@pytest.fixture(scope="module")
+def vllm_mistral(mistral_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
+    """Stock vLLM serving it as "tiny-mistral" with Mistral's tokenizer (`--tokenizer-mode mistral`)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    yield from _serve(mistral_model_dir, "tiny-mistral", cpus[0], tmp_path_factory.mktemp("vllm-mistral"),
+                      ("--tokenizer-mode", "mistral"))
+
+
+@pytest.fixture(scope="module")
+def vllm_deepseek_v4(deepseek_v4_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
+    """Stock vLLM serving it as "tiny-deepseek-v4" with DeepSeek's V4 encoder (`--tokenizer-mode deepseek_v4`)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    yield from _serve(deepseek_v4_model_dir, "tiny-deepseek-v4", cpus[0], tmp_path_factory.mktemp("vllm-deepseek-v4"),
+                      ("--tokenizer-mode", "deepseek_v4"))
 
 
 @pytest.fixture(scope="session")

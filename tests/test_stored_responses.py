@@ -177,7 +177,7 @@ def test_the_gateway_describes_its_api_and_extensions(stack):
     """GET /openapi.json covers every route the gateway serves and names its extensions."""
     spec = httpx.get(stack.url + "/openapi.json", timeout=10).json()
     assert spec["openapi"] == "3.1.0"
-    assert set(spec["paths"]) >= {"/v1/responses", "/v1/responses/{response_id}",
+    assert set(spec["paths"]) >= {"/v1/responses", "/v1/responses/compact", "/v1/responses/{response_id}",
                                   "/v1/responses/{response_id}/input_items", "/v1/responses/{response_id}/cancel",
                                   "/v1/chat/completions", "/v1/models", "/v1/rollouts/{rollout_id}"}
     body = spec["paths"]["/v1/responses"]["post"]["requestBody"]["content"]["application/json"]["schema"]

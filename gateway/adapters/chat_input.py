@@ -70,6 +70,8 @@ def parse_chat_request(body: Any) -> ChatRequest:
                                                           answer_format=body.get("response_format"),
                                                           answer_param="response_format")
     effort = expect(body.get("reasoning_effort"), str, "reasoning_effort")
+    if effort is None and (body.get("chat_template_kwargs") or {}).get("enable_thinking") is False:
+        effort = "none"  # vLLM's per-request thinking switch, as the reasoning effort that means it
     conversation = Conversation(items=items, instructions=instructions, tools=tools, tool_choice=tool_choice,
                                 reasoning_effort=effort)
     prefix = None

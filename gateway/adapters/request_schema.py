@@ -160,10 +160,15 @@ class _LocalShellOutput(_Model):
     output: str | list[Part] | _TextPart
 
 
+class _Compaction(_Model):
+    encrypted_content: str
+
+
 _ITEMS = {"message": _Message, "reasoning": _Reasoning, "function_call": _FunctionCall,
           "custom_tool_call": _CustomToolCall, "function_call_output": _ToolOutput,
           "custom_tool_call_output": _ToolOutput, "local_shell_call": _LocalShellCall,
-          "local_shell_call_output": _LocalShellOutput, "item_reference": _OtherPart}
+          "local_shell_call_output": _LocalShellOutput, "item_reference": _OtherPart,
+          "compaction": _Compaction, "compaction_trigger": _OtherPart}
 
 
 def _item_kind(item: Any) -> str | None:
@@ -178,7 +183,8 @@ Item = Annotated[Annotated[_Message, Tag("message")] | Annotated[_Reasoning, Tag
                  | Annotated[_ToolOutput, Tag("custom_tool_call_output")]
                  | Annotated[_LocalShellCall, Tag("local_shell_call")]
                  | Annotated[_LocalShellOutput, Tag("local_shell_call_output")]
-                 | Annotated[_OtherPart, Tag("item_reference")],
+                 | Annotated[_OtherPart, Tag("item_reference")]
+                 | Annotated[_Compaction, Tag("compaction")] | Annotated[_OtherPart, Tag("compaction_trigger")],
                  Discriminator(_item_kind, custom_error_type="unsupported_item",
                                custom_error_message="unsupported input item type")]
 
@@ -241,6 +247,7 @@ class ChatBody(_Body):
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool | None = None
     reasoning_effort: str | None = None
+    chat_template_kwargs: Obj | None = None  # vLLM's; {"enable_thinking": false} turns thinking off
     response_format: Obj | None = None
     logit_bias: Obj | None = None
     modalities: list[str] | None = None

@@ -109,7 +109,7 @@ async def parse_resent(raw: bytes, runtime: Runtime) -> Resent | None:
     parsed.conversation.instructions = instructions
     parsed.conversation.items = ResentItems(partial(_covered_items, raw, prefix), prefix.items, new)  # type: ignore[assignment]
     parsed.echo["instructions"] = body.get("instructions")
-    if context_digest(parsed.conversation) != state.context or await session.recall(runtime, key) is not found:
+    if context_digest(parsed.conversation) != state.context or not session.confirm(runtime, key, found):
         return None
     end = span[2] + prefix.end - prefix.start  # the last new item's end, back in `raw`
     running.update(memoryview(raw)[prefix.end:end])

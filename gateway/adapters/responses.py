@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.adapters import logprobs
+from gateway.adapters import compaction, logprobs
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.core.errors import APIError
@@ -20,6 +20,17 @@ from gateway.pipeline import session, trace
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
 from gateway.tokenfix.record import TurnRecord
+
+
+def new_writer(runtime: Runtime, response_id: str, parsed: ResponsesRequest, spec: str) -> ResponseWriter:
+    """The writer of a response, its echo completed with the sampling values actually used: a
+    `temperature` or `top_p` the request left out is the model's generation default
+    (generation_config.json), else vLLM's own (1.0). `spec`: `--responses-spec`."""
+    echo = parsed.echo
+    for key in ("temperature", "top_p"):
+        if echo.get(key) is None:
+            echo[key] = float(runtime.defaults.values.get(key, 1.0))
+    return ResponseWriter(response_id=response_id, model=parsed.model, echo=echo, spec=spec)
 
 
 def check_model(runtime: Runtime, model: str) -> None:
@@ -34,6 +45,11 @@ async def response_events(turn: Turn, writer: ResponseWriter, parsed: ResponsesR
     batches: the events of the tokens one upstream read delivered go out together. Only a
     turn that ended normally is committed, so a failed turn never updates a cache.
     """
+    if parsed.compact:
+        async with contextlib.aclosing(_compaction_events(turn, writer)) as batches:
+            async for batch in batches:
+                yield batch
+        return
     if parsed.text_logprobs and turn.record.logprobs is not None:
         chat_format, record = turn.runtime.format, turn.record
         writer.logprobs = lambda span: logprobs.entries(chat_format, record, *span)
@@ -58,6 +74,29 @@ async def response_events(turn: Turn, writer: ResponseWriter, parsed: ResponsesR
     else:
         await session.commit(turn, final["response"])
     yield [final]
+
+
+async def _compaction_events(turn: Turn, writer: ResponseWriter) -> AsyncIterator[list[Event]]:
+    """The summary turn of a `compaction_trigger`: generated whole, answered as one `compaction`
+    item; never committed (gateway/adapters/compaction.py)."""
+    yield writer.start()
+    session.forget(turn.request)
+    try:
+        async with contextlib.aclosing(turn.batches()) as batches:
+            async for _ in batches:
+                pass
+    except APIError as exc:
+        trace.failed(exc)
+        yield [writer.failed(exc.code or "server_error", exc.message, usage(turn.record))]
+        return
+    record = turn.record
+    if record.finish_reason == "abort":
+        yield [writer.failed("server_error", "the replica aborted the generation", usage(record))]
+        return
+    events = writer.whole_item(compaction.compaction_item(compaction.summary_text(record.output_items)))
+    final = writer.incomplete(usage(record), incomplete_reason(turn)) if record.finish_reason == "length" \
+        else writer.completed(usage(record))
+    yield [*events, final]
 
 
 def coalesce(events: list[ParseEvent]) -> list[ParseEvent]:

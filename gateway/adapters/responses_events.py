@@ -30,13 +30,22 @@ from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
 
 Event = dict[str, Any]
 
+# The reasoning text events: OpenAI's names (which Codex and the openai SDK read), and Open
+# Responses' (`--responses-spec open-responses`). The specs' one other difference: Open Responses
+# requires `usage` in every response object (null until known), OpenAI's describes no null.
+REASONING_EVENTS = {
+    "openai": ("response.reasoning_text.delta", "response.reasoning_text.done"),
+    "open-responses": ("response.reasoning.delta", "response.reasoning.done"),
+}
+
 # OpenAI's ResponseErrorCode values the gateway can mean, and context_length_exceeded (above).
 _ERROR_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt", "context_length_exceeded"})
 
 
 class ResponseWriter:
-    def __init__(self, *, response_id: str, model: str, echo: dict[str, Any]) -> None:
-        """`echo` holds request fields repeated in the Response object (tools, instructions …)."""
+    def __init__(self, *, response_id: str, model: str, echo: dict[str, Any], spec: str = "openai") -> None:
+        """`echo` holds request fields repeated in the Response object (tools, instructions …);
+        `spec` whose event names to use where the specs differ (REASONING_EVENTS)."""
         self.response_id = response_id
         self.model = model
         self.created_at = int(time.time())
@@ -45,6 +54,8 @@ class ResponseWriter:
         self.extra: dict[str, Any] = {}  # e.g. token ids when the client asked for them
         self.failure: tuple[str, str] | None = None  # the gateway's own error code and message, once failed
         self._seq = 0
+        self._reasoning_delta, self._reasoning_done = REASONING_EVENTS[spec]
+        self._null_usage = spec == "open-responses"
         self._open: dict[int, dict[str, Any]] = {}  # parser index -> output item being streamed
         self._position: dict[int, int] = {}  # parser index -> output_index
         self._routes = routes(echo.get("tools"))
@@ -83,6 +94,7 @@ class ResponseWriter:
             "id": self.response_id,
             "object": "response",
             "created_at": self.created_at,
+            "completed_at": int(time.time()) if status == "completed" else None,
             "status": status,
             "model": self.model,
             "output": self.output if status != "in_progress" else [],
@@ -91,7 +103,7 @@ class ResponseWriter:
             **self.echo,
             **self.extra,
         }
-        if usage is not None:
+        if usage is not None or self._null_usage:
             response["usage"] = usage
         return response
 
@@ -149,7 +161,7 @@ class ResponseWriter:
             return [self._event("response.output_text.delta", output_index=output_index, item_id=item["id"],
                                 content_index=0, delta=event.text, logprobs=entries)]
         if kind == "reasoning":
-            return [self._event("response.reasoning_text.delta", output_index=output_index,
+            return [self._event(self._reasoning_delta, output_index=output_index,
                                 item_id=item["id"], content_index=0, delta=event.text)]
         if kind == "custom_tool_call":
             return []  # the model writes JSON around the input: it is sent decoded, whole, at the end
@@ -180,7 +192,7 @@ class ResponseWriter:
             item["content"] = [part]
             item["encrypted_content"] = reasoning_blob.seal(text, turn=None if self._turn_named else self.response_id)
             self._turn_named = True
-            events = [self._event("response.reasoning_text.done", output_index=output_index,
+            events = [self._event(self._reasoning_done, output_index=output_index,
                                   item_id=item["id"], content_index=0, text=text)]
         else:
             entries = self._text_logprobs.pop(event.index, [])
@@ -193,6 +205,13 @@ class ResponseWriter:
                                   content_index=0, part=part))
         events.extend(self._item_done(output_index, item))
         return events
+
+    def whole_item(self, item: dict[str, Any]) -> list[Event]:
+        """An item known whole when it is added (a compaction): added, then done."""
+        output_index = len(self.output)
+        self.output.append(item)
+        return [self._event("response.output_item.added", output_index=output_index, item=dict(item)),
+                *self._item_done(output_index, item)]
 
     def _item_done(self, output_index: int, item: dict[str, Any]) -> list[Event]:
         return [self._event("response.output_item.done", output_index=output_index, item=item)]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.adapters import output_fields, reasoning_blob
+from gateway.adapters import compaction, output_fields, reasoning_blob
 from gateway.adapters.codex_tools import LOCAL_SHELL, custom_arguments, flat_name, function_tool, offered_tools
 from gateway.adapters.request_schema import ResponsesBody, validate
 from gateway.adapters.sampling_fields import parse_sampling
@@ -42,6 +42,7 @@ class ResponsesRequest:
     text_logprobs: bool = False  # `include` asked for message.output_text.logprobs
     background: bool = False  # run as a task, answer `queued` now (gateway/server/routes/stored_responses.py)
     truncate: bool = False  # `truncation: "auto"`: the oldest exchanges go when the history does not fit
+    compact: bool = False  # the input ended with a compaction_trigger (gateway/adapters/compaction.py)
     tools: list[dict[str, Any]] = field(default_factory=list)
     # Reasoning items whose blob holds the ids their turn generated (for gateway/tokenfix/restore.py).
     generated: list[tuple[Reasoning, array | str]] = field(default_factory=list)
@@ -54,7 +55,11 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     model = body["model"]
     instructions = expect(body.get("instructions"), str, "instructions")
     generated: list[tuple[Reasoning, array | str]] = []
-    items = input_items(body.get("input"), earlier_calls or {}, generated)
+    raw_input, compact = compaction.take_trigger(body.get("input"))
+    # A continuation may send the trigger alone.
+    items = input_items(raw_input, earlier_calls or {}, generated) if raw_input or not compact else []
+    if compact:
+        items.append(compaction.summary_prompt())
     if instructions is None:
         instructions = _take_leading_instructions(items)
     raw_tools = expect(body.get("tools"), list, "tools") or []
@@ -83,7 +88,6 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         "tools": [_echoed_tool(raw) for raw in raw_tools],
         "tool_choice": body.get("tool_choice", "auto"),
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
-        "max_tool_calls": body.get("max_tool_calls"),
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "max_output_tokens": max_output,
@@ -94,6 +98,13 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         "previous_response_id": body.get("previous_response_id"),
         "prompt_cache_key": body.get("prompt_cache_key"),
         "truncation": body.get("truncation", "disabled"),
+        # Sent by OpenAI and required by Open Responses; the values this gateway uses.
+        "presence_penalty": sampling.presence_penalty or 0.0,
+        "frequency_penalty": sampling.frequency_penalty or 0.0,
+        "top_logprobs": body.get("top_logprobs") or 0,
+        "max_tool_calls": body.get("max_tool_calls"),
+        "safety_identifier": body.get("safety_identifier"),
+        "service_tier": "default",  # one tier here, whatever the request asked for
     }
     if body.get("user") is not None:
         echo["user"] = body["user"]
@@ -112,6 +123,7 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         prompt_cache_key=expect(body.get("prompt_cache_key"), str, "prompt_cache_key"),
         return_token_ids=return_token_ids, text_logprobs=text_logprobs, background=background, tools=raw_tools, generated=generated,
         truncate=truncation == "auto",
+        compact=compact,
     )
 
 
@@ -206,6 +218,8 @@ def _item(raw: dict[str, Any], param: str) -> Item | None:
             call_id=expect(raw.get("call_id"), str, f"{param}.call_id", optional=False),
             output=_output_text(raw.get("output"), f"{param}.output"),
         )
+    if kind == "compaction":
+        return compaction.summary_message(raw, param)
     if kind == "item_reference":
         raise invalid_request(f"'{param}' is an item_reference; this gateway does not store items "
                               f"(send the item itself).", param=param, code="unsupported_item")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["system", "developer", "user", "assistant"]
+NO_THINKING = ("none", "minimal")  # reasoning efforts that turn a template's thinking off
 
 
 @dataclass(slots=True)
@@ -73,4 +74,11 @@ class Conversation:
     instructions: str | None = None
     tools: list[Tool] = field(default_factory=list)
     tool_choice: str = "auto"
-    reasoning_effort: str | None = None  # "low" | "medium" | "high" (None: format default)
+    reasoning_effort: str | None = None  # "none" | "minimal" | "low" | "medium" | "high" (None: format default)
+
+    @property
+    def thinking(self) -> bool:
+        """False when the request turns reasoning off (effort "none" or "minimal"; Chat's
+        `chat_template_kwargs: {"enable_thinking": false}` arrives as "none"): templates with a
+        thinking switch render with it off."""
+        return self.reasoning_effort not in NO_THINKING

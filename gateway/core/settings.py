@@ -28,10 +28,13 @@ class Settings:
     websocket_warning: float = 3300.0  # when `connection_expiring` warns of the end
     rollout_max_tokens: int = 20_000_000  # tokens all rollouts may hold (~13 bytes each); LRU beyond
     rollout_ttl: float = 3600.0  # seconds a rollout lives without a call or export
+    responses_spec: str = "openai"  # openai | open-responses: whose names where the two specs differ
     reasoning_secret: str | None = None  # HMAC key of reasoning blobs; None: random per process
     upstream_idle_timeout: float = 300.0  # seconds a generation may go without a byte from its replica
     upstream_header_timeout: float = 30.0  # seconds a replica may take to accept a generation (headers)
     request_body_timeout: float = 30.0  # seconds a client may take to send its request body
+    header_timeout: float = 10.0  # seconds a client may take to send a request's headers (slowloris)
+    client_write_timeout: float = 60.0  # seconds a WebSocket send may wait on a client that does not read
     max_concurrent_requests: int | None = None  # model requests in flight, beyond which 429; None: no limit
     state_url: str | None = None  # redis://… | rediss://… | unix://…: state shared by processes; None: in process
     state_key_prefix: str = "gw:"  # namespaces the shared store's keys (several gateways on one Redis)

@@ -30,6 +30,12 @@ def detect_format(model: str) -> str:
 def load_format(model: str, *, tokenizer: str | None = None, chat_format: str = "auto",
                 reasoning_parser: str = "auto", tool_parser: str = "auto") -> ChatFormat:
     kind = detect_format(model) if chat_format == "auto" else chat_format
+    if chat_format == "auto" and _mistral(tokenizer or model, tool_parser, reasoning_parser):
+        kind = "mistral"
+    if kind == "mistral":
+        from gateway.formats.mistral import load_mistral_format
+
+        return load_mistral_format(tokenizer or model)
     if kind == "harmony":
         from gateway.formats.harmony import load_harmony_format
 
@@ -39,3 +45,11 @@ def load_format(model: str, *, tokenizer: str | None = None, chat_format: str = 
 
         return load_hf_format(tokenizer or model, tool_parser=tool_parser, reasoning_parser=reasoning_parser)
     raise ValueError(f"unknown chat format {kind!r}; expected auto, harmony or hf")
+
+
+def _mistral(path: str, tool_parser: str, reasoning_parser: str) -> bool:
+    """Mistral's encoder renders when vLLM's flags name it or the model ships `tekken.json` (as
+    vLLM's `--tokenizer-mode auto` picks Mistral's tokenizer then)."""
+    from gateway.formats.mistral import is_mistral_dir
+
+    return "mistral" in (tool_parser, reasoning_parser) or is_mistral_dir(path)

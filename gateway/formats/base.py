@@ -127,9 +127,10 @@ class ChatFormat(Protocol):
         """
         ...
 
-    def parser(self, tools: Sequence[Tool] = ()) -> OutputParser:
+    def parser(self, tools: Sequence[Tool] = (), *, thinking: bool = True) -> OutputParser:
         """A fresh streaming parser for one generation; `tools` are the request's (formats whose
-        calls carry untyped text, like Qwen's XML, type the arguments by their schemas)."""
+        calls carry untyped text, like Qwen's XML, type the arguments by their schemas); `thinking`
+        is the request's `Conversation.thinking` (where the switch decides how output starts)."""
         ...
 
     def decode(self, token_ids: Sequence[int]) -> str:

@@ -41,7 +41,7 @@ class HarmonyFormat:
     def render_tail(self, conversation: Conversation, covered: Covered) -> Tail | None:
         return self.renderer.render_tail(conversation, covered)
 
-    def parser(self, tools: Sequence[Tool] = ()) -> HarmonyParser:
+    def parser(self, tools: Sequence[Tool] = (), *, thinking: bool = True) -> HarmonyParser:
         return HarmonyParser(self.encoding)  # harmony calls carry their JSON: no schema needed
 
     def decode(self, token_ids: Sequence[int]) -> str:

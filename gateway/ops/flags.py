@@ -49,17 +49,21 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-api", choices=["auto", "generate", "completions"],
                         default=_env("upstream_api", "auto"),
                         help="token endpoint: /inference/v1/generate, /v1/completions, or probe (auto)")
-    parser.add_argument("--chat-format", choices=["auto", "harmony", "hf"], default=_env("chat_format", "auto"))
+    parser.add_argument("--chat-format", choices=["auto", "harmony", "hf",
+                                                       "mistral"], default=_env("chat_format", "auto"))
     parser.add_argument("--reasoning-parser",
-                        choices=["auto", "qwen3", "glm45", "glm47", "deepseek_v3", "deepseek_r1", "kimi_k2", "none"],
+                        choices=["auto", "qwen3", "glm45", "glm47", "deepseek_v3", "deepseek_r1", "kimi_k2", "none",
+                                 "mistral", "deepseek_v4", "minimax_m2"],
                         default=_env("reasoning_parser", "auto"), help="vLLM's name of the reasoning parser")
     parser.add_argument("--tool-call-parser", "--tool-parser", dest="tool_parser",
                         choices=["auto", "hermes", "qwen3_coder", "qwen3_xml", "glm45", "glm47", "deepseek_v31", "kimi_k2",
-                                 "none"],
+                                 "none",
+                                 "mistral", "llama3_json", "deepseek_v32", "deepseek_v4", "minimax_m2"],
                         default=_env("tool_call_parser", None) or _env("tool_parser", "auto"),
                         help="vLLM's name of the tool-call parser: hermes (Qwen2.5/Qwen3 JSON), qwen3_coder or "
                              "qwen3_xml (Qwen3.5/3.6, Qwen3-Coder XML), glm45 or glm47 (GLM-4.5 to GLM-5), deepseek_v31 "
-                             "(DeepSeek-V3.1), kimi_k2 (Kimi-K2); "
+                             "(DeepSeek-V3.1), deepseek_v32 / deepseek_v4 (DeepSeek-V3.2 / V4 DSML), minimax_m2 "
+                             "(MiniMax-M2), kimi_k2 (Kimi-K2); "
                              "auto reads the chat template")
     parser.add_argument("--max-websocket-connections", type=int,
                         default=int(_env("max_websocket_connections", "100")),
@@ -68,6 +72,10 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                         help="seconds a WebSocket connection stays open before the server closes it")
     parser.add_argument("--websocket-warning", type=float, default=float(_env("websocket_warning", "3300")),
                         help="seconds after which a connection_expiring event warns of the close")
+    parser.add_argument("--responses-spec", choices=["openai", "open-responses"],
+                        default=_env("responses_spec", "openai"),
+                        help="where OpenAI's Responses API and the Open Responses spec differ (the reasoning "
+                             "events' names), whose to follow")
     parser.add_argument("--reasoning-secret", default=_env("reasoning_secret"),
                         help="key authenticating reasoning echoed back by clients (share it between gateways "
                              "behind one load balancer); default: random per process")
@@ -93,6 +101,12 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                              "beyond, the replica is suspected and another one tried")
     parser.add_argument("--request-body-timeout", type=float, default=float(_env("request_body_timeout", "30")),
                         help="seconds a client may take to send its request body (408 beyond)")
+    parser.add_argument("--header-timeout", type=float, default=float(_env("header_timeout", "10")),
+                        help="seconds a client may take to send a request's headers; beyond, the connection is "
+                             "closed (slowloris)")
+    parser.add_argument("--client-write-timeout", type=float, default=float(_env("client_write_timeout", "60")),
+                        help="seconds a WebSocket event may wait on a client that does not read; beyond, its "
+                             "responses fail, their generations are aborted and the connection is closed")
     parser.add_argument("--max-request-bytes", "--max-body-bytes", dest="max_body_bytes", type=int,
                         default=int(_env("max_request_bytes", str(64 * 1024 * 1024))),
                         help="largest request body or WebSocket frame accepted (413 beyond; default 64 MiB)")
@@ -163,10 +177,12 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         reasoning_parser=args.reasoning_parser, tool_parser=args.tool_parser, log_level=args.log_level,
         max_websocket_connections=args.max_websocket_connections, websocket_lifetime=args.websocket_lifetime,
         websocket_warning=args.websocket_warning, reasoning_secret=args.reasoning_secret,
+        responses_spec=args.responses_spec,
         rollout_max_tokens=args.rollout_max_tokens, rollout_ttl=args.rollout_ttl,
         resolve_interval=args.resolve_interval, drain_timeout=args.drain_timeout,
         max_concurrent_requests=args.max_concurrent_requests, upstream_idle_timeout=args.upstream_idle_timeout,
         upstream_header_timeout=args.upstream_header_timeout, request_body_timeout=args.request_body_timeout,
+        header_timeout=args.header_timeout, client_write_timeout=args.client_write_timeout,
         max_body_bytes=args.max_body_bytes,
         state_url=args.state_url or None,
         api_keys=[*_env_keys(), *(args.api_key or [])], api_key_file=args.api_key_file, admin_key=args.admin_key,

@@ -125,14 +125,11 @@ def _bind(settings: Settings) -> socket.socket:
 
 
 def _worker(settings: Settings) -> None:
-    import uvicorn
-
     from gateway.core.logs import configure_logging
     from gateway.server.app import create_app
     from gateway.server.drain import GracefulServer
+    from gateway.server.slow_clients import uvicorn_config
 
     configure_logging(os.environ.get("GATEWAY_LOG_FORMAT", "text"), settings.log_level)
     app = create_app(settings)
-    config = uvicorn.Config(app, log_level=settings.log_level, log_config=None, ws_per_message_deflate=True,
-                            ws_max_size=settings.max_body_bytes)
-    GracefulServer(config, app).run(sockets=[_bind(settings)])
+    GracefulServer(uvicorn_config(app, settings), app).run(sockets=[_bind(settings)])

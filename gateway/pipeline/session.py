@@ -171,7 +171,10 @@ async def warm_up(runtime: Runtime, request: TurnRequest) -> int:
     limit = runtime.pool.max_model_len
     if limit is not None and (bound := too_long(request.conversation, runtime.format.max_token_bytes, limit - 1)):
         raise context_length_exceeded(bound, limit, 1, at_least=True)  # before rendering it
-    prompt = await asyncio.to_thread(runtime.format.render, request.conversation)
+    try:
+        prompt = await asyncio.to_thread(runtime.format.render, request.conversation)
+    except APIError:  # a template that wants a user query (Qwen3.6's) before Codex's prewarm has one
+        prompt = []
     assert request.response_id is not None, "a warmup is remembered under its response id"
     previous = request.previous.tokens if request.previous is not None else None
     await _remember(runtime, request, CachedResponse(request.response_id, request.conversation, previous))
@@ -222,6 +225,13 @@ async def recall(runtime: Runtime, key: str, *, count: bool = True) -> Session |
     """The session under `key`; `count=False` looks without counting a hit or a miss, refreshing
     or expiring it (for a look that may be followed by the real one)."""
     return await runtime.state.session(scoped(key), count=count)
+
+
+def confirm(runtime: Runtime, key: str, found: Session) -> bool:
+    """`found`, from a `recall(key, count=False)` with no await since, is the session under `key`:
+    counted as a hit and kept fresh. In this process only: the look before asked the shared
+    store already (a second round trip would learn nothing new)."""
+    return runtime.state.sessions.get(scoped(key)) is found
 
 
 async def begin_rollout(runtime: Runtime, rollout_id: str, response_mask: list[int] | None) -> Pending:

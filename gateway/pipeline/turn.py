@@ -153,7 +153,7 @@ class Turn:
         upstream request."""
         assert self._stream is not None, "start() first"
         record = self.record
-        parser = self.runtime.format.parser(self.record.conversation.tools)
+        parser = self.runtime.format.parser(self.record.conversation.tools, thinking=self.record.conversation.thinking)
         started: dict[int, ItemStarted] = {}
         output_ids, logprobs, top = record.output_ids, record.logprobs, record.top_logprobs
         feed = _spans(parser.feed) if self.request.spans and logprobs is not None else parser.feed

@@ -28,6 +28,7 @@ from gateway.server.metrics import Metrics, metrics_endpoint
 from gateway.server.observe import ObserveMiddleware
 from gateway.server.openapi import openapi_endpoint
 from gateway.server.routes.chat import create_chat_completion
+from gateway.server.routes.compact import compact_response
 from gateway.server.routes.messages import count_tokens, create_message
 from gateway.server.routes.responses import create_response
 from gateway.server.routes.rollouts import delete_rollout, export_rollouts, get_rollout, rollout_stats
@@ -100,6 +101,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.runtime = runtime or build_runtime(settings, app.state.metrics.state_store)
+        app.state.tenant_limits.share(app.state.runtime.state)  # counted in Redis with --state-url
         await app.state.runtime.pool.start()
         served = [r.served_model for r in app.state.runtime.pool.replicas if r.served_model]
         if settings.served_model_name is None and served:
@@ -107,11 +109,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         try:
             yield
         finally:
+            app.state.tenant_limits.close()
             await app.state.runtime.pool.close()
             await app.state.runtime.state.close()
 
     routes = [
         Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/compact", compact_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),

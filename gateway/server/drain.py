@@ -11,11 +11,12 @@ WebSocket is closed with 1001 (going away), and only then does uvicorn shut down
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import Callable
 from types import FrameType
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 import uvicorn
@@ -110,12 +111,24 @@ async def _refuse(scope: Scope, send: Send) -> None:
 
 class GracefulServer(uvicorn.Server):
     """uvicorn.Server whose first SIGTERM/SIGINT drains `app` before the usual shutdown;
-    a second signal shuts down at once."""
+    a second signal shuts down at once.
+
+    Once started, what startup built (modules, the tokenizer, templates: ~all the process's
+    container objects) is moved out of the garbage collector's generations (`gc.freeze`).
+    Otherwise a full collection waits until the objects that outlived younger ones grow by a
+    quarter of that heap, so the reference cycles a closed connection leaves (a WebSocket's
+    compressor state among them) pile up for a long time and raise RSS steadily.
+    """
 
     def __init__(self, config: uvicorn.Config, app: Starlette) -> None:
         super().__init__(config)
         self.app = app
         self._draining: asyncio.Task | None = None
+
+    async def startup(self, sockets: list[Any] | None = None) -> None:
+        await super().startup(sockets)
+        gc.collect()
+        gc.freeze()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._draining is not None or not self.started or sig not in (signal.SIGTERM, signal.SIGINT):

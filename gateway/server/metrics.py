@@ -145,6 +145,19 @@ class LiveCollector(Collector):
         evictions.add_metric(["expired"], stats.expired)
         yield evictions
         yield GaugeMetricFamily("gateway_session_cache_sessions", "Sessions held", value=len(sessions))
+        shared = getattr(self.state, "shared_figures", None)  # --state-url: read by metrics_endpoint
+        if shared is not None:
+            yield GaugeMetricFamily("gateway_state_store_memory_bytes", "Memory the shared store (Redis) uses, "
+                                    "all its keys", value=shared["memory_bytes"])
+            yield GaugeMetricFamily("gateway_state_store_maxmemory_bytes", "The shared store's maxmemory (0: none)",
+                                    value=shared["maxmemory_bytes"])
+            yield GaugeMetricFamily("gateway_state_store_keys", "Keys in the shared store's database (sessions, "
+                                    "stored responses, rollouts of every process, several keys each)",
+                                    value=shared["keys"])
+            yield CounterMetricFamily("gateway_state_store_evicted_keys", "Keys the shared store evicted for "
+                                      "maxmemory (its own counter, since it started)", value=shared["evicted_keys"])
+            yield CounterMetricFamily("gateway_state_store_expired_keys", "Keys the shared store expired (its own "
+                                      "counter, since it started)", value=shared["expired_keys"])
         rollouts = runtime.rollouts.summary()
         yield GaugeMetricFamily("gateway_rollouts", "RL rollouts held", value=rollouts["rollouts"])
         yield GaugeMetricFamily("gateway_rollout_tokens", "Tokens held by RL rollouts", value=rollouts["tokens"])
@@ -159,4 +172,7 @@ class LiveCollector(Collector):
 
 async def metrics_endpoint(request: Request) -> Response:
     """GET /metrics in the Prometheus text format."""
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is not None and runtime.state.kind != "memory":  # the shared store's figures, not just this cache's
+        request.app.state.shared_figures = await runtime.state.figures()
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -30,7 +30,8 @@ from gateway.server.metrics import Metrics
 access_log = logging.getLogger("gateway.access")
 
 # POST routes that generate, by the `api` label they are counted under.
-APIS = {"/v1/responses": "responses_http", "/v1/chat/completions": "chat", "/v1/messages": "messages"}
+APIS = {"/v1/responses": "responses_http", "/v1/responses/compact": "responses_compact",
+        "/v1/chat/completions": "chat", "/v1/messages": "messages"}
 
 # A client's X-Request-Id is kept if it is short printable ASCII; otherwise we make one.
 _CLIENT_ID = re.compile(rb"[\x21-\x7e]{1,128}")

@@ -69,6 +69,9 @@ def description() -> dict[str, Any]:
                 "summary": "Create a response (JSON, SSE stream, or background)",
                 "requestBody": _body("CreateResponse", _EXTENSIONS),
                 "responses": _ok(response)}},
+            "/v1/responses/compact": {"post": {
+                "summary": "Compact a history: its user messages and one compaction item (the model's summary)",
+                "requestBody": _body("CompactResponseMethodPublicBody", {}), "responses": _ok(_ref("CompactResource"))}},
             "/v1/responses/{response_id}": {
                 "get": {"summary": "A stored response; with stream=true, a background response's events "
                                    "(after `starting_after`) as an SSE stream", "parameters": [*_ID, *[

@@ -14,16 +14,22 @@ for every tenant, overridden per tenant by `--tenant-limits FILE`, one line per 
     alice     concurrent=8 tokens_per_minute=200000
 
 Without API keys there are no tenants, and only the server-wide limit applies.
+
+With a shared store (`--state-url`, and so with `--workers N`), the counts live in Redis
+(gateway/sessions/redis_limits.py): every process and pod holds a tenant to its limits
+together. While the store cannot answer, each process counts on its own (as without one).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -33,6 +39,8 @@ from gateway.core.tenancy import TENANT_NAME, Tenant, current
 from gateway.pipeline import trace
 from gateway.server.http import error_response
 from gateway.server.metrics import Metrics
+from gateway.sessions.backend import StateStore
+from gateway.sessions.redis_link import StoreDown
 from gateway.tokenfix.record import TurnRecord
 from gateway.ws.connection import Budget
 
@@ -61,6 +69,8 @@ class TenantLimits:
         self.metrics = metrics
         self._clock = clock
         self._usage: dict[str, _Usage] = {}
+        self.shared: Any = None  # RedisLimits, when the state store is shared
+        self._held_shared: dict[str, int] = {}  # slots this process holds in the shared counts, by tenant
 
     @classmethod
     def load(cls, settings: Settings, metrics: Metrics | None = None) -> TenantLimits:
@@ -70,6 +80,49 @@ class TenantLimits:
 
     def limits(self, tenant: Tenant) -> Limits:
         return self.named.get(tenant.name, self.default)
+
+    def share(self, state: StateStore) -> None:
+        """Count in `state`'s shared store when it has one (Redis), so all processes count together."""
+        if state.kind == "redis" and (self.named or self.default != Limits()):
+            from gateway.sessions.redis_limits import RedisLimits
+
+            self.shared = RedisLimits(state.link, state.prefix, WINDOW)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
+
+    async def admit(self, tenant: Tenant) -> None:
+        """`acquire`, counted in the shared store when there is one."""
+        limits = self.limits(tenant)
+        if self.shared is None or limits == Limits():
+            self.acquire(tenant)
+            return
+        try:
+            refused = await self.shared.take(tenant.name, limits.concurrent, limits.tokens_per_minute)
+        except StoreDown:
+            self.acquire(tenant)  # counted here alone until the store answers
+            return
+        if refused is not None:
+            reason, wait = refused
+            raise self._refused(tenant, reason, wait, f"its limit of {limits.concurrent} concurrent requests"
+                                if reason == "concurrency" else f"its {limits.tokens_per_minute} tokens per minute")
+        self._held_shared[tenant.name] = self._held_shared.get(tenant.name, 0) + 1
+        if self.metrics is not None:
+            self.metrics.tenant_in_progress.labels(tenant.name).inc()
+
+    async def finish(self, tenant: Tenant, record: TurnRecord | None = None) -> None:
+        """`release` of a slot `admit` took."""
+        if not self._held_shared.get(tenant.name):
+            self.release(tenant, record)
+            return
+        self._held_shared[tenant.name] -= 1
+        tokens = _tokens(record)
+        if self.metrics is not None:
+            self.metrics.tenant_in_progress.labels(tenant.name).dec()
+            self.metrics.tenant_tokens.labels(tenant.name).inc(tokens)
+        with contextlib.suppress(StoreDown):
+            await self.shared.give_back(tenant.name, tokens)
 
     def acquire(self, tenant: Tenant) -> None:
         """Take one of the tenant's request slots, or raise the 429."""
@@ -154,19 +207,21 @@ class TenantBudget:
         self.limits = limits
         self.tenant = tenant
 
-    def acquire(self) -> None:
+    async def acquire(self) -> None:
         self.server.acquire()
         if self.tenant is not None:
             try:
-                self.limits.acquire(self.tenant)
+                await self.limits.admit(self.tenant)
             except APIError:
                 self.server.release()
                 raise
 
-    def release(self) -> None:
-        if self.tenant is not None:
-            self.limits.release(self.tenant, _record())
-        self.server.release()
+    async def release(self) -> None:
+        try:
+            if self.tenant is not None:
+                await self.limits.finish(self.tenant, _record())
+        finally:
+            self.server.release()
 
 
 def _record() -> TurnRecord | None:
@@ -188,7 +243,7 @@ class TenantLimitMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            self.limits.acquire(tenant)
+            await self.limits.admit(tenant)
         except APIError as exc:
             trace.error(exc)
             await error_response(exc, scope["path"])(scope, receive, send)
@@ -196,7 +251,7 @@ class TenantLimitMiddleware:
         try:
             await self.app(scope, receive, send)
         finally:
-            self.limits.release(tenant, _record())
+            await self.limits.finish(tenant, _record())
 
 
 def _read(path: Path) -> str:

@@ -64,6 +64,10 @@ class StateStore(Protocol):
         """The figures of the rollouts whose id starts with `prefix` (one tenant's), or of all."""
         ...
 
+    async def figures(self) -> dict[str, int] | None:
+        """The shared store's own figures for /metrics (memory, keys, evictions); None in process
+        or while the store cannot answer."""
+
     async def close(self) -> None: ...
 
 
@@ -107,6 +111,9 @@ class MemoryState:
 
     async def rollout_summary(self, prefix: str = "") -> dict[str, Any]:
         return {**self.rollouts.summary(prefix), "backend": self.kind}
+
+    async def figures(self) -> dict[str, int] | None:
+        return None
 
     async def close(self) -> None:
         pass

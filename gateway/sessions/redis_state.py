@@ -247,6 +247,17 @@ class RedisState:
         return {**self.rollouts.summary(), **held, "backend": self.kind,
                 "note": "counters are this process's; the rollouts themselves are in the shared store"}
 
+    async def figures(self) -> dict[str, int] | None:
+        """One INFO round trip (never a SCAN: a scrape must stay cheap whatever the store holds)."""
+        try:
+            info = await self.link.call("info", lambda: self.link.client.info())
+        except StoreDown:
+            return None
+        db = info.get(f"db{self.link.client.connection_pool.connection_kwargs.get('db', 0)}", {})
+        return {"memory_bytes": int(info.get("used_memory", 0)), "maxmemory_bytes": int(info.get("maxmemory", 0)),
+                "keys": int(db.get("keys", 0)) if isinstance(db, dict) else 0,
+                "evicted_keys": int(info.get("evicted_keys", 0)), "expired_keys": int(info.get("expired_keys", 0))}
+
     async def close(self) -> None:
         await self.link.close()
 

@@ -82,7 +82,7 @@ def _assistant_header(chat_format: ChatFormat) -> str:
 
 def _generation_mismatch(chat_format: ChatFormat, conversation: Conversation, state: TokenState,
                          generated: list[int]) -> str | None:
-    parser = chat_format.parser(conversation.tools)
+    parser = chat_format.parser(conversation.tools, thinking=conversation.thinking)
     started: dict[int, ItemStarted] = {}
     parsed: list[Item] = []
     for event in [*parser.feed(generated), *parser.finish()]:

@@ -96,6 +96,11 @@ _PROBES: tuple[tuple[list[Item], list[Item], dict[str, Any]], ...] = (
     ([_QUERY, Reasoning(text="Easy."), Message(role="assistant", text="Done."), Message(role="user", text="More?")],
      [Message(role="assistant", text="Nothing more.")], _new(None)),
     ([_QUERY, Message(role="developer", text="Be brief.")], [Reasoning(text="Hmm."), _call("c1")], _new("c1")),
+    # An answer right before the model's turn: a template that renders the last query's answers with their
+    # thinking (DeepSeek-V4's encoder) renders it otherwise once a new query (V4: or a tool result) follows.
+    ([_QUERY, Message(role="assistant", text="Sure.")], [Message(role="assistant", text="More.")], _new(None)),
+    ([_QUERY, Message(role="assistant", text="Sure."), Message(role="developer", text="Be brief.")], [_call("c1")],
+     _new("c1")),
 )
 
 

@@ -69,7 +69,7 @@ def _turn_span(chat_format: ChatFormat, conversation: Conversation, index: int, 
     """Where the turn whose reasoning item is `items[index]` lies in the history, if `ids`
     parse to exactly its items (the first reasoning item of the parse being that one)."""
     items = conversation.items
-    parsed = _parse(chat_format, ids, conversation.tools)
+    parsed = _parse(chat_format, ids, conversation.tools, conversation.thinking)
     first = next((i for i, item in enumerate(parsed) if isinstance(item, Reasoning)), None)
     if first is None or index < first:
         return None
@@ -80,8 +80,8 @@ def _turn_span(chat_format: ChatFormat, conversation: Conversation, index: int, 
     return start, start + len(parsed)
 
 
-def _parse(chat_format: ChatFormat, ids: Sequence[int], tools: Sequence[Tool]) -> list[Item]:
-    parser = chat_format.parser(tools)
+def _parse(chat_format: ChatFormat, ids: Sequence[int], tools: Sequence[Tool], thinking: bool) -> list[Item]:
+    parser = chat_format.parser(tools, thinking=thinking)
     started: dict[int, ItemStarted] = {}
     items: list[Item] = []
     for event in [*parser.feed(ids), *parser.finish()]:

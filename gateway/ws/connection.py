@@ -21,7 +21,7 @@ import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected, WebSocketState
 
 from gateway.adapters.continuation import parse_continuation
-from gateway.adapters.responses import Event, check_model, failed_events, response_events
+from gateway.adapters.responses import Event, check_model, failed_events, new_writer, response_events
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.adapters.rollout_fields import begin_rollout
@@ -50,13 +50,14 @@ log = logging.getLogger(__name__)
 _GONE = (WebSocketDisconnect, WebSocketDisconnected)
 TRY_AGAIN_LATER = 1013
 GOING_AWAY = 1001
+POLICY_VIOLATION = 1008
 
 
 class Budget(Protocol):
     """The server's budget of model requests in flight, shared with HTTP (gateway/server/admission.py)."""
 
-    def acquire(self) -> None: ...  # raises APIError (429) when spent
-    def release(self) -> None: ...
+    async def acquire(self) -> None: ...  # raises APIError (429) when spent
+    async def release(self) -> None: ...
 
 
 class ResponsesSocket:
@@ -75,6 +76,8 @@ class ResponsesSocket:
         self.lanes: Lanes[CreateRequest] = Lanes(self._respond)
         self.close_code = 1000
         self._reader: asyncio.Task | None = None
+        self._n_sending = 0  # sends waiting on the client's socket (one per lane at most)
+        self._waiting_since = 0.0  # loop time of the last send that completed, or of the first that waited
 
     @property
     def busy(self) -> bool:
@@ -93,13 +96,14 @@ class ResponsesSocket:
         log.info("websocket %s opened", self.connection_id)
         reader = self._reader = asyncio.create_task(self._read_frames())
         expiry = asyncio.create_task(self._expire())
+        stalled = asyncio.create_task(self._watch_sends())
         try:
-            await asyncio.wait({reader, expiry}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({reader, expiry, stalled}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            reader.cancel()
-            expiry.cancel()
+            for task in (reader, expiry, stalled):
+                task.cancel()
             await self.lanes.close()
-            for result in await asyncio.gather(reader, expiry, return_exceptions=True):
+            for result in await asyncio.gather(reader, expiry, stalled, return_exceptions=True):
                 if isinstance(result, Exception) and not isinstance(result, _GONE):
                     log.error("websocket %s failed", self.connection_id, exc_info=result)
             await self._close()
@@ -161,19 +165,19 @@ class ResponsesSocket:
                                    generated=parsed.generated, store=parsed.store,
                                    lane=Lane(self.cache, lane), affinity=self.connection_id,
                                    spans=parsed.text_logprobs, truncate=parsed.truncate)
-        writer = ResponseWriter(response_id=turn_request.response_id, model=parsed.model, echo=parsed.echo)
+        writer = new_writer(self.runtime, turn_request.response_id, parsed, self.settings.responses_spec)
         if not request.generate:
             await self._warm_up(turn_request, writer, lane)
             return
         try:
-            self.budget.acquire()
+            await self.budget.acquire()
         except APIError as exc:  # over the limit: nothing ran
             await self._send_error(exc, lane)
             return
         try:
             await self._generate(turn_request, writer, parsed, lane)
         finally:
-            self.budget.release()
+            await self.budget.release()
 
     async def _previous(self, body: dict[str, Any]) -> CachedResponse | None:
         response_id = expect(body.get("previous_response_id"), str, "previous_response_id")
@@ -231,7 +235,27 @@ class ResponsesSocket:
     async def _send(self, event: Event, stream_id: str | None = None) -> None:
         if stream_id is not None:
             event["stream_id"] = stream_id
-        await _send(self.websocket, event)
+        if not self._n_sending:
+            self._waiting_since = asyncio.get_running_loop().time()
+        self._n_sending += 1
+        try:
+            await _send(self.websocket, event)  # waits while the socket's write buffer is full
+        finally:
+            self._n_sending -= 1
+            self._waiting_since = asyncio.get_running_loop().time()
+
+    async def _watch_sends(self) -> None:
+        """Returns once a send has waited `--client-write-timeout` on a client that reads
+        nothing: a non-reading client must not hold its generations, slots and buffers."""
+        timeout = self.settings.client_write_timeout
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(timeout / 4, 5.0))
+            if self._n_sending and loop.time() - self._waiting_since > timeout:
+                log.warning("websocket %s: the client read nothing for %g s; closing it", self.connection_id,
+                            timeout)
+                self.close_code = POLICY_VIOLATION
+                return
 
     async def _send_all(self, batches: AsyncIterator[list[Event]], stream_id: str | None) -> None:
         async for batch in batches:
@@ -240,7 +264,7 @@ class ResponsesSocket:
 
     async def _send_error(self, exc: APIError, stream_id: str | None = None) -> None:
         trace.error(exc)
-        await _send(self.websocket, error_event(exc, stream_id))
+        await self._send(error_event(exc, stream_id))
 
     async def _close(self) -> None:
         websocket = self.websocket

@@ -12,7 +12,12 @@ from gateway.core.errors import APIError, invalid_request
 
 
 def error_event(exc: APIError, stream_id: str | None = None) -> dict[str, Any]:
-    event: dict[str, Any] = {"type": "error", "status": exc.status, "error": exc.error_object()}
+    """Always with a string `code` (Open Responses' WebSocketErrorEvent requires one): an error
+    that names no code of its own goes out under its type's."""
+    error = exc.error_object()
+    if error["code"] is None:
+        error["code"] = exc.type
+    event: dict[str, Any] = {"type": "error", "status": exc.status, "error": error}
     if stream_id is not None:
         event["stream_id"] = stream_id
     return event

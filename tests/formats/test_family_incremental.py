@@ -10,7 +10,8 @@ from hypothesis import given
 
 from tests.tokenfix.test_incremental import SETTINGS, both_ways, continuations
 
-FAMILIES = ["qwen36_format", "glm_format", "deepseek_format", "kimi_format"]
+FAMILIES = ["qwen36_format", "glm_format", "deepseek_format", "kimi_format", "deepseek_v4_format",
+            "deepseek_v32_format", "minimax_format"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -27,6 +28,11 @@ async def test_incremental_prompt_equals_full_render_and_splice(request, family,
     ("glm_format", {"tool", "system"}),
     ("deepseek_format", {"tool", "user"}),  # a later system message joins the system prompt at the top
     ("kimi_format", {"tool", "user", "system"}),
+    # DeepSeek's encoders: every system message at the top, too; V4 in thinking mode renders the last query's
+    # answers with their thinking, and without it once another query or a tool result (a user turn) follows.
+    ("deepseek_v4_format", set()),
+    ("deepseek_v32_format", {"tool", "user"}),
+    ("minimax_format", {"tool"}),  # a new query drops earlier reasoning; later system messages are queries
 ])
 def test_the_kinds_each_template_renders_alone(request, family, kinds):
     """The locality probe's verdict per family, pinned: which new items take the fast path (the

@@ -19,7 +19,7 @@ from starlette.responses import Response
 
 from gateway.adapters.continuation import parse_continuation
 from gateway.adapters.resent import parse_resent, resent_prefix
-from gateway.adapters.responses import Event, check_model, failed_events, response_events
+from gateway.adapters.responses import Event, check_model, failed_events, new_writer, response_events
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.adapters.rollout_fields import begin_rollout
@@ -29,6 +29,7 @@ from gateway.core.ids import new_id
 from gateway.pipeline import session
 from gateway.pipeline.request import Recognised, TurnRequest
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn
 from gateway.server.admission import Admission
 from gateway.server.http import (
     JSONResponse,
@@ -47,10 +48,32 @@ async def create_response(request: Request) -> Response:
     settings = request.app.state.settings
     raw = await read_body(request, settings.max_body_bytes, settings.request_body_timeout)
     async with cancelled_on_disconnect(request):
-        return await _respond(runtime, raw, request.app.state.admission)
+        return await _respond(runtime, raw, settings.responses_spec, request.app.state.admission)
 
 
-async def _respond(runtime: Runtime, raw: bytes, admission: Admission) -> Response:
+async def _respond(runtime: Runtime, raw: bytes, spec: str, admission: Admission) -> Response:
+    turn, writer, parsed = await prepared(runtime, raw, spec)
+    if parsed.background:
+        return await run_in_background(runtime, turn, writer, parsed, admission)
+    try:
+        await turn.start()
+        if parsed.stream:
+            return sse_response(_sse(response_events(turn, writer, parsed)), cleanup=turn.aclose)
+        response = await final_response(turn, writer, parsed)
+    except APIError as exc:
+        await turn.aclose()
+        if not parsed.stream or exc.code != "context_length_exceeded":
+            raise  # an HTTP error: Codex retries 429/5xx and fails at once on 400
+        return sse_response(_sse(failed_events(writer, exc)))
+    except BaseException:
+        await turn.aclose()
+        raise
+    await turn.aclose()
+    return JSONResponse(response)
+
+
+async def prepared(runtime: Runtime, raw: bytes, spec: str) -> tuple[Turn, ResponseWriter, ResponsesRequest]:
+    """The turn a POST /v1/responses body asks for (not started), its writer and the parsed body."""
     # A full history sent again under its prompt_cache_key: only what follows the covered part is parsed.
     resent = await parse_resent(raw, runtime)
     if resent is not None:
@@ -65,31 +88,20 @@ async def _respond(runtime: Runtime, raw: bytes, admission: Admission) -> Respon
         turn_request = _turn_request(parsed, previous=previous, rollout=rollout, resent=index)
     check_model(runtime, parsed.model)
     turn = await session.prepare(runtime, turn_request)
-    writer = ResponseWriter(response_id=turn_request.response_id, model=parsed.model, echo=parsed.echo)
-    if parsed.background:
-        return await run_in_background(runtime, turn, writer, parsed, admission)
-    try:
-        await turn.start()
-        if parsed.stream:
-            return sse_response(_sse(response_events(turn, writer, parsed)), cleanup=turn.aclose)
-        final: Event = {}
-        async with contextlib.aclosing(response_events(turn, writer, parsed)) as events:
-            async for batch in events:
-                final = batch[-1]
-    except APIError as exc:
-        await turn.aclose()
-        if not parsed.stream or exc.code != "context_length_exceeded":
-            raise  # an HTTP error: Codex retries 429/5xx and fails at once on 400
-        return sse_response(_sse(failed_events(writer, exc)))
-    except BaseException:
-        await turn.aclose()
-        raise
-    await turn.aclose()
+    return turn, new_writer(runtime, turn_request.response_id, parsed, spec), parsed
+
+
+async def final_response(turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest) -> dict[str, Any]:
+    """The Response object of a started turn, generated to its end; a failed one is an APIError."""
+    final: Event = {}
+    async with contextlib.aclosing(response_events(turn, writer, parsed)) as events:
+        async for batch in events:
+            final = batch[-1]
     if final["type"] == "response.failed":
         code, message = writer.failure or ("server_error", final["response"]["error"]["message"])
         status = _FAILED_STATUS.get(code, 502)
         raise APIError(message, status=status, type="server_error", code=code)
-    return JSONResponse(final["response"])
+    return final["response"]
 
 
 # A generation that failed, as a non-streaming answer's status (the failure's own code kept).

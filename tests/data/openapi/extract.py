@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 ROOTS = ["ResponseStreamEvent", "Response", "CreateChatCompletionResponse", "CreateChatCompletionStreamResponse",
-         "ErrorResponse", "ResponseItemList"]
+         "ErrorResponse", "ResponseItemList", "CompactResource"]
 PREFIX = "#/components/schemas/"
 
 

@@ -1,0 +1,37 @@
+"""DeepSeek-V3.2 and V4 tool calls (DSML): the family's tags for the invoke-block parser (`invoke`).
+
+These models write their calls as a DSML block after their text (V3.2 names it `function_calls`,
+V4 `tool_calls`):
+
+    <｜DSML｜tool_calls>
+    <｜DSML｜invoke name="NAME">
+    <｜DSML｜parameter name="KEY" string="true">VALUE</｜DSML｜parameter>
+    <｜DSML｜parameter name="N" string="false">5</｜DSML｜parameter>
+    </｜DSML｜invoke>
+    </｜DSML｜tool_calls>
+
+then end their turn with `<｜end▁of▁sentence｜>`; V4 (and V3.2 in thinking mode) reasons in
+`<think>…</think>`, single added tokens. Of the DSML markup only `｜DSML｜` is one (id 128825 in V4's
+vocabulary): a tag is structure only where the model wrote that id in it. Values are read as vLLM's
+`deepseek_v32` / `deepseek_v4` parsers read them (`vllm/parser/deepseek_v4.py` `_dsml_arg_converter`: a
+`string="true"` value is its text, any other is JSON when it parses, else its text), then typed by
+the tool's schema; vLLM's unwrapping of a lone `arguments`/`input` wrapper is not done.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gateway.formats.dsml_render import BLOCKS
+from gateway.formats.invoke import Tags
+
+MARK = "\ufdd0"  # the `｜DSML｜` id in scanned text
+
+
+def tags(dsml_id: int, version: str) -> Tags:
+    """DSML's tags, the `｜DSML｜` id marked; `version` "v32" or "v4" names the block."""
+    block = BLOCKS[version]
+    return Tags(marks={dsml_id: MARK}, opener=dsml_id, block_open=f"<{MARK}{block}>", block_close=f"</{MARK}{block}>",
+                invoke_open=f'<{MARK}invoke name="', invoke_close=f"</{MARK}invoke>",
+                parameter_open=f"<{MARK}parameter", parameter_close=f"</{MARK}parameter>",
+                parameter=re.compile(f'<{MARK}parameter\\s+name="([^"]*)"(?:\\s+string="([^"]*)")?\\s*>'))

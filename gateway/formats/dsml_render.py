@@ -1,0 +1,300 @@
+"""DeepSeek-V3.2 and V4 prompts: DeepSeek's own Python encoders, as the gateway renders them.
+
+DeepSeek ships no chat template for V3.2 and V4 but a reference encoder (`encoding_dsv32.py`,
+`encoding_dsv4.py` in the models' repositories; vLLM serves them as `tokenizers/deepseek_v32_encoding.py`
+and `deepseek_v4_encoding.py`). This module writes the same text for the messages the gateway
+renders (system, user, assistant with reasoning and calls, tool results); tests/formats compare it
+with the vendored reference encoders on thousands of random conversations. The requests are shaped
+as vLLM's `deepseek_v32` / `deepseek_v4` tokenizer wrappers shape them before encoding:
+
+- V3.2: the request's tools go into a system message of their own in front; thinking is off unless
+  asked for; earlier reasoning is dropped only when the conversation ends with a user message.
+- V4: the tools join the first system message (or one in front); thinking is on unless switched
+  off, with the "high" reasoning-effort preamble; tool results are `<tool_result>` blocks of a user
+  turn (the encoder's `merge_tool_messages`), in the order of the calls.
+
+Every system or developer message joins one system prompt at the top (as DeepSeek-V3.1's template
+does): the encoders write a later system message as bare text, with no turn around it. Arguments
+that are not a JSON object (a client's own history) render as one string parameter `arguments`
+where the encoders would raise.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from transformers import PreTrainedTokenizerFast
+
+from gateway.formats.hf_render import SafeTemplateEncoder
+
+BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+USER, ASSISTANT = "<｜User｜>", "<｜Assistant｜>"
+THINK, THINK_END = "<think>", "</think>"
+DSML = "｜DSML｜"
+BLOCKS = {"v32": "function_calls", "v4": "tool_calls"}  # the calls section's name per version
+
+_V32_TOOLS = """## Tools
+You have access to a set of tools you can use to answer the user's question.
+You can invoke functions by writing a "<{dsml}function_calls>" block like the following as part of your reply to the user:
+<{dsml}function_calls>
+<{dsml}invoke name="$FUNCTION_NAME">
+<{dsml}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{dsml}parameter>
+...
+</{dsml}invoke>
+<{dsml}invoke name="$FUNCTION_NAME2">
+...
+</{dsml}invoke>
+</{dsml}function_calls>
+String and scalar parameters should be specified as is without any escaping or quotes, while lists and objects should use JSON format. The "string" attribute should be set to "true" for string type parameters and "false" for other types (numbers, booleans, arrays, objects).
+If the thinking_mode is enabled, then after function results you should strongly consider outputting a thinking block. Here is an example:
+<{dsml}function_calls>
+...
+</{dsml}function_calls>
+<function_results>
+...
+</function_results>
+{think}...thinking about results{think_end}
+Here are the functions available in JSONSchema format:
+<functions>
+{schemas}
+</functions>
+"""
+
+_V4_TOOLS = """## Tools
+
+You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "<{dsml}tool_calls>" block like the following:
+
+<{dsml}tool_calls>
+<{dsml}invoke name="$TOOL_NAME">
+<{dsml}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{dsml}parameter>
+...
+</{dsml}invoke>
+<{dsml}invoke name="$TOOL_NAME2">
+...
+</{dsml}invoke>
+</{dsml}tool_calls>
+
+String parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.
+
+If thinking_mode is enabled (triggered by {think}), you MUST output your complete reasoning inside {think}...{think_end} BEFORE any tool calls or final response.
+
+Otherwise, output directly after {think_end} with tool calls or final response.
+
+### Available Tool Schemas
+
+{schemas}
+
+You MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.
+"""
+
+_V4_HIGH_EFFORT = (
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to resolve the root cause, "
+    "rigorously stress-testing your logic against all potential paths, edge cases, and adversarial scenarios.\n"
+    "Explicitly write out your entire deliberation process, documenting every intermediate step, considered "
+    "alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n\n"
+)
+_FORMAT = "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n{schema}"
+
+
+def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, version: str,
+           thinking: bool | None) -> str:
+    """The prompt text for `hf_messages`' messages and tools, ending with the generation prompt.
+    `thinking`: None for the version's default (V3.2 off, V4 on)."""
+    messages = _one_system_prompt(messages)
+    if version == "v32":
+        return _V32(messages, tools, bool(thinking)).text()
+    return _V4(messages, tools, thinking is not False).text()
+
+
+def _one_system_prompt(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    systems = [m["content"] for m in messages if m["role"] == "system"]
+    rest = [_for_encoder(m) for m in messages if m["role"] != "system"]
+    return ([{"role": "system", "content": "\n\n".join(systems)}] if systems else []) + rest
+
+
+def _for_encoder(message: dict[str, Any]) -> dict[str, Any]:
+    if "reasoning_content" not in message:
+        return message
+    message = dict(message)
+    message["reasoning"] = message.pop("reasoning_content")
+    return message
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return json.dumps(value, ensure_ascii=True)
+
+
+def _schemas(tools: list[dict[str, Any]]) -> str:
+    return "\n".join(_json(tool["function"]) for tool in tools)
+
+
+def _calls(calls: list[dict[str, Any]], block: str) -> str:
+    invokes = [f'<{DSML}invoke name="{call["function"]["name"]}">\n{_parameters(call["function"]["arguments"])}'
+               f"\n</{DSML}invoke>" for call in calls]
+    return f"\n\n<{DSML}{block}>\n" + "\n".join(invokes) + f"\n</{DSML}{block}>"
+
+
+def _parameters(arguments: Any) -> str:
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            parsed = {"arguments": arguments}
+        arguments = parsed if isinstance(parsed, dict) else {"arguments": arguments}
+    return "\n".join(
+        f'<{DSML}parameter name="{key}" string="{"true" if isinstance(value, str) else "false"}">'
+        f"{value if isinstance(value, str) else _json(value)}</{DSML}parameter>"
+        for key, value in arguments.items())
+
+
+def _last_user(messages: list[dict[str, Any]]) -> int:
+    return next((i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] in ("user", "developer")), -1)
+
+
+class _V32:
+    """`encoding_dsv32.encode_messages` behind vLLM's `deepseek_v32` wrapper."""
+
+    def __init__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool) -> None:
+        if tools:
+            messages = [{"role": "system", "tools": tools}, *messages]
+        self.thinking = thinking
+        if thinking and messages and messages[-1]["role"] == "user":  # drop earlier reasoning
+            last = _last_user(messages)
+            messages = [m if m["role"] != "assistant" or i >= last else {k: v for k, v in m.items() if k != "reasoning"}
+                        for i, m in enumerate(messages)]
+        self.messages = messages
+        self.last_user = _last_user(messages)
+
+    def text(self) -> str:
+        return BOS + "".join(self._message(i) for i in range(len(self.messages)))
+
+    def _message(self, index: int) -> str:
+        message = self.messages[index]
+        role, content = message["role"], message.get("content")
+        if role == "system":
+            text = content or ""
+            if message.get("tools"):
+                text += "\n\n" + _V32_TOOLS.format(dsml=DSML, think=THINK, think_end=THINK_END,
+                                                   schemas=_schemas(message["tools"]))
+            return text
+        if role == "user":
+            return f"{USER}{content}{ASSISTANT}" + self._think_token(index == self.last_user)
+        if role == "tool":
+            return self._tool(index)
+        calls = message.get("tool_calls")
+        reasoning = ""
+        if self.thinking and index > self.last_user:
+            reasoning = (message.get("reasoning") or "") + THINK_END
+        return reasoning + (content or "") + (_calls(calls, BLOCKS["v32"]) if calls else "") + EOS
+
+    def _think_token(self, opens: bool) -> str:
+        return THINK if opens and self.thinking else THINK_END
+
+    def _tool(self, index: int) -> str:
+        start = index - 1
+        while start >= 0 and self.messages[start]["role"] == "tool":
+            start -= 1
+        order = index - start
+        following = self.messages[index + 1]["role"] if index + 1 < len(self.messages) else None
+        calls = self.messages[start].get("tool_calls") if start >= 0 else None
+        last = order == len(calls) if calls and len(calls) >= order else following != "tool"
+        text = ("\n\n<function_results>" if order == 1 else "") + f"\n<result>{self.messages[index]['content']}</result>"
+        if last:
+            text += "\n</function_results>\n\n" + self._think_token(index >= self.last_user)
+        return text
+
+
+class _V4:
+    """`encoding_dsv4.encode_messages` behind vLLM's `deepseek_v4` wrapper."""
+
+    def __init__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool) -> None:
+        if tools:
+            if messages and messages[0]["role"] == "system":
+                messages = [{**messages[0], "tools": tools}, *messages[1:]]
+            else:
+                messages = [{"role": "system", "tools": tools}, *messages]
+        self.thinking = thinking
+        self.drop = not tools  # the encoder keeps all reasoning when the request has tools
+        messages = _merge_tool_results(messages)
+        if thinking and self.drop:
+            last = _last_user(messages)
+            messages = [m if m["role"] != "assistant" or i >= last else {k: v for k, v in m.items() if k != "reasoning"}
+                        for i, m in enumerate(messages)]
+        self.messages = messages
+        self.last_user = _last_user(messages)
+
+    def text(self) -> str:
+        return BOS + "".join(self._message(i) for i in range(len(self.messages)))
+
+    def _message(self, index: int) -> str:
+        message = self.messages[index]
+        role, content = message["role"], message.get("content")
+        text = _V4_HIGH_EFFORT if index == 0 and self.thinking else ""
+        if role == "system":
+            text += content or ""
+            if message.get("tools"):
+                text += "\n\n" + _V4_TOOLS.format(dsml=DSML, think=THINK, think_end=THINK_END,
+                                                  schemas=_schemas(message["tools"]))
+        elif role == "user":
+            text += USER + "\n\n".join(message["parts"])
+        else:
+            calls = message.get("tool_calls")
+            if self.thinking and (not self.drop or index > self.last_user):
+                text += (message.get("reasoning") or "") + THINK_END
+            text += (content or "") + (_calls(calls, BLOCKS["v4"]) if calls else "") + EOS
+        following = self.messages[index + 1]["role"] if index + 1 < len(self.messages) else None
+        if following not in (None, "assistant"):
+            return text
+        if role == "user" or (role == "system" and (following is None or following == "assistant")):
+            opens = self.thinking and (not self.drop or index >= self.last_user)
+            text += ASSISTANT + (THINK if opens else THINK_END)
+        return text
+
+
+def _merge_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """V4 has no tool role: results are `<tool_result>` blocks of a user turn, in the calls' order, and
+    the user's text after them joins the same turn (`merge_tool_messages`, `sort_tool_results_by_call_order`)."""
+    merged: list[dict[str, Any]] = []
+    order: dict[str, int] = {}
+    for message in messages:
+        role = message["role"]
+        if role == "assistant" and message.get("tool_calls"):
+            order = {call["id"]: i for i, call in enumerate(message["tool_calls"]) if call.get("id")}
+        if role not in ("tool", "user"):
+            merged.append(message)
+            continue
+        if role == "tool":
+            part = (order.get(message.get("tool_call_id") or "", 0), f"<tool_result>{message['content']}</tool_result>")
+        else:
+            part = (None, message["content"] or "")
+        if merged and merged[-1]["role"] == "user":
+            merged[-1]["blocks"].append(part)
+        else:
+            merged.append({"role": "user", "blocks": [part]})
+    for message in merged:
+        if message["role"] == "user":
+            message["parts"] = _sorted_results(message.pop("blocks"))
+    return merged
+
+
+def _sorted_results(blocks: list[tuple[int | None, str]]) -> list[str]:
+    """Tool results sorted by their call's position (stable), each in a result's place; text stays."""
+    results = iter(sorted((b for b in blocks if b[0] is not None), key=lambda b: b[0]))
+    return [next(results)[1] if key is not None else text for key, text in blocks]
+
+
+class DsmlEncoder(SafeTemplateEncoder):
+    """`SafeTemplateEncoder` writing DeepSeek's encoder text instead of a chat template's: content is
+    kept from becoming markup the same way (escaped before, split at the added tokens after)."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerFast, version: str, thinking: bool | None) -> None:
+        super().__init__(tokenizer, {})
+        self._version, self._thinking = version, thinking
+
+    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+        return render(messages, tools or [], version=self._version, thinking=self._thinking)

@@ -1,0 +1,156 @@
+"""Llama 3.1 / 3.2 / 3.3 JSON tool calls (`llama3_json`): the output parser and the render-side shapes.
+
+Llama writes a call as the whole of its answer, in JSON, optionally after `<|python_tag|>`:
+
+    {"name": "read_file", "parameters": {"path": "a.py"}}
+
+several separated by `;`, then `<|eot_id|>` (or `<|eom_id|>`). There is no marker token to switch on
+(`<|python_tag|>` is optional), so, as vLLM's `llama3_json` parser decides, an output is calls when it
+starts with `{` (after whitespace) or `<|python_tag|>`, and text otherwise. Such an output is held
+until the end and read whole: JSON objects separated by `;`, each with a `name` (one of the request's
+tools when it has tools) and `parameters` (or `arguments`) an object; the arguments keep the text the
+model wrote when they are the object's last member, as `hf_parser` keeps hermes arguments. Anything
+else is text, as written (a JSON answer, a call cut short by the length limit). Text outputs stream as
+they come.
+
+Rendering: vLLM's template writes a call as `{"name": …, "parameters": ` + the arguments `| tojson`,
+one call per assistant message, so calls reach it with their arguments as dicts and a turn of
+parallel calls as one message per call (the exact-token splice keeps the model's own single turn).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from gateway.core.conversation import Tool
+from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
+from gateway.formats.glm import is_valid_name
+from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.qwen_xml import argument_dict
+
+PYTHON_TAG = "<|python_tag|>"
+TEMPLATE_MARKER = '"parameters": '  # vLLM's llama3.1 JSON template writes calls with it
+_WHITESPACE = b" \t\r\n"
+
+
+class Llama3JsonParser(HermesOutputParser):
+    """Output ids in, text / tool-call item events out; `markup.call_open` is `<|python_tag|>`'s id
+    (None when the vocabulary lacks it). The `tool_call` mode holds an output that may be calls."""
+
+    trim_newlines = False  # Llama's markup owns no newline: text items are the model's text
+
+    def __init__(self, token_bytes: list[bytes], markup: Markup, stop_ids: frozenset[int],
+                 tools: Iterable[Tool] = ()) -> None:
+        self._names = frozenset(tool.name for tool in tools)
+        self._decided = False  # whether the output is known to be text or held as calls
+        self._tagged = False
+        super().__init__(token_bytes, markup, stop_ids, starts_in_reasoning=False)
+
+    def finish(self) -> list[ParseEvent]:
+        if self._mode != "tool_call":
+            return super().finish()
+        self._calls(bytes(self._call))
+        self._mode = "text"
+        self._open_segment()
+        return self._take_events()
+
+    def _on_markup(self, token_id: int) -> None:
+        if not self._decided and token_id == self._markup.call_open and not self._pending.strip(_WHITESPACE):
+            self._decided = self._tagged = True
+            self._pending.clear()
+            self._mode = "tool_call"
+            return
+        self._decided = True
+        if self._mode == "tool_call":
+            self._call += self._markup.text[token_id]
+        else:
+            self._pending += self._markup.text[token_id]  # a marker out of place is just text
+
+    def _flush(self, final: bool = False) -> None:
+        if not self._decided and self._mode == "text":
+            start = self._pending.lstrip(_WHITESPACE)
+            if not start and not final:
+                return  # only whitespace so far: not yet known
+            self._decided = True
+            if start[:1] == b"{":
+                self._call = bytearray(self._pending)
+                self._pending.clear()
+                self._mode = "tool_call"
+                return
+        super()._flush(final)
+
+    def _calls(self, body: bytes) -> None:
+        text = body.decode("utf-8", errors="replace")
+        calls = parse_calls(text, self._names)
+        if calls is None:
+            raw = (self._markup.text[self._markup.call_open] if self._tagged and self._markup.call_open is not None
+                   else b"") + body
+            self._raw_text_item(raw)
+            return
+        for name, arguments in calls:
+            index = self._start("tool_call", name)
+            self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
+
+
+def parse_calls(text: str, names: frozenset[str] = frozenset()) -> list[tuple[str, str]] | None:
+    """(name, arguments JSON) per call of a `{…}; {…}` answer, or None when it is not all calls."""
+    decoder = json.JSONDecoder()
+    calls: list[tuple[str, str]] = []
+    position, end = 0, len(text)
+    while True:
+        while position < end and text[position] in " \t\r\n":
+            position += 1
+        if position == end:
+            return calls or None
+        try:
+            call, stop = decoder.raw_decode(text, position)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return None
+        key = "parameters" if "parameters" in call else "arguments"
+        arguments = call.get(key, {})
+        if not isinstance(arguments, dict) or not is_valid_name(call["name"]) or (names and call["name"] not in names):
+            return None
+        calls.append((call["name"], _written(text[position:stop], key, arguments)))
+        position = stop
+        while position < end and text[position] in " \t\r\n":
+            position += 1
+        if position < end:
+            if text[position] != ";":
+                return None
+            position += 1
+
+
+def _written(body: str, key: str, value: Any) -> str:
+    """The arguments as the model wrote them when they are the call's last member, else as the
+    template's `tojson` writes them."""
+    decoder = json.JSONDecoder()
+    for found in re.finditer(f'"{key}"\\s*:\\s*', body):
+        try:
+            parsed, end = decoder.raw_decode(body, found.end())
+        except ValueError:
+            continue
+        if parsed == value and body[end:].strip() == "}":
+            return body[found.end():end]
+    return json.dumps(value, ensure_ascii=False)
+
+
+# Rendering ------------------------------------------------------------------------------------
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`hf_messages`' messages as vLLM's llama3.1 JSON template takes them: arguments as dicts, and
+    one assistant message per call (the template refuses more than one)."""
+    shaped: list[dict[str, Any]] = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if not calls:
+            shaped.append(message)
+            continue
+        for call in calls:
+            function = {**call["function"], "arguments": argument_dict(call["function"]["arguments"])}
+            shaped.append({**message, "tool_calls": [{**call, "function": function}]})
+    return shaped

@@ -1,0 +1,180 @@
+"""Streaming parser for Mistral / Devstral / Magistral output: `[THINK]` reasoning and `[TOOL_CALLS]`.
+
+Tekken's control tokens are single ids, so the parser switches state on ids, as `hf_parser` does
+for `<think>` and `<tool_call>`: a marker typed out in text (`[TOOL_CALLS]` inside an argument
+string) is text. Two layouts, by tokenizer version (what mistral-common's encoder writes back):
+
+- v11 and later (Mistral Small 3.1+, Devstral, Magistral): one call after each marker,
+  `[TOOL_CALLS]NAME[ARGS]{json}`, v11 optionally `[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{json}`; the
+  arguments run to the next `[TOOL_CALLS]` or the end of the output (`</s>`) and stream as
+  written, as vLLM's `mistral` parser streams them.
+- before v11 (Mistral 7B v0.3, Nemo): `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`, one JSON
+  list read whole at the end; arguments come out as `json.dumps(arguments, ensure_ascii=False)`,
+  the text the encoder renders back.
+
+A name is accepted as the other families accept one (one of the request's tools when it has tools,
+otherwise any name without markup characters); a call with another name, no `[ARGS]`, or a list
+that is not one of calls is text with its markers. A nine-character alphanumeric id the model
+wrote is kept as the call's id (Mistral's id shape), so the call renders back to what it wrote.
+
+Reasoning: Magistral opens `[THINK]` itself (no generation prompt opens it) and closes it with
+`[/THINK]`; versions without the two tokens never reason in markup.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from collections.abc import Iterable
+
+from gateway.core.conversation import Tool
+from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
+from gateway.formats.glm import MAX_NAME, is_valid_name
+from gateway.formats.hf_parser import HermesOutputParser, Markup
+
+CALL_ID_SHAPE = re.compile(r"[a-zA-Z0-9]{9}")
+
+# States of a call
+_NAME, _ID, _ARGS, _RAW, _LIST = range(5)
+
+
+class MistralToolCallParser(HermesOutputParser):
+    """Output ids in, reasoning / text / tool-call item events out (see `OutputParser`).
+    `markup.call_open` is `[TOOL_CALLS]` (there is no closing marker); `args` and `call_id` are the
+    ids of `[ARGS]` and `[CALL_ID]` (None in versions before v11, which write a JSON list)."""
+
+    trim_newlines = False  # no newline is Mistral's markup: text items are the model's text
+
+    def __init__(self, token_bytes: list[bytes], markup: Markup, args: int | None, call_id: int | None,
+                 stop_ids: frozenset[int], tools: Iterable[Tool] = ()) -> None:
+        self._names = frozenset(tool.name for tool in tools)
+        self._args, self._call_id = args, call_id
+        super().__init__(token_bytes, markup, stop_ids, starts_in_reasoning=False)
+        self._reset_call()
+
+    def finish(self) -> list[ParseEvent]:
+        if self._mode != "tool_call":
+            return super().finish()
+        self._consume()
+        self._end_call()
+        self._mode = "text"
+        self._open_segment()
+        return self._take_events()
+
+    # HermesOutputParser hooks ----------------------------------------------------------------
+
+    def _on_markup(self, token_id: int) -> None:
+        if self._mode != "tool_call":
+            opens = self._mode == "text" and token_id == self._markup.call_open
+            super()._on_markup(token_id)
+            if opens:
+                self._reset_call()
+            return
+        self._consume()
+        text = self._markup.text[token_id]
+        if token_id == self._markup.call_open and self._state != _LIST:
+            self._end_call()
+            self._reset_call()
+        elif token_id == self._call_id and self._state == _NAME:
+            self._raw += text
+            self._state = _ID
+        elif token_id == self._args and self._state in (_NAME, _ID):
+            self._raw += text
+            self._decide()
+        elif self._state == _ARGS:
+            self._arguments_text(text.decode())  # a stray marker inside the arguments is argument text
+        else:
+            self._raw += text
+            if self._state != _LIST:
+                self._state = _RAW
+
+    def _flush(self, final: bool = False) -> None:
+        if self._mode == "tool_call":
+            self._consume()
+        else:
+            super()._flush(final)
+
+    # A call -------------------------------------------------------------------------------------
+
+    def _reset_call(self) -> None:
+        self._state = _NAME if self._args is not None else _LIST
+        self._raw = bytearray(self._markup.text[self._markup.call_open])  # the call as written
+        self._name = bytearray()
+        self._id = bytearray()
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._call_index: int | None = None
+        self._arguments: list[str] = []
+
+    def _consume(self) -> None:
+        data = bytes(self._call)
+        self._call.clear()
+        if not data:
+            return
+        if self._state == _ARGS:
+            self._arguments_text(self._utf8.decode(data))
+            return
+        self._raw += data
+        if self._state == _NAME:
+            self._name += data
+            if len(self._name) > 4 * MAX_NAME:
+                self._state = _RAW
+        elif self._state == _ID:
+            self._id += data
+
+    def _decide(self) -> None:
+        name = self._name.decode("utf-8", errors="replace")
+        if not is_valid_name(name) or (self._names and name not in self._names):
+            self._state = _RAW
+            return
+        written = self._id.decode("utf-8", errors="replace")
+        self._call_index = self._start("tool_call", name, written if CALL_ID_SHAPE.fullmatch(written) else None)
+        self._state = _ARGS
+
+    def _arguments_text(self, text: str) -> None:
+        if text:
+            assert self._call_index is not None
+            self._arguments.append(text)
+            self._events.append(ItemDelta(self._call_index, text))
+
+    def _end_call(self) -> None:
+        """The next `[TOOL_CALLS]` or the end of output: the call ends with what it has."""
+        if self._state == _ARGS:
+            assert self._call_index is not None
+            self._arguments_text(self._utf8.decode(b"", final=True))
+            self._events.append(ItemDone(self._call_index, "".join(self._arguments)))
+        elif self._state == _LIST:
+            self._list_calls()
+        else:
+            self._raw_text_item(bytes(self._raw))
+
+    def _list_calls(self) -> None:
+        """A pre-v11 `[TOOL_CALLS][{…}, …]` list as calls; as text when it is not one."""
+        body = bytes(self._raw[len(self._markup.text[self._markup.call_open]):]).decode("utf-8", errors="replace")
+        calls = _json_calls(body, self._names)
+        if calls is None:
+            self._raw_text_item(bytes(self._raw))
+            return
+        for name, arguments, call_id in calls:
+            index = self._start("tool_call", name, call_id)
+            self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
+
+
+def _json_calls(body: str, names: frozenset[str]) -> list[tuple[str, str, str | None]] | None:
+    try:
+        calls = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(calls, list) or not calls:
+        return None
+    parsed = []
+    for call in calls:
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return None
+        name, arguments, call_id = call["name"], call.get("arguments", {}), call.get("id")
+        if not is_valid_name(name) or (names and name not in names):
+            return None
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        valid_id = isinstance(call_id, str) and CALL_ID_SHAPE.fullmatch(call_id)
+        parsed.append((name, text, call_id if valid_id else None))
+    return parsed

@@ -1,0 +1,158 @@
+"""MiniMax-M2 tool calls: MiniMax's control-token ids in, reasoning / text / tool-call items out, values
+kept verbatim and typed by the tool's schema as vLLM's `minimax_m2` parser types them, streamed per parameter."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.core.conversation import Item, Message, Reasoning, Tool, ToolCall
+from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
+from tests.support.minimax import KNOWN_IDS
+from tests.support.parse_events import feed, items, marked_ids
+
+EOS = KNOWN_IDS["[e~["]
+MARKUP = {token: KNOWN_IDS[token] for token in ("<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>",
+                                                "[e~[", "]~b]")}
+
+SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
+    "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
+    "timeout_ms": {"type": "integer"}, "login": {"type": "boolean"}}})
+READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
+TOOLS = [SHELL, READ]
+
+
+def ids_of(tokenizer, text: str, *, split: str = "canonical") -> list[int]:
+    return marked_ids(tokenizer, text, MARKUP, split=split)
+
+
+def invoke(name: str, *params: tuple[str, str]) -> str:
+    return (f'<invoke name="{name}">\n' + "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in params)
+            + "</invoke>\n")
+
+
+def block(*invokes: str) -> str:
+    """As MiniMax writes (and its template renders) a call turn's calls: after a newline."""
+    return "\n<minimax:tool_call>\n" + "".join(invokes) + "</minimax:tool_call>"
+
+
+def parse(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list[tuple[str, str | None, str]]:
+    return items(feed(fmt.parser(tools), ids, sizes))
+
+
+def parse_items(fmt, ids: list[int]) -> list[Item]:
+    kinds = {"reasoning": lambda n, name, text: Reasoning(text),
+             "text": lambda n, name, text: Message("assistant", text),
+             "tool_call": lambda n, name, text: ToolCall(f"call_{n}", name or "", text)}
+    return [kinds[kind](n, name, text) for n, (kind, name, text) in enumerate(parse(fmt, ids))]
+
+
+AGENT_TURN = ("\nThe tests first, in 東京's repo 🗼.\n</think>\n\nRunning them." + block(
+    invoke("shell", ("command", '["pytest", "-q"]'), ("workdir", "/srv/app"), ("timeout_ms", "60000")),
+    invoke("read_file", ("path", "pyproject.toml"))) + "[e~[")
+AGENT_ITEMS = [
+    ("reasoning", None, "The tests first, in 東京's repo 🗼."),
+    ("text", None, "Running them."),
+    ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
+    ("tool_call", "read_file", '{"path": "pyproject.toml"}'),
+]
+
+
+def test_the_format_reads_minimax_calls_off_the_template(minimax_format):
+    assert minimax_format.tool_calls == "minimax"
+    assert minimax_format.stop_token_ids == [EOS] and minimax_format.turn_terminators == frozenset({EOS})
+
+
+def test_single_call_streams_one_parameter_at_a_time(minimax_format, minimax_tokenizer):
+    ids = ids_of(minimax_tokenizer, "</think>" + block(invoke("shell", ("workdir", "/a b"), ("timeout_ms", "5"))))
+    assert feed(minimax_format.parser(TOOLS), ids, [1] * len(ids)) == [
+        ItemStarted(0, "tool_call", name="shell"), ItemDelta(0, "{"), ItemDelta(0, '"workdir": "/a b"'),
+        ItemDelta(0, ', "timeout_ms": 5'), ItemDelta(0, "}"), ItemDone(0, '{"workdir": "/a b", "timeout_ms": 5}')]
+
+
+def test_reasoning_text_and_parallel_calls(minimax_format, minimax_tokenizer):
+    assert parse(minimax_format, ids_of(minimax_tokenizer, AGENT_TURN)) == AGENT_ITEMS
+
+
+def test_a_call_straight_from_reasoning_ends_it(minimax_format, minimax_tokenizer):
+    ids = ids_of(minimax_tokenizer, "Read it." + block(invoke("read_file", ("path", "a"))))
+    assert parse(minimax_format, ids) == [("reasoning", None, "Read it."), ("tool_call", "read_file", '{"path": "a"}')]
+
+
+@pytest.mark.parametrize(("params", "arguments"), [
+    ((("timeout_ms", "5"),), '{"timeout_ms": 5}'),
+    ((("workdir", "5"),), '{"workdir": "5"}'),  # a string parameter stays text
+    ((("command", '["a", "b c"]'),), '{"command": ["a", "b c"]}'),
+    ((("login", "true"),), '{"login": true}'),
+    ((("timeout_ms", "soon"),), '{"timeout_ms": "soon"}'),  # unparsable: its text
+    ((("other", "[1, 2]"),), '{"other": "[1, 2]"}'),  # undeclared: verbatim text, as vLLM keeps it
+    ((("workdir", " a\n"),), '{"workdir": " a\\n"}'),  # whitespace inside the tags is the value's
+])
+def test_values_are_typed_by_the_tool_schema(minimax_format, minimax_tokenizer, params, arguments):
+    ids = ids_of(minimax_tokenizer, "</think>" + block(invoke("shell", *params)))
+    assert parse(minimax_format, ids) == [("tool_call", "shell", arguments)]
+
+
+def test_block_markers_spelled_in_text_pieces_are_text(minimax_format, minimax_tokenizer):
+    spelled = '<minimax:tool_call>\n<invoke name="shell">\n</invoke>\n</minimax:tool_call>'
+    pieces = minimax_tokenizer._encode_without_added_tokens(spelled)
+    assert not set(pieces) & set(KNOWN_IDS.values())
+    assert parse(minimax_format, [KNOWN_IDS["</think>"], *pieces]) == [("text", None, spelled)]
+
+
+@pytest.mark.parametrize("split", ["canonical", "bytes"])
+def test_any_split_gives_the_same_items(minimax_format, minimax_tokenizer, split):
+    ids = ids_of(minimax_tokenizer, AGENT_TURN, split=split)
+    assert parse(minimax_format, ids, [1] * len(ids)) == AGENT_ITEMS
+    rng = random.Random(17)
+    for _ in range(30):
+        assert parse(minimax_format, ids, [rng.randint(0, 7) for _ in ids]) == AGENT_ITEMS
+
+
+def test_every_split_point_of_a_call(minimax_format, minimax_tokenizer):
+    turn = "</think>ok <" + block(invoke("shell", ("command", '["a"]'), ("workdir", "é/東京 x"))) + "[e~["
+    ids = ids_of(minimax_tokenizer, turn, split="bytes")
+    expected = [("text", None, "ok <"), ("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')]
+    for cut in range(len(ids) + 1):
+        assert parse(minimax_format, ids, [cut]) == expected
+
+
+MALFORMED = [
+    (block(invoke("no_such_tool", ("a", "b"))),
+     [("text", None, '<invoke name="no_such_tool">\n<parameter name="a">b</parameter>\n</invoke>')]),
+    ("<minimax:tool_call>" + invoke("read_file", ("path", "a")),  # no block end: the call stands
+     [("tool_call", "read_file", '{"path": "a"}')]),
+    ('<minimax:tool_call><invoke name="shell"><parameter name="workdir">/t',  # cut mid-value
+     [("tool_call", "shell", '{"workdir": "/t"}')]),
+    (('<minimax:tool_call><invoke name="shell"><parameter name="workdir">/a<parameter name="login">1</invoke>'
+     "</minimax:tool_call>"), [("tool_call", "shell", '{"workdir": "/a", "login": true}')]),  # missing closes
+    ('<minimax:tool_call><invoke name="she', [("text", None, '<invoke name="she')]),
+    ("<minimax:tool_call>junk</minimax:tool_call>after", [("text", None, "after")]),  # junk in a block is dropped
+    ("a</minimax:tool_call>b", [("text", None, "a</minimax:tool_call>b")]),  # a close out of a block: text
+    ("done</think>more</think>", [("text", None, "done</think>more</think>")]),
+]
+
+
+@pytest.mark.parametrize(("output", "expected"), MALFORMED)
+def test_malformed_markup_degrades(minimax_format, minimax_tokenizer, output, expected):
+    ids = ids_of(minimax_tokenizer, "</think>" + output)
+    assert parse(minimax_format, ids) == expected
+    assert parse(minimax_format, ids, [1] * len(ids)) == expected
+
+
+FRAGMENTS = [*MARKUP, "<", "</", 'invoke name="', "shell", '">', "</invoke>", '<parameter name="workdir">',
+             "</parameter>", "\n", " ", "5", "é", "東京", "x", "[1", "]"]
+
+
+@settings(max_examples=400, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(st.sampled_from(FRAGMENTS), max_size=40), split=st.sampled_from(["canonical", "bytes"]),
+       seed=st.integers(0, 2**16))
+def test_any_output_parses_without_error_and_keeps_the_contract(minimax_format, minimax_tokenizer, pieces, split,
+                                                                 seed):
+    ids = ids_of(minimax_tokenizer, "".join(pieces), split=split)
+    whole = parse(minimax_format, ids)
+    rng = random.Random(seed)
+    assert parse(minimax_format, ids, [rng.randint(0, 4) for _ in ids]) == whole

