@@ -84,7 +84,7 @@ def test_history_with_tool_results_renders_like_the_template(stack, tokenizer):
 
 @pytest.mark.parametrize(("body", "param"), [
     ({"model": "tiny-qwen3", "messages": []}, "messages"),
-    ({"model": "tiny-qwen3", "messages": [{"role": "user", "content": "x"}], "n": 2, "stream": True}, "n"),
+    ({"model": "tiny-qwen3", "messages": [{"role": "user", "content": "x"}], "n": 17, "stream": True}, "n"),
     ({"model": "tiny-qwen3", "messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]},
      "messages[0].tool_call_id"),
 ])

@@ -45,6 +45,18 @@ def test_a_stop_string_ends_the_turn_at_the_token_it_begins_in(stack, tokenizer)
     assert len(choice.logprobs.content) == len(kept)
     assert completion.usage.completion_tokens == len(kept)
     assert len(stack.fake.aborted) == 1  # the generation was stopped upstream, not read to its end
+    assert choice.model_extra["stop_reason"] == "STOP"  # which stop string, as vLLM's server says
+
+
+def test_stop_reason_names_the_stop_id_or_nothing(stack, tokenizer):
+    stack.reset()
+    stack.fake.queue(Script(ids(tokenizer, "ok") + [IM_END]), Script(ids(tokenizer, "long"), finish_reason="length"))
+    ended = httpx.post(stack.url + "/v1/chat/completions", json={"model": "m", "messages": MESSAGES},
+                       timeout=30).json()["choices"][0]
+    assert (ended["finish_reason"], ended["stop_reason"]) == ("stop", IM_END)
+    cut = httpx.post(stack.url + "/v1/chat/completions", json={"model": "m", "messages": MESSAGES},
+                     timeout=30).json()["choices"][0]
+    assert (cut["finish_reason"], cut["stop_reason"]) == ("length", None)
 
 
 def test_a_streamed_stop_string_never_shows_any_of_itself(stack, tokenizer):
@@ -55,6 +67,7 @@ def test_a_streamed_stop_string_never_shows_any_of_itself(stack, tokenizer):
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text == "One two"  # " thr" began the match: that token and all after are gone
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["choices"][0]["stop_reason"] == "three"
 
 
 def test_text_that_only_starts_like_a_stop_string_comes_through(stack, tokenizer):
@@ -110,7 +123,28 @@ def test_n_fans_out_generations_of_one_prompt(stack, tokenizer):
     assert completion.usage.completion_tokens == sum(map(len, outputs))
 
 
-@pytest.mark.parametrize("fields", [{"n": 2, "stream": True}, {"n": 0}, {"n": 17}])
+def test_streamed_n_interleaves_the_choices_and_counts_the_prompt_once(stack, tokenizer):
+    stack.reset()
+    outputs = [ids(tokenizer, text) + [IM_END] for text in ("one two", "three four")]
+    stack.fake.queue(*(Script(output, logprobs=[-1.0] * len(output)) for output in outputs))
+    chunks = _stream(stack, {"model": "m", "messages": MESSAGES, "n": 2, "logprobs": True,
+                             "stream_options": {"include_usage": True}})
+    texts, ends, tokens = {}, {}, {}
+    for chunk in chunks[:-1]:
+        (choice,) = chunk["choices"]
+        texts[choice["index"]] = texts.get(choice["index"], "") + (choice["delta"].get("content") or "")
+        tokens[choice["index"]] = tokens.get(choice["index"], 0) + len((choice["logprobs"] or {}).get("content") or [])
+        if choice["finish_reason"]:
+            ends[choice["index"]] = (choice["finish_reason"], choice["stop_reason"])
+    assert sorted(texts.values()) == ["one two", "three four"] and sorted(texts) == [0, 1]
+    assert ends == {0: ("stop", IM_END), 1: ("stop", IM_END)}
+    assert sorted(tokens.values()) == sorted(map(len, outputs))  # each choice's own tokens' logprobs
+    prompt = stack.fake.bodies(GENERATE)[0]["token_ids"]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["prompt_tokens"] == len(prompt)
+    assert chunks[-1]["usage"]["completion_tokens"] == sum(map(len, outputs))
+
+
+@pytest.mark.parametrize("fields", [{"n": 0}, {"n": 17}])
 def test_n_it_cannot_serve_is_a_400(stack, fields):
     response = httpx.post(stack.url + "/v1/chat/completions",
                           json={"model": "m", "messages": MESSAGES, **fields}, timeout=30)

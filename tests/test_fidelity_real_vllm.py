@@ -56,6 +56,17 @@ def test_tool_choice_required_makes_the_random_model_call_a_tool(unthinking_url,
     jsonschema.validate(json.loads(calls[0]["arguments"]), PARAMS)
 
 
+def test_max_tool_calls_ends_the_generation_after_that_many_calls(unthinking_url):
+    body = {"model": "tiny-qwen3", "input": "Read files.", "tools": TOOLS, "tool_choice": "required",
+            "max_tool_calls": 2, "seed": 3, "max_output_tokens": 600}
+    response = _post(unthinking_url, "/v1/responses", body)
+    calls = [item for item in response["output"] if item["type"] == "function_call"]
+    assert response["status"] == "completed", response["output"]
+    assert 1 <= len(calls) <= 2 and all(call["name"] == "read_file" for call in calls)
+    for call in calls:
+        jsonschema.validate(json.loads(call["arguments"]), PARAMS)
+
+
 def test_json_schema_output_parses_against_the_schema(unthinking_url):
     text = {"format": {"type": "json_schema", "name": "verdict", "schema": SCHEMA, "strict": True}}
     body = {"model": "tiny-qwen3", "input": "Answer.", "text": text, "seed": 3, "max_output_tokens": 400}

@@ -87,6 +87,62 @@ def test_tool_call_turn_and_its_follow_up_reuse_exact_tokens(scripted, harmony):
 
 
 @pytest.mark.vllm
+def _tag(fake) -> dict:
+    return json.loads(fake.bodies(GENERATE)[-1]["sampling_params"]["structured_outputs"]["structural_tag"])["format"]
+
+
+def _analysis_then(body: dict) -> dict:
+    """Any number of analysis messages, then `body` (harmony's markers as token ids)."""
+    return {"type": "sequence", "elements": [{"type": "repeat", "min": 0, "max": -1, "content": {
+        "type": "sequence", "elements": [
+            {"type": "token", "token": CHANNEL}, {"type": "const_string", "value": "analysis"},
+            {"type": "token", "token": MESSAGE}, {"type": "any_tokens", "exclude_tokens": [END, RETURN, CALL]},
+            {"type": "token", "token": END}, {"type": "token", "token": START},
+            {"type": "const_string", "value": "assistant"}]}}, body]}
+
+
+def test_a_forced_call_is_constrained_to_a_commentary_message_in_gpt_oss_syntax(scripted, harmony):
+    fake, url = scripted
+    fake.reset()
+    fake.queue(Script(model_output(harmony)))
+    response = httpx.post(url + "/v1/responses", timeout=30, json={
+        "model": "tiny-harmony", "input": "Weather in SF?", "tools": TOOLS, "tool_choice": "required"})
+    assert response.status_code == 200, response.text
+    assert [item["type"] for item in response.json()["output"]] == ["reasoning", "function_call"]
+    assert _tag(fake) == _analysis_then({"type": "sequence", "elements": [
+        {"type": "token", "token": CHANNEL}, {"type": "const_string", "value": "commentary to=functions.get_weather "},
+        {"type": "token", "token": CONSTRAIN}, {"type": "const_string", "value": "json"},
+        {"type": "token", "token": MESSAGE},
+        {"type": "json_schema", "json_schema": TOOLS[0]["parameters"], "max_whitespace_cnt": 32}]})
+
+
+def test_a_json_schema_answer_is_the_final_channel_constrained(scripted, harmony):
+    fake, url = scripted
+    fake.reset()
+    enc = harmony.encoding.encode
+    fake.queue(Script([CHANNEL, *enc("final", disallowed_special=()), MESSAGE,
+                       *enc('{"answer": 4}', disallowed_special=()), RETURN]))
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+    completion = openai.OpenAI(base_url=url + "/v1", api_key="x").chat.completions.create(
+        model="tiny-harmony", messages=[{"role": "user", "content": "2+2"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
+    assert json.loads(completion.choices[0].message.content) == {"answer": 4}
+    assert _tag(fake) == _analysis_then({"type": "sequence", "elements": [
+        {"type": "token", "token": CHANNEL}, {"type": "const_string", "value": "final"},
+        {"type": "token", "token": MESSAGE}, {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": 32}]})
+
+
+def test_one_call_per_generation_needs_no_constraint_for_parallel_false_or_max_tool_calls(scripted, harmony):
+    fake, url = scripted
+    fake.reset()
+    fake.queue(Script(model_output(harmony)))
+    response = httpx.post(url + "/v1/responses", timeout=30, json={
+        "model": "tiny-harmony", "input": "Weather?", "tools": TOOLS, "parallel_tool_calls": False,
+        "max_tool_calls": 2})
+    assert response.status_code == 200, response.text
+    assert "structured_outputs" not in fake.bodies(GENERATE)[-1]["sampling_params"]  # <|call|> ends it anyway
+
+
 def test_real_vllm_harmony_model_streams_and_continues_on_exact_tokens(vllm_harmony, harmony_tokenizer_dir_path):
     settings = Settings(model=str(harmony_tokenizer_dir_path), upstreams=[vllm_harmony.url], chat_format="harmony")
     with running_gateway(settings) as url:

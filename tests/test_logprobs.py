@@ -79,3 +79,26 @@ def test_chat_logprobs_have_token_text_bytes_and_alternatives(stack, tokenizer):
     assert bytes(b for entry in content for b in entry.bytes).decode() == tokenizer.decode(script.token_ids)
     assert [[alt.logprob for alt in entry.top_logprobs] for entry in content] == [[lp, -5.0] for lp in script.logprobs]
     assert stack.fake.bodies(GENERATE)[-1]["sampling_params"]["logprobs"] == 2
+
+
+def test_streamed_chat_logprobs_come_with_each_chunk_for_its_own_tokens(stack, tokenizer):
+    stack.reset()
+    script, _ = _scripted(tokenizer)
+    stack.fake.queue(script)
+    stream = stack.client().chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], logprobs=True, top_logprobs=2, stream=True)
+    chunks = [chunk for chunk in stream if chunk.choices]
+    entries = [(chunk.choices[0].delta, chunk.choices[0].logprobs.content) for chunk in chunks
+               if chunk.choices[0].logprobs is not None]
+    # Every generated token once, in order, with its own text, bytes and alternatives…
+    content = [entry for _, part in entries for entry in part]
+    assert [entry.logprob for entry in content] == script.logprobs
+    assert bytes(b for entry in content for b in entry.bytes).decode() == tokenizer.decode(script.token_ids)
+    assert [[alt.logprob for alt in entry.top_logprobs] for entry in content] == [[lp, -5.0] for lp in script.logprobs]
+    # …each on the chunk whose text it wrote; markup (and the reasoning's held-back last newline) with the
+    # text after it.
+    answer = [part for delta, part in entries if delta.content]
+    assert bytes(b for part in answer for entry in part for b in entry.bytes).decode() == "\n</think>\n\nHi é!"
+    assert "".join(delta.content or "" for delta, _ in entries) == "Hi é!"
+    assert [entry.token for entry in entries[-1][1]] == ["<|im_end|>"]  # the stop id comes with the last chunk
+    assert chunks[-1].choices[0].finish_reason == "stop"

@@ -148,6 +148,19 @@ def test_a_turn_ended_by_endoftext_is_closed_by_it_and_the_trajectory_names_the_
     assert len(trajectory["segments"]) == 1
 
 
+def test_a_stop_string_that_ends_a_rollout_turn_is_its_stop_reason(fake, url, tokenizer):
+    fake.queue(Script([*ids(tokenizer, "x=1</answer> tail"), IM_END], hang=True), Script([*ids(tokenizer, "ok"), IM_END]))
+    messages = [{"role": "user", "content": "solve"}]
+    one = chat(url, messages, rollout_id="stops", stop=["</answer>"]).json()["choices"][0]
+    assert (one["finish_reason"], one["stop_reason"]) == ("stop", "</answer>")
+    messages += [{"role": "assistant", "content": one["message"]["content"]}, {"role": "user", "content": "next"}]
+    assert chat(url, messages, rollout_id="stops").status_code == 200
+    turns = httpx.get(f"{url}/v1/rollouts/stops").json()["turns"]
+    assert [(t["stop_reason"], t["stop_token_id"]) for t in turns] == [("</answer>", None), (IM_END, IM_END)]
+    verl = httpx.get(f"{url}/v1/rollouts/stops?format=verl").json()["data"][0]
+    assert [t["stop_reason"] for t in verl["extra_fields"]["turns"]] == ["</answer>", IM_END]
+
+
 def test_the_rollouts_own_ids_sent_back_under_an_edited_history_are_flagged(fake, url, tokenizer):
     """Ids equal to the rollout's last call are checked by its digest: an edit still shows."""
     fake.queue(Script(hello(tokenizer)), Script([*ids(tokenizer, "x"), IM_END]))

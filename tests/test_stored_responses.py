@@ -3,6 +3,7 @@ at once and is polled to its end, or cancelled (which aborts the generation upst
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -92,8 +93,82 @@ def test_cancel_stops_a_background_response_and_its_generation(stack, tokenizer)
     assert again.status_code == 400 and again.json()["error"]["code"] == "response_not_cancellable"
 
 
-@pytest.mark.parametrize("fields", [{"background": True, "store": False}, {"background": True, "stream": True}])
-def test_background_without_store_or_with_stream_is_a_400(stack, fields):
+def _events(response: httpx.Response, until: str | None = None) -> list[dict]:
+    """The events of a streamed response, up to the first of type `until`."""
+    events = []
+    for line in response.iter_lines():
+        if line.startswith("data:"):
+            events.append(json.loads(line[5:]))
+            if events[-1]["type"] == until:
+                break
+    return events
+
+
+def test_a_streamed_background_response_can_be_replayed_after_any_event(stack, tokenizer):
+    stack.reset()
+    stack.fake.queue(Script(ids(tokenizer, "All done") + [IM_END]))
+    with httpx.stream("POST", stack.url + "/v1/responses", timeout=30,
+                      json={"model": "m", "input": "Work", "background": True, "stream": True}) as response:
+        events = _events(response)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[-1]["type"] == "response.completed"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "All done"
+    response_id = events[-1]["response"]["id"]
+    for after in (0, 3, len(events) - 2):
+        with httpx.stream("GET", f"{stack.url}/v1/responses/{response_id}?stream=true&starting_after={after}",
+                          timeout=30) as resumed:
+            assert _events(resumed) == events[after + 1:]
+
+
+def test_a_dropped_background_stream_resumes_where_it_left_off(stack, tokenizer):
+    stack.reset()
+    text = "tick tock and more"
+    output = ids(tokenizer, text)
+    stack.fake.queue(Script(output, chunks=[1] * len(output), delay=0.1, hang=True))
+    with httpx.stream("POST", stack.url + "/v1/responses", timeout=30,
+                      json={"model": "m", "input": "Work", "background": True, "stream": True}) as response:
+        first = _events(response, until="response.output_text.delta")  # then the client drops
+    response_id = first[0]["response"]["id"]
+    got = "".join(e["delta"] for e in first if e["type"] == "response.output_text.delta")
+    last = first[-1]["sequence_number"]
+    with httpx.stream("GET", f"{stack.url}/v1/responses/{response_id}?stream=true&starting_after={last}",
+                      timeout=30) as resumed:
+        rest = []
+        for line in resumed.iter_lines():
+            if line.startswith("data:"):
+                rest.append(json.loads(line[5:]))
+                got += rest[-1].get("delta", "") if rest[-1]["type"] == "response.output_text.delta" else ""
+                if got == text:
+                    break
+    assert got == text  # the generation went on without a reader; nothing was lost or repeated
+    assert any(e["type"] == "response.output_text.delta" for e in rest)  # some came only on resuming
+    assert [e["sequence_number"] for e in rest] == list(range(last + 1, last + 1 + len(rest)))
+    assert httpx.post(f"{stack.url}/v1/responses/{response_id}/cancel", timeout=10).json()["status"] == "cancelled"
+
+
+def test_only_background_responses_stream_on_get(stack, tokenizer):
+    stack.reset()
+    stack.fake.queue(Script(ids(tokenizer, "Hi") + [IM_END]))
+    created = _create(stack, input="Hello")
+    plain = httpx.get(f"{stack.url}/v1/responses/{created['id']}?stream=true", timeout=10)
+    assert plain.status_code == 400 and plain.json()["error"]["code"] == "response_not_streamable"
+    bad = httpx.get(f"{stack.url}/v1/responses/{created['id']}?stream=true&starting_after=x", timeout=10)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "starting_after"
+
+
+def test_a_running_background_response_holds_a_request_slot(qwen_tokenizer_dir, tokenizer):
+    with fake_stack(qwen_tokenizer_dir, served_model_name="m", max_concurrent_requests=1) as stack:
+        stack.fake.queue(Script(ids(tokenizer, "busy"), hang=True), Script(ids(tokenizer, "ok") + [IM_END]))
+        queued = _create(stack, input="Work", background=True)
+        _poll(stack, queued["id"], {"in_progress"})
+        refused = httpx.post(stack.url + "/v1/responses", json={"model": "m", "input": "x"}, timeout=10)
+        assert refused.status_code == 429
+        httpx.post(f"{stack.url}/v1/responses/{queued['id']}/cancel", timeout=10)
+        assert _create(stack, input="x")["status"] == "completed"  # the slot came back with the task's end
+
+
+def test_background_without_store_is_a_400(stack):
+    fields = {"background": True, "store": False}
     response = httpx.post(stack.url + "/v1/responses", json={"model": "m", "input": "x", **fields}, timeout=10)
     assert response.status_code == 400 and response.json()["error"]["param"] == "background"
 

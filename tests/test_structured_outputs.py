@@ -95,6 +95,25 @@ def test_parallel_false_with_auto_lets_text_run_until_one_call(stack, tokenizer)
                                        "tags": [EITHER], "at_least_one": False, "stop_after_first": True}
 
 
+def test_max_tool_calls_ends_the_generation_after_that_many_calls(stack, tokenizer):
+    response = _responses(stack, tokenizer, tool_choice="required", max_tool_calls=2)
+    assert response.status_code == 200, response.text
+    assert response.json()["max_tool_calls"] == 2
+    assert _unthought(_tag(stack)) == {"type": "sequence", "elements": [EITHER, {
+        "type": "repeat", "min": 0, "max": 1,
+        "content": {"type": "sequence", "elements": [{"type": "const_string", "value": "\n"}, EITHER]}}]}
+    _responses(stack, tokenizer, max_tool_calls=3)  # auto: text, or up to 3 calls in one triggered tag
+    between = {"type": "sequence", "elements": [{"type": "token", "token": END_TOOL_CALL},
+                                                {"type": "const_string", "value": "\n"},
+                                                {"type": "token", "token": TOOL_CALL}, EITHER["content"]]}
+    run = {**EITHER, "content": {"type": "sequence", "elements": [
+        EITHER["content"], {"type": "repeat", "min": 0, "max": 2, "content": between}]}}
+    assert _unthought(_tag(stack)) == {"type": "token_triggered_tags", "trigger_tokens": [TOOL_CALL],
+                                       "tags": [run], "at_least_one": False, "stop_after_first": True}
+    _responses(stack, tokenizer, max_tool_calls=1)
+    assert _unthought(_tag(stack))["tags"] == [EITHER]
+
+
 def test_allowed_tools_limit_the_calls_not_the_prompt(stack, tokenizer):
     choice = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "read_file"}]}
     _responses(stack, tokenizer, tool_choice=choice)
@@ -136,7 +155,7 @@ def test_no_constraint_sends_none(stack, tokenizer):
 
 @pytest.mark.parametrize(("fields", "param"), [
     ({"tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
-    ({"max_tool_calls": 2}, "max_tool_calls"),
+    ({"max_tool_calls": 0}, "max_tool_calls"),
     ({"text": {"format": {"type": "json_schema", "name": "a"}}}, "text.format.schema"),
     ({"tool_choice": "required", "tools": []}, "tool_choice"),
 ])

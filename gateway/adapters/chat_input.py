@@ -57,9 +57,6 @@ def parse_chat_request(body: Any) -> ChatRequest:
     n = expect(body.get("n"), int, "n")
     expect_range(n, "n", 1, 16)
     n = n or 1
-    if n > 1 and (body.get("stream") or body.get("rollout_id") is not None):
-        raise invalid_request("'n' above 1 is supported without 'stream' and 'rollout_id' on this gateway "
-                              "(send n requests instead).", param="n", code="unsupported_value")
     max_tokens = expect(body.get("max_completion_tokens"), int, "max_completion_tokens")
     if max_tokens is None:
         max_tokens = expect(body.get("max_tokens"), int, "max_tokens")

@@ -5,6 +5,7 @@ The same turn pipeline as the Responses API; this module only shapes what it pro
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -36,6 +37,7 @@ def completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[st
     message["content"] = "".join(texts) if texts else None
     message["reasoning"] = "".join(reasoning) if reasoning else None
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": _finish_reason(turn),
+                              "stop_reason": turn.record.stop_reason,
                               "logprobs": _logprobs(turn) if parsed.logprobs else None}
     body = {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(turn)}
     if parsed.return_token_ids:
@@ -45,11 +47,16 @@ def completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[st
     return body
 
 
-def completions(turns: list[Turn], parsed: ChatRequest, head: dict[str, Any]) -> dict[str, Any]:
-    """`n` generations of one prompt as one completion: choice i is turn i; the prompt counts once."""
+def completions(turns: list[Turn], parsed: ChatRequest, head: dict[str, Any], rollout_id: str | None = None
+                ) -> dict[str, Any]:
+    """`n` generations of one prompt as one completion: choice i is turn i; the prompt counts once.
+    With `rollout_id`, choice i names the rollout branch it is recorded in."""
     bodies = [completion(turn, parsed, head) for turn in turns]
     body = bodies[0]
     body["choices"] = [{**each["choices"][0], "index": i} for i, each in enumerate(bodies)]
+    if rollout_id is not None:
+        for i, choice in enumerate(body["choices"]):
+            choice["rollout_id"] = session.branch_id(rollout_id, i)
     completion_tokens = sum(each["usage"]["completion_tokens"] for each in bodies)
     body["usage"] = {**body["usage"], "completion_tokens": completion_tokens,
                      "total_tokens": body["usage"]["prompt_tokens"] + completion_tokens,
@@ -58,15 +65,68 @@ def completions(turns: list[Turn], parsed: ChatRequest, head: dict[str, Any]) ->
     return body
 
 
-async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> AsyncIterator[bytes]:
-    """The SSE body of a streamed completion; the turn is committed once it ended normally."""
+async def sample_chunks(turns: list[Turn], parsed: ChatRequest, head: dict[str, Any], rollout_id: str | None
+                        ) -> AsyncIterator[bytes]:
+    """The SSE body of `n` streamed samples, choice i's chunks as turn i makes them (interleaved,
+    as vLLM streams `n`), then one usage chunk for all and `[DONE]`."""
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    async def pump(index: int, turn: Turn) -> None:
+        branch = session.branch_id(rollout_id, index) if rollout_id is not None else None
+        try:
+            async with contextlib.aclosing(chunks(turn, parsed, head, index=index, rollout_id=branch)) as body:
+                async for data in body:
+                    await queue.put(data)
+        finally:
+            await queue.put(None)
+
+    tasks = [asyncio.create_task(pump(i, turn)) for i, turn in enumerate(turns)]
+    try:
+        running = len(tasks)
+        while running:
+            data = await queue.get()
+            if data is None:
+                running -= 1
+            else:
+                yield data
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    if parsed.include_usage:
+        usages = [_usage(turn) for turn in turns]
+        output = sum(usage["completion_tokens"] for usage in usages)
+        usage = {**usages[0], "completion_tokens": output, "total_tokens": usages[0]["prompt_tokens"] + output,
+                 "completion_tokens_details": {"reasoning_tokens": sum(
+                     usage["completion_tokens_details"]["reasoning_tokens"] for usage in usages)}}
+        yield b"data: " + orjson.dumps({**head, "object": "chat.completion.chunk", "choices": [],
+                                        "usage": usage}) + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], *, index: int | None = None,
+                 rollout_id: str | None = None) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed completion; the turn is committed once it ended normally.
+    `index`: choice `index` of `n` (sample_chunks ends the body, and only the first choice
+    continues the session); `rollout_id`: the rollout branch it is recorded in."""
     def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None, **extra}
+        choice = {"index": index or 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None, **extra}
         body = {**head, "object": "chat.completion.chunk", "choices": [choice]}
         return b"data: " + orjson.dumps(body) + b"\n\n"
 
+    sent = 0  # output positions whose logprobs went out
+
+    def upto(end: int | None) -> dict[str, Any]:
+        """The logprobs of the tokens since the last chunk's through `end` (None: all), as vLLM
+        streams them: each chunk its own tokens, markup with the text that follows it."""
+        nonlocal sent
+        content = logprobs.entries(turn.runtime.format, turn.record, sent, end)
+        sent += len(content)
+        return {"logprobs": {"content": content, "refusal": None}}
+
     first: dict[str, Any] = {"role": "assistant", "content": ""}
-    yield chunk(first) if not parsed.return_token_ids else _with_prompt_ids(chunk(first), turn)
+    opening = chunk(first) if rollout_id is None else chunk(first, rollout_id=rollout_id)
+    yield opening if not parsed.return_token_ids else _with_prompt_ids(opening, turn)
     kinds: dict[int, str] = {}
     tool_index: dict[int, int] = {}
 
@@ -81,13 +141,14 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> Async
                                                  "function": {"name": event.name, "arguments": ""}}]})
             elif isinstance(event, ItemDelta):
                 kind = kinds[event.index]
+                extra = upto(event.span[1]) if parsed.logprobs and event.span is not None else {}
                 if kind == "text":
-                    yield chunk({"content": event.text})
+                    yield chunk({"content": event.text}, **extra)
                 elif kind == "reasoning":
-                    yield chunk({"reasoning": event.text})
+                    yield chunk({"reasoning": event.text}, **extra)
                 else:
                     yield chunk({"tool_calls": [{"index": tool_index[event.index],
-                                                 "function": {"arguments": event.text}}]})
+                                                 "function": {"arguments": event.text}}]}, **extra)
 
     try:
         async with contextlib.aclosing(turn.batches()) as batches:
@@ -96,16 +157,19 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> Async
                     yield data
     except APIError as exc:
         yield b"data: " + orjson.dumps(exc.http_body()) + b"\n\n"
-        yield b"data: [DONE]\n\n"
+        if index is None:
+            yield b"data: [DONE]\n\n"
         return
     if turn.record.finished:
-        await session.commit(turn)
-    extra: dict[str, Any] = {}
+        await session.commit(turn, sample=index or 0)
+    extra: dict[str, Any] = {"stop_reason": turn.record.stop_reason}
     if parsed.return_token_ids:
         extra["token_ids"] = turn.record.output_ids
     if parsed.logprobs:
-        extra["logprobs"] = _logprobs(turn)
+        extra.update(upto(None))  # what no delta took: the stop id, trailing markup
     yield chunk({}, _finish_reason(turn), **extra)
+    if index is not None:
+        return  # sample_chunks ends the body
     if parsed.include_usage:
         yield b"data: " + orjson.dumps({**head, "object": "chat.completion.chunk", "choices": [],
                                         "usage": _usage(turn)}) + b"\n\n"

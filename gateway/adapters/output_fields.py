@@ -1,7 +1,8 @@
 """The fields that constrain what the model may output, as one `OutputConstraint`.
 
 `tool_choice` (`required`, a named function, `allowed_tools`), `parallel_tool_calls`,
-`max_tool_calls`, and the answer's format (Responses `text.format`, Chat `response_format`:
+`max_tool_calls` (the generation ends after that many calls, by grammar: calls are never
+generated and then dropped), and the answer's format (Responses `text.format`, Chat `response_format`:
 `json_schema` or `json_object`). The format turns the constraint into vLLM's structured
 outputs in the model's own syntax (gateway/formats/hf_constraints.py), so a forced call is
 what the model would have written, and nothing is accepted that is then ignored: what cannot
@@ -52,13 +53,9 @@ def output_constraint(body: dict[str, Any], choice: str, allowed: tuple[str, ...
     parallel = expect(body.get("parallel_tool_calls"), bool, "parallel_tool_calls")
     max_calls = expect(body.get("max_tool_calls"), int, "max_tool_calls")
     expect_range(max_calls, "max_tool_calls", 1, None)
-    if max_calls is not None and max_calls > 1:
-        raise invalid_request("'max_tool_calls' above 1 is not supported by this gateway (1, or "
-                              "'parallel_tool_calls': false, ends generation after the first call).",
-                              param="max_tool_calls", code="unsupported_value")
     constraint = OutputConstraint(
         tool_choice=choice if choice != "none" else "auto", allowed_tools=allowed,
-        parallel_tool_calls=parallel is not False and max_calls is None,
+        parallel_tool_calls=parallel is not False, max_tool_calls=max_calls,
         answer_schema=_answer_schema(answer_format, answer_param))
     return constraint if constraint.active else None
 

@@ -41,6 +41,7 @@ class ResponsesRequest:
     return_token_ids: bool = False
     text_logprobs: bool = False  # `include` asked for message.output_text.logprobs
     background: bool = False  # run as a task, answer `queued` now (gateway/server/routes/stored_responses.py)
+    truncate: bool = False  # `truncation: "auto"`: the oldest exchanges go when the history does not fit
     compact: bool = False  # the input ended with a compaction_trigger (gateway/adapters/compaction.py)
     tools: list[dict[str, Any]] = field(default_factory=list)
     # Reasoning items whose blob holds the ids their turn generated (for gateway/tokenfix/restore.py).
@@ -108,15 +109,20 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     if body.get("user") is not None:
         echo["user"] = body["user"]
     background = bool(expect(body.get("background"), bool, "background"))
-    if background and (not store or body.get("stream")):
-        raise invalid_request("'background': true needs 'store': true and no 'stream' on this gateway.",
+    if background and not store:
+        raise invalid_request("'background': true needs 'store': true (its result is stored to be retrieved).",
                               param="background", code="unsupported_value")
     echo["background"] = background
+    truncation = echo["truncation"] = echo["truncation"] or "disabled"
+    if truncation not in ("auto", "disabled"):
+        raise invalid_request(f"Invalid value for 'truncation': {truncation!r}; expected 'auto' or 'disabled'.",
+                              param="truncation", code="invalid_value")
     return ResponsesRequest(
         conversation=conversation, sampling=sampling, model=model,
         stream=bool(expect(body.get("stream"), bool, "stream")), echo=echo, store=store,
         prompt_cache_key=expect(body.get("prompt_cache_key"), str, "prompt_cache_key"),
         return_token_ids=return_token_ids, text_logprobs=text_logprobs, background=background, tools=raw_tools, generated=generated,
+        truncate=truncation == "auto",
         compact=compact,
     )
 

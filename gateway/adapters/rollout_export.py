@@ -63,8 +63,8 @@ def _audit(export: dict[str, Any], index: int, segment: dict[str, Any], turns: l
             "turns": [{key: turn[key] for key in _AUDIT} for turn in turns]}
 
 
-_AUDIT = ("index", "finish_reason", "stop_token_id", "non_monotonic", "replica", "request_id", "sampling",
-          "timing")
+_AUDIT = ("index", "finish_reason", "stop_token_id", "stop_reason", "non_monotonic", "replica", "request_id",
+          "sampling", "timing")
 
 
 def _verl(export: dict[str, Any], index: int, segment: dict[str, Any], turns: list[dict[str, Any]], split: int,

@@ -28,11 +28,17 @@ class OutputConstraint:
     allowed_tools: tuple[str, ...] | None = None  # calls limited to these names (allowed_tools)
     parallel_tool_calls: bool = True  # False: the generation ends after its first call
     answer_schema: dict[str, Any] | None = None  # a text answer is JSON of this schema (json_schema/json_object)
+    max_tool_calls: int | None = None  # the generation ends after this many calls
 
     @property
     def active(self) -> bool:
-        return (self.tool_choice != "auto" or self.allowed_tools is not None or not self.parallel_tool_calls
+        return (self.tool_choice != "auto" or self.allowed_tools is not None or self.max_calls is not None
                 or self.answer_schema is not None)
+
+    @property
+    def max_calls(self) -> int | None:
+        """How many calls one generation may make (None: any number)."""
+        return 1 if not self.parallel_tool_calls else self.max_tool_calls
 
 
 @dataclass(slots=True)

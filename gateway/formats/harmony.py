@@ -8,9 +8,10 @@ from typing import Any
 from openai_harmony import HarmonyEncoding, HarmonyEncodingName, load_harmony_encoding
 
 from gateway.core.conversation import Conversation, Tool
-from gateway.core.errors import APIError
 from gateway.core.sampling import OutputConstraint
+from gateway.formats import harmony_constraints
 from gateway.formats.base import Covered, Tail
+from gateway.formats.harmony_constraints import HarmonyTokens
 from gateway.formats.harmony_parser import HarmonyParser
 from gateway.formats.harmony_render import HarmonyRenderer
 
@@ -31,6 +32,8 @@ class HarmonyFormat:
         self.stop_token_ids = sorted([*encoding.stop_tokens_for_assistant_actions(), end_of_text])
         self.turn_terminators = frozenset(encoding.stop_tokens())  # <|end|> <|return|> <|call|>
         self.turn_openers: frozenset[int] = frozenset()
+        self._tokens = HarmonyTokens({name: encoding.encode(name, allowed_special={name})[0] for name in (
+            "<|start|>", "<|end|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|return|>", "<|call|>")})
 
     def render(self, conversation: Conversation) -> list[int]:
         return self.renderer.render(conversation)
@@ -45,10 +48,7 @@ class HarmonyFormat:
         return self.encoding.decode(token_ids)
 
     def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool]) -> dict[str, Any]:
-        """Not yet for harmony: its channels are special tokens a structural tag cannot spell."""
-        raise APIError("Forced tool calls, allowed_tools, parallel_tool_calls: false and JSON output "
-                       "formats are not supported for harmony models by this gateway.", status=400,
-                       param="tool_choice", code="unsupported_value")
+        return harmony_constraints.structured_outputs(constraint, tools, self._tokens)
 
     def token_bytes(self, token_id: int) -> bytes:
         """Through openai-harmony's text decode: a token that is part of a UTF-8 sequence

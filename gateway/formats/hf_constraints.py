@@ -13,7 +13,7 @@ constrained tokens are what the model would have written and stay on-policy:
   schema + `}\\n` `</tool_call>`, or Qwen3.6's `<tool_call>` `\\n<function=NAME>\\n` + the
   parameters as `<parameter=KEY>\\nVALUE\\n</parameter>\\n`, typed by the tool's schema, +
   `</function>\\n` `</tool_call>`, joined by a newline as the template joins them;
-  `parallel_tool_calls: false` allows one;
+  `parallel_tool_calls: false` allows one, `max_tool_calls` that many;
 - with `tool_choice: auto` and allowed tools or one call at most, text is free until the
   `<tool_call>` token, which then opens only an allowed call;
 - a JSON answer (`json_schema` / `json_object`) is JSON of that schema, or calls when tools
@@ -54,23 +54,24 @@ class Markers(Protocol):
 def structured_outputs(constraint: OutputConstraint, tools: Sequence[Tool], *, calls: str, markers: Markers,
                        starts_in_reasoning: bool) -> dict[str, Any]:
     """vLLM's `structured_outputs` for `constraint`. `calls`: "hermes" | "xml" | "none"."""
-    allowed = _allowed(constraint, tools)
+    allowed = allowed_tools(constraint, tools)
     forced = constraint.tool_choice != "auto"
     has_calls = calls != "none" and markers.call_open is not None and markers.call_close is not None
     if not has_calls and (forced or constraint.allowed_tools is not None):
         raise APIError("The requested output constraint cannot be enforced: this model format has no tool "
                        "calls to force.", status=400, param="tool_choice", code="unsupported_value")
     call = _call(allowed, calls, markers) if has_calls and allowed else None
-    one = not constraint.parallel_tool_calls
+    limit = constraint.max_calls
     body: Format | None = None
     if call is not None and forced:
-        body = _calls(call, one)
+        body = _calls(call, limit)
     elif constraint.answer_schema is not None:
         answer = _json(constraint.answer_schema)
-        body = {"type": "or", "elements": [answer, _calls(call, one)]} if call is not None else answer
+        body = {"type": "or", "elements": [answer, _calls(call, limit)]} if call is not None else answer
     elif call is not None:
-        body = {"type": "token_triggered_tags", "trigger_tokens": [markers.call_open], "tags": [call],
-                "at_least_one": False, "stop_after_first": one}
+        tag = call if limit is None or limit == 1 else _run(call, limit - 1)  # text, then up to `limit` calls
+        body = {"type": "token_triggered_tags", "trigger_tokens": [markers.call_open], "tags": [tag],
+                "at_least_one": False, "stop_after_first": limit is not None}
     if body is None:
         return {}
     if markers.think_close is not None and starts_in_reasoning:
@@ -81,7 +82,9 @@ def structured_outputs(constraint: OutputConstraint, tools: Sequence[Tool], *, c
     return {"structural_tag": json.dumps({"type": "structural_tag", "format": body})}
 
 
-def _allowed(constraint: OutputConstraint, tools: Sequence[Tool]) -> list[Tool]:
+def allowed_tools(constraint: OutputConstraint, tools: Sequence[Tool]) -> list[Tool]:
+    """The tools a call may name; 400 for a forced name that is not offered, or a forced call
+    with no tools."""
     names = {tool.name for tool in tools}
     wanted: Sequence[str] | None = constraint.allowed_tools
     if constraint.tool_choice not in ("auto", "required"):
@@ -139,11 +142,22 @@ def _xml_value(spec: dict[str, Any]) -> Format:
     return _json(spec)
 
 
-def _calls(call: Format, one: bool) -> Format:
-    """`call`, then (unless `one`) more calls, each after a newline."""
-    more = {"type": "repeat", "min": 0, "max": -1, "content": {"type": "sequence",
-                                                                "elements": [_const("\n"), call]}}
-    return call if one else {"type": "sequence", "elements": [call, more]}
+def _calls(call: Format, limit: int | None) -> Format:
+    """`call`, then up to `limit` - 1 more calls (None: any number), each after a newline."""
+    return call if limit == 1 else {"type": "sequence", "elements": [call, _more(call, -1 if limit is None else limit - 1)]}
+
+
+def _run(call: Format, most: int) -> Format:
+    """One triggered tag holding `call` and up to `most` more after it, each closed, a newline,
+    reopened: one tag, so nothing follows the triggered tags (which would keep text from ending)."""
+    between = {"type": "sequence", "elements": [call["end"], _const("\n"), call["begin"], call["content"]]}
+    return {**call, "content": {"type": "sequence", "elements": [
+        call["content"], {"type": "repeat", "min": 0, "max": most, "content": between}]}}
+
+
+def _more(call: Format, most: int) -> Format:
+    """Up to `most` more calls (-1: any number), each after a newline."""
+    return {"type": "repeat", "min": 0, "max": most, "content": {"type": "sequence", "elements": [_const("\n"), call]}}
 
 
 def _thinking(open_: int | None, close: int) -> Format:

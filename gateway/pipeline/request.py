@@ -57,3 +57,4 @@ class TurnRequest:
     # sets to 32000 whatever the model), not a demand that fails when the prompt leaves less room.
     max_tokens_cap: bool = False
     spans: bool = False  # text deltas carry their tokens' output positions (per-part logprobs)
+    truncate: bool = False  # `truncation: "auto"`: drop the oldest exchanges of a history too long to fit

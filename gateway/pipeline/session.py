@@ -81,7 +81,8 @@ async def prepare(runtime: Runtime, request: TurnRequest) -> Turn:
     sampling = request.sampling
     if request.rollout is not None and sampling.logprobs is None:
         sampling = dataclasses.replace(sampling, logprobs=0)  # trajectories carry the sampled tokens' logprobs
-    rollout_id = request.rollout.rollout_id if request.rollout is not None else None
+    rollout = request.rollout
+    rollout_id = (rollout.fork_from or rollout.rollout_id) if rollout is not None else None  # branches: one replica
     turn = Turn(runtime, request, sampling=sampling, prefix=prefix, covered=covered,
                 affinity=rollout_id or request.cache_key or request.affinity)
     turn.record.degraded = degraded  # the shared store may hold exact tokens it could not give
@@ -128,11 +129,21 @@ async def _prefix(runtime: Runtime, request: TurnRequest, client: TokenState | N
     return (session.state if session is not None else None), None
 
 
-async def commit(turn: Turn, response: dict[str, Any] | None = None) -> None:
+async def commit(turn: Turn, response: dict[str, Any] | None = None, *, sample: int = 0) -> None:
     """Record what a turn that ended normally leaves behind; `response`: the Response object
-    answered (Responses API), kept with a stored response."""
+    answered (Responses API), kept with a stored response. Sample `sample` > 0 of `n` leaves only
+    its rollout branch: the session continues the first."""
     runtime, request, record = turn.runtime, turn.request, turn.record
     state = record.token_state(runtime.format.turn_terminators)
+    if record.truncated_items and state is not None:  # its tokens are of a shorter history than the client's
+        if request.rollout is not None:
+            await runtime.state.commit_rollout(request.rollout, record, state)
+        state = None
+        request = dataclasses.replace(request, cache_key=None, rollout=None)
+    if sample > 0:
+        if request.rollout is not None and state is not None:
+            await runtime.state.commit_rollout(request.rollout, record, state)
+        return
     if state is not None and request.response_id is not None and _reasoned(record.output_items):
         # for the reasoning blobs that name the turn
         await runtime.state.put_session(scoped(TURN_IDS + request.response_id), Session(state))
@@ -227,6 +238,24 @@ async def begin_rollout(runtime: Runtime, rollout_id: str, response_mask: list[i
     """A call's place in the tenant's rollout `rollout_id` (new or live); 410 if it is gone."""
     with _client_ids(rollout_id):
         return await runtime.state.begin_rollout(scoped(rollout_id), response_mask)
+
+
+def branch_id(rollout_id: str, sample: int) -> str:
+    """The rollout sample `sample` of `n` is recorded in (Chat `n` > 1 with a `rollout_id`)."""
+    return f"{rollout_id}:{sample}"
+
+
+async def branch_rollout(runtime: Runtime, pending: Pending, rollout_id: str, sample: int) -> Pending:
+    """The call `pending` as sample `sample`: its own rollout, a copy of `rollout_id`'s so far plus
+    this sample. 409 if that branch exists already, 410 if it was deleted (a branch is one trajectory)."""
+    branch = branch_id(rollout_id, sample)
+    with _client_ids(branch):
+        found = await runtime.state.begin_rollout(scoped(branch), None)
+    if found.rollout is not None:
+        raise APIError(f"Rollout '{branch}' exists already: sample {sample} of rollout '{rollout_id}' is recorded "
+                       f"there. Use another rollout_id (a branch is one trajectory).", status=409, param="rollout_id",
+                       code="rollout_branch_exists")
+    return pending.branch(scoped(branch))
 
 
 async def export_rollout(runtime: Runtime, rollout_id: str) -> dict[str, Any]:

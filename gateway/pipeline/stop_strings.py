@@ -34,6 +34,7 @@ class StopStrings:
         self._held: dict[int, list[tuple[ItemDelta, int, int]]] = {}
         self._kept: dict[int, str] = {}  # text item -> the text released so far
         self.cut: int | None = None
+        self.matched: str | None = None  # the stop string that ended the turn (vLLM's `stop_reason`)
 
     def feed(self, ids: Sequence[int]) -> list[ParseEvent]:
         out: list[ParseEvent] = []
@@ -75,10 +76,10 @@ class StopStrings:
         self._text[index] = text
         self._held[index].append((event, len(text), position))
         start = max(0, len(before) - self._hold)
-        found = [at for stop in self._stops if (at := text.find(stop, start)) >= 0]
+        found = [(at, stop) for stop in self._stops if (at := text.find(stop, start)) >= 0]
         if not found:
             return self._release(index, len(text) - self._hold)
-        match = min(found)
+        match, self.matched = min(found, key=lambda hit: hit[0])
         held = self._held[index]
         # The token in which the match begins: the first held delta ending past the match start.
         first_cut = next(i for i, (_, end, _) in enumerate(held) if end > match)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
-from gateway.core.conversation import Item
+from gateway.core.conversation import Item, Message
 from gateway.core.errors import APIError, UpstreamUnavailable, context_length_exceeded
 from gateway.core.ids import new_id
 from gateway.core.sampling import SamplingOptions, resolve
@@ -57,7 +58,43 @@ class Turn:
         self._stream: UpstreamStream | None = None
 
     async def start(self) -> None:
-        """Render and get the prompt accepted by a replica; raises APIError before any output."""
+        """Render and get the prompt accepted by a replica; raises APIError before any output.
+        With `truncate` (Responses `truncation: "auto"`), a history too long for the context
+        window loses its oldest exchanges (everything before the next user message) until it fits."""
+        while True:
+            try:
+                max_tokens = await self._fit()
+                break
+            except APIError as exc:
+                if exc.code != "context_length_exceeded" or not self.request.truncate or not self._drop_oldest():
+                    raise
+        record = self.record
+        params = resolve(self.sampling, self.runtime.defaults, max_tokens=max_tokens,
+                         stop_token_ids=self.runtime.stop_token_ids)
+        constraint = self.sampling.constraint
+        if constraint is not None and (structured := self.runtime.format.structured_outputs(
+                constraint, record.conversation.tools)):
+            params["structured_outputs"] = structured
+        record.upstream_params = params
+        self._stream = await self._open(params)
+        record.replica = self._stream.replica.url
+
+    def _drop_oldest(self) -> bool:
+        """Drop the history's oldest exchange (False: only the last user turn is left). The exact
+        earlier tokens no longer fit what is left: the prompt is rendered afresh."""
+        record = self.record
+        items = record.conversation.items
+        cut = next((i for i in range(1, len(items)) if isinstance(items[i], Message) and items[i].role == "user"),
+                   None)
+        if cut is None:
+            return False
+        record.conversation = dataclasses.replace(record.conversation, items=items[cut:])
+        record.prefix, self._covered = None, None
+        record.truncated_items += cut
+        return True
+
+    async def _fit(self) -> int:
+        """Render the prompt; the room left for output (400 context_length_exceeded: none)."""
         record = self.record
         max_model_len = self.runtime.pool.max_model_len
         requested = self.sampling.max_tokens
@@ -73,18 +110,8 @@ class Turn:
             room = max_model_len - len(record.prompt_ids)
             if room < needed:
                 raise context_length_exceeded(len(record.prompt_ids), max_model_len, needed)
-            max_tokens = min(requested or room, room)
-        else:
-            max_tokens = requested or 4096
-        params = resolve(self.sampling, self.runtime.defaults, max_tokens=max_tokens,
-                         stop_token_ids=self.runtime.stop_token_ids)
-        constraint = self.sampling.constraint
-        if constraint is not None and (structured := self.runtime.format.structured_outputs(
-                constraint, record.conversation.tools)):
-            params["structured_outputs"] = structured
-        record.upstream_params = params
-        self._stream = await self._open(params)
-        record.replica = self._stream.replica.url
+            return min(requested or room, room)
+        return requested or 4096
 
     async def render(self) -> Sequence[int]:
         """The prompt (gateway/tokenfix/prompt.py), into the record; renders of big inputs run
@@ -152,6 +179,7 @@ class Turn:
                 record.reasoning_tokens = parser.reasoning_tokens
                 if stops is not None and stops.cut is not None:
                     self._cut(stops.cut)
+                    record.stop_string = stops.matched
                 for event in events:
                     self._track(event, started)
                 if events:

@@ -73,7 +73,11 @@ def description() -> dict[str, Any]:
                 "summary": "Compact a history: its user messages and one compaction item (the model's summary)",
                 "requestBody": _body("CompactResponseMethodPublicBody", {}), "responses": _ok(_ref("CompactResource"))}},
             "/v1/responses/{response_id}": {
-                "get": {"summary": "A stored response", "parameters": _ID, "responses": _ok(response)},
+                "get": {"summary": "A stored response; with stream=true, a background response's events "
+                                   "(after `starting_after`) as an SSE stream", "parameters": [*_ID, *[
+                    {"name": name, "in": "query", "required": False, "schema": schema} for name, schema in (
+                        ("stream", {"type": "boolean"}), ("starting_after", {"type": "integer", "minimum": 0}))]],
+                        "responses": _ok(response)},
                 "delete": {"summary": "Delete a stored response", "parameters": _ID,
                            "responses": _ok({"type": "object"})}},
             "/v1/responses/{response_id}/input_items": {"get": {
@@ -91,7 +95,10 @@ def description() -> dict[str, Any]:
                                                                              "properties": chat_message_ids}}}),
                 "responses": _ok({"allOf": [_ref("CreateChatCompletionResponse"), {"type": "object", "properties": {
                     "prompt_token_ids": _IDS, "choices": {"type": "array", "items": {
-                        "type": "object", "properties": {"token_ids": _IDS}}}}}]})}},
+                        "type": "object", "properties": {
+                            "token_ids": _IDS, "stop_reason": {"type": ["integer", "string", "null"]},
+                            "rollout_id": {"type": "string", "description": "With n > 1 and a rollout_id: "
+                                           "the rollout branch this sample is recorded in"}}}}}}]})}},
             "/v1/models": {"get": {"summary": "The served model", "responses": _ok(_ref("ListModelsResponse"))}},
             "/v1/rollouts": {"get": {"summary": "Rollout store counters", "responses": _ok({"type": "object"})}},
             "/v1/rollouts/{rollout_id}": {

@@ -69,6 +69,16 @@ for _, suffix in ipairs({'', ':t', ':m', ':l', ':u'}) do redis.call('PEXPIRE', K
 return v + 1
 """
 
+# KEYS: the parent's header, the branch's. Copies the parent's five keys to the branch unless the
+# branch exists. Returns 1 when copied, 0 when not (the branch exists, or the parent is gone).
+_FORK = """
+if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+for _, suffix in ipairs({'', ':t', ':m', ':l', ':u'}) do
+  if redis.call('EXISTS', KEYS[1] .. suffix) == 1 then redis.call('COPY', KEYS[1] .. suffix, KEYS[2] .. suffix) end
+end
+return 1
+"""
+
 
 class SharedPending(Pending):
     """A call on a rollout in Redis: where the rollout was when the call began."""
@@ -86,6 +96,7 @@ class RedisRollouts:
         self.prefix = prefix
         self._begin = link.script(_BEGIN)
         self._commit = link.script(_COMMIT)
+        self._fork = link.script(_FORK)
         self._known: OrderedDict[str, None] = OrderedDict()  # ids seen alive
         self._held: OrderedDict[str, tuple[int, TokenState | None]] = OrderedDict()  # id -> version, open segment
 
@@ -118,6 +129,12 @@ class RedisRollouts:
     async def commit(self, pending: Pending, record: TurnRecord, state: TokenState) -> None:
         assert isinstance(pending, SharedPending)
         continues = True
+        if pending.fork_from is not None and pending.version > 0:  # a branch starts as its parent's copy
+            keys = [self._keys(pending.fork_from)[0], self._keys(pending.rollout_id)[0]]
+            try:
+                await self.link.call("rollout_fork", partial(self._fork, keys=keys))
+            except StoreDown:
+                return
         for _ in range(2):
             added = addition(pending, record, state, continues=continues, num_tokens=pending.num_tokens,
                              closed=pending.closed, has_open=pending.num_tokens > 0, has_turns=pending.version > 0)

@@ -18,6 +18,7 @@ it answers 410 with the reason instead of 404 or, worse, silently starting over.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from array import array
@@ -56,13 +57,15 @@ class RolloutTurn:
     sampling: dict[str, Any] | None = None
     timing: dict[str, float | None] | None = None
     client_ids_mismatch: str | None = None  # why the client's own ids were not used
+    stop_reason: int | str | None = None  # the stop string that ended the generation, else `stop_token_id`
 
     def export(self, index: int) -> dict[str, Any]:
         return {"index": index, "segment": self.segment, "start": self.start, "prompt_end": self.prompt_end,
                 "end": self.end, "finish_reason": self.finish_reason, "truncated": self.finish_reason == "length",
                 "spliced": self.spliced, "non_monotonic": self.non_monotonic, "mask_source": self.mask_source,
                 "stop_token_id": self.stop_token_id, "replica": self.replica, "request_id": self.request_id,
-                "sampling": self.sampling, "timing": self.timing, "client_ids_mismatch": self.client_ids_mismatch}
+                "sampling": self.sampling, "timing": self.timing, "client_ids_mismatch": self.client_ids_mismatch,
+                "stop_reason": self.stop_reason}
 
 
 @dataclass(slots=True, eq=False)
@@ -126,6 +129,14 @@ class Pending:
         self.rollout = rollout  # None: a new rollout, created on commit
         self.response_mask = response_mask
         self.base = rollout.state if rollout else None  # what `check` measured the delta against
+        self.fork_from: str | None = None  # a branch: the rollout it starts as a copy of
+
+    def branch(self, rollout_id: str) -> Pending:
+        """The same call recorded in the rollout `rollout_id` instead, which starts as a copy of
+        this one's (one of `n` samples: each sample its own trajectory, sharing the prompt)."""
+        branch = copy.copy(self)
+        branch.rollout_id, branch.fork_from = rollout_id, self.rollout_id
+        return branch
 
     @property
     def prefix(self) -> TokenState | None:
@@ -205,13 +216,19 @@ class RolloutStore:
 
     def commit(self, pending: Pending, turn: TurnRecord, state: TokenState) -> None:
         rollout = self._live.get(pending.rollout_id)
+        before = rollout.num_tokens if rollout is not None else 0
+        if rollout is None and pending.fork_from is not None and pending.rollout is not None:
+            parent = self._live.get(pending.fork_from)
+            rollout = _fork(parent, pending.rollout_id) if parent is not None else None
+            if rollout is not None:
+                self._live[pending.rollout_id] = rollout
+                self.stats.created += 1
         if rollout is None:
             if pending.rollout is not None:
                 return  # evicted or deleted during the call: its next request gets the 410
             rollout = Rollout(pending.rollout_id)
             self._live[pending.rollout_id] = rollout
             self.stats.created += 1
-        before = rollout.num_tokens
         _append(rollout, pending, turn, state)
         self.stats.turns += 1
         self._tokens += rollout.num_tokens - before
@@ -263,6 +280,12 @@ class RolloutStore:
             self._gone.popitem(last=False)
 
 
+def _fork(parent: Rollout, rollout_id: str) -> Rollout:
+    """A copy of `parent` under another id (token states are immutable: shared)."""
+    return Rollout(rollout_id, closed=list(parent.closed), state=parent.state, mask=bytearray(parent.mask),
+                   logprobs=array("d", parent.logprobs), turns=[copy.copy(turn) for turn in parent.turns])
+
+
 @dataclass(slots=True)
 class Addition:
     """What one finished call adds to a rollout, whichever backend holds it."""
@@ -300,7 +323,8 @@ def addition(pending: Pending, turn: TurnRecord, state: TokenState, *, continues
             non_monotonic=turn.non_monotonic or (new_segment and has_turns),
             mask_source="client" if mask is not None else "gateway", stop_token_id=turn.stop_token_id,
             replica=turn.replica, request_id=turn.request_id, sampling=_applied(turn.upstream_params),
-            timing=_timing(turn), client_ids_mismatch=turn.client_ids_mismatch))
+            timing=_timing(turn), client_ids_mismatch=turn.client_ids_mismatch,
+            stop_reason=turn.stop_reason))
 
 
 def _applied(params: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -47,6 +47,8 @@ class TurnRecord:
     # Why the client's own ids (NeMo-RL's convention) were not used: they do not cover the history.
     client_ids_mismatch: str | None = None
     ended_early: str | None = None  # "failed" | "cancelled" when the stream stopped before its end
+    stop_string: str | None = None  # the request's stop string that ended the generation
+    truncated_items: int = 0  # oldest history items dropped to fit the context (truncation: auto)
 
     @property
     def turn_items(self) -> list[Item]:
@@ -77,6 +79,12 @@ class TurnRecord:
         if self.finish_reason == "stop" and self.output_ids and self.output_ids[-1] in stops:
             return self.output_ids[-1]
         return None
+
+    @property
+    def stop_reason(self) -> int | str | None:
+        """What ended the generation, as vLLM's `stop_reason`: the stop string, else the stop id
+        (any of the format's, the model's end-of-text included), else None (length, abort)."""
+        return self.stop_string if self.stop_string is not None else self.stop_token_id
 
     @property
     def prompt_token_ids(self) -> list[int]:

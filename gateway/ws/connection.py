@@ -164,7 +164,7 @@ class ResponsesSocket:
                                    cache_key=parsed.prompt_cache_key, previous=previous, rollout=rollout,
                                    generated=parsed.generated, store=parsed.store,
                                    lane=Lane(self.cache, lane), affinity=self.connection_id,
-                                   spans=parsed.text_logprobs)
+                                   spans=parsed.text_logprobs, truncate=parsed.truncate)
         writer = new_writer(self.runtime, turn_request.response_id, parsed, self.settings.responses_spec)
         if not request.generate:
             await self._warm_up(turn_request, writer, lane)

@@ -153,6 +153,27 @@ async def test_a_rollout_exports_every_call_the_same_from_either_backend(store: 
     assert all(t["sampling"] == {"temperature": 1.0} for t in got["turns"])
 
 
+async def test_n_samples_are_branches_that_start_as_copies_of_their_rollout(store: StateStore):
+    await call(store, "p", [1, 2], [3])
+    pending = await store.begin_rollout("p", None)
+    base = list(pending.prefix.tokens)
+    for i, output in enumerate(([4, 7], [5, 7])):
+        branch = pending.branch(f"p:{i}")
+        full = [*base, 9]
+        turn = TurnRecord(request_id="gw_test", model="m", conversation=Conversation([]), prompt_ids=full,
+                          output_ids=output, logprobs=[-1.0, -2.0], finish_reason="stop", spliced=True,
+                          prefix=pending.prefix, upstream_params={"stop_token_ids": [7]})
+        await store.commit_rollout(branch, turn, TokenState.build(EMPTY, [], full, output))
+    parent = await store.export_rollout("p")
+    assert parent["token_ids"] == [1, 2, 3] and len(parent["turns"]) == 1  # the parent is as it was
+    for i, output in enumerate(([4, 7], [5, 7])):
+        got = await store.export_rollout(f"p:{i}")
+        assert got["token_ids"] == [1, 2, 3, 9, *output]
+        assert got["loss_mask"] == [0, 0, 1, 0, 1, 1]
+        assert got["logprobs"] == [None, None, -3.0, None, -1.0, -2.0]
+        assert len(got["segments"]) == 1 and [t["stop_reason"] for t in got["turns"]] == [None, 7]
+
+
 async def test_a_deleted_rollout_answers_410_and_an_unknown_one_404(store: StateStore):
     await call(store, "r2", [1], [2])
     await store.delete_rollout("r2")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import time
 from typing import Any
 
@@ -17,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.adapters.chat_input import parse_chat_request
-from gateway.adapters.chat_output import chunks, completion, completions
+from gateway.adapters.chat_output import chunks, completion, completions, sample_chunks
 from gateway.adapters.responses import check_model
 from gateway.adapters.rollout_fields import begin_rollout
 from gateway.core.ids import new_id
@@ -26,6 +28,7 @@ from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
 from gateway.server.http import JSONResponse, cancelled_on_disconnect, read_json, sse_response
+from gateway.sessions.rollouts import Pending
 
 
 async def create_chat_completion(request: Request) -> Response:
@@ -39,16 +42,26 @@ async def _complete(runtime: Runtime, body: Any) -> Response:
     parsed = parse_chat_request(body)
     check_model(runtime, parsed.model)
     rollout = await begin_rollout(runtime, body)
+    branches = None
+    if rollout is not None and parsed.n > 1:  # each sample its own rollout, sharing the prompt
+        branches = [await session.branch_rollout(runtime, rollout, body["rollout_id"], i) for i in range(parsed.n)]
+        rollout = branches[0]
     turn_request = TurnRequest(parsed.conversation, parsed.sampling, cache_key=parsed.prompt_cache_key,
-                               rollout=rollout, client_prefix=parsed.client_prefix)
+                               rollout=rollout, client_prefix=parsed.client_prefix,
+                               spans=parsed.stream and parsed.logprobs)  # per-chunk logprobs
     turn = await session.prepare(runtime, turn_request)
     try:
         await turn.start()
         head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": parsed.model}
-        if parsed.stream:
+        if parsed.stream and parsed.n == 1:
             return sse_response(chunks(turn, parsed, head), cleanup=turn.aclose)
         if parsed.n > 1:
-            return JSONResponse(completions(await _fan_out(runtime, turn, turn_request, parsed.n), parsed, head))
+            turns = await _start_samples(runtime, turn, turn_request, branches or [rollout] * parsed.n)
+            if parsed.stream:
+                return sse_response(sample_chunks(turns, parsed, head, body.get("rollout_id")),
+                                    cleanup=functools.partial(_close, turns))
+            await _fan_out(turns)
+            return JSONResponse(completions(turns, parsed, head, rollout_id=body.get("rollout_id")))
         async with contextlib.aclosing(turn.events()) as events:
             async for _ in events:
                 pass
@@ -61,23 +74,38 @@ async def _complete(runtime: Runtime, body: Any) -> Response:
     return JSONResponse(completion(turn, parsed, head))
 
 
-async def _fan_out(runtime: Runtime, first: Turn, turn_request: TurnRequest, n: int) -> list[Turn]:
-    """`n` generations of the same prompt, concurrently (vLLM's prefix cache shares the prompt).
-    The session (`prompt_cache_key`) continues the first choice: that is the one a client
-    continuing the conversation is assumed to keep."""
+async def _start_samples(runtime: Runtime, first: Turn, turn_request: TurnRequest,
+                         rollouts: list[Pending | None]) -> list[Turn]:
+    """`n` generations of the same prompt (vLLM's prefix cache shares it), started: sample i is
+    recorded in `rollouts[i]` (its branch of the rollout)."""
     turns = [first]
     try:
-        for _ in range(n - 1):
-            turn = await session.prepare(runtime, turn_request)
+        for rollout in rollouts[1:]:
+            turn = await session.prepare(runtime, dataclasses.replace(turn_request, rollout=rollout))
             await turn.start()
             turns.append(turn)
+    except BaseException:
+        await _close(turns)
+        raise
+    return turns
+
+
+async def _fan_out(turns: list[Turn]) -> None:
+    """Run the started samples to their ends, concurrently, and commit each. The session
+    (`prompt_cache_key`) continues the first choice: that is the one a client continuing the
+    conversation is assumed to keep."""
+    try:
         await asyncio.gather(*(_drain(turn) for turn in turns))
     finally:
-        for turn in turns:
-            await turn.aclose()
-    if first.record.finished:
-        await session.commit(first)
-    return turns
+        await _close(turns)
+    for sample, turn in enumerate(turns):
+        if turn.record.finished:
+            await session.commit(turn, sample=sample)
+
+
+async def _close(turns: list[Turn]) -> None:
+    for turn in turns:
+        await turn.aclose()
 
 
 async def _drain(turn: Turn) -> None:

@@ -30,6 +30,7 @@ from gateway.pipeline import session
 from gateway.pipeline.request import Recognised, TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
+from gateway.server.admission import Admission
 from gateway.server.http import (
     JSONResponse,
     cancelled_on_disconnect,
@@ -47,13 +48,13 @@ async def create_response(request: Request) -> Response:
     settings = request.app.state.settings
     raw = await read_body(request, settings.max_body_bytes, settings.request_body_timeout)
     async with cancelled_on_disconnect(request):
-        return await _respond(runtime, raw, settings.responses_spec)
+        return await _respond(runtime, raw, settings.responses_spec, request.app.state.admission)
 
 
-async def _respond(runtime: Runtime, raw: bytes, spec: str) -> Response:
+async def _respond(runtime: Runtime, raw: bytes, spec: str, admission: Admission) -> Response:
     turn, writer, parsed = await prepared(runtime, raw, spec)
     if parsed.background:
-        return JSONResponse(await run_in_background(runtime, turn, writer, parsed))
+        return await run_in_background(runtime, turn, writer, parsed, admission)
     try:
         await turn.start()
         if parsed.stream:
@@ -110,7 +111,7 @@ _FAILED_STATUS = {"upstream_timeout": 504, "server_shutting_down": 503}
 def _turn_request(parsed: ResponsesRequest, **sources: Any) -> TurnRequest:
     return TurnRequest(parsed.conversation, parsed.sampling, response_id=new_id("resp"),
                        cache_key=parsed.prompt_cache_key, generated=parsed.generated, store=parsed.store,
-                       spans=parsed.text_logprobs, **sources)
+                       spans=parsed.text_logprobs, truncate=parsed.truncate, **sources)
 
 
 async def _stored(runtime: Runtime, body: object) -> CachedResponse | None:

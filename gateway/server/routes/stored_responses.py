@@ -4,8 +4,12 @@ background response (POST /v1/responses/{id}/cancel).
 Responses created with `store: true` (OpenAI's default) are kept in the same store as
 `previous_response_id` continues (gateway/pipeline/session.py). A `background: true`
 response runs as a task of the process that took it; its state is stored as it goes, so a
-poll sees `queued`/`in_progress`, then the final response. Cancelling reaches the task only
-in that process (elsewhere: 404 from the task registry, the stored state stays).
+poll sees `queued`/`in_progress`, then the final response. Its events are kept too
+(gateway/server/event_log.py): `stream: true` streams them as they come, and
+`GET /v1/responses/{id}?stream=true&starting_after=N` resumes after event N, in the process
+that runs it. The task holds a slot of `--max-concurrent-requests` until it ends, as a
+streamed response does. Cancelling reaches the task only in that process (elsewhere: 404
+from the task registry, the stored state stays).
 """
 
 from __future__ import annotations
@@ -25,14 +29,39 @@ from gateway.core.errors import APIError
 from gateway.pipeline import session
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
-from gateway.server.http import JSONResponse
+from gateway.server.admission import Admission
+from gateway.server.event_log import EventLogs
+from gateway.server.http import JSONResponse, sse_response
 from gateway.sessions.responses import CachedResponse
 
 _running: dict[str, asyncio.Task[None]] = {}  # background responses this process runs, by id
+_logs = EventLogs()  # their events, for streams that start or resume on them
 
 
 async def get_response(request: Request) -> Response:
-    return JSONResponse((await _found(request)).response)
+    found = await _found(request)
+    if request.query_params.get("stream") not in ("true", "1"):
+        return JSONResponse(found.response)
+    after = _starting_after(request.query_params.get("starting_after"))
+    log = _logs.get(found.response_id)
+    if log is None:
+        raise APIError(f"Response '{found.response_id}' cannot be streamed: only the events of a background "
+                       f"response are kept, by the gateway process that runs it, for a while after it ends.",
+                       status=400, param="stream", code="response_not_streamable")
+    return sse_response(log.follow(after))
+
+
+def _starting_after(raw: str | None) -> int:
+    if raw is None:
+        return -1
+    try:
+        after = int(raw)
+    except ValueError:
+        after = None
+    if after is None or after < 0:
+        raise APIError(f"Invalid 'starting_after': {raw!r}; expected an event's sequence_number (an integer "
+                       f">= 0).", status=400, param="starting_after", code="invalid_value")
+    return after
 
 
 async def list_input_items(request: Request) -> Response:
@@ -63,30 +92,46 @@ async def cancel_response(request: Request) -> Response:
     return JSONResponse((await _found(request)).response)
 
 
-async def run_in_background(runtime: Runtime, turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest
-                      ) -> dict[str, Any]:
-    """Start the turn as a task; the `queued` response to answer now."""
+async def run_in_background(runtime: Runtime, turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest,
+                            admission: Admission) -> Response:
+    """Start the turn as a task; answer the `queued` response now, or with `stream`, the
+    events as they come (the client leaving does not stop the task)."""
     queued = writer.response("queued")
     await session.store_snapshot(runtime, turn.request, queued)
+    response_id = writer.response_id
+    log = _logs.open(response_id)
+    admission.hold()  # the task takes over the request's slot until it ends
     task = asyncio.create_task(_background(runtime, turn, writer, parsed))
-    _running[writer.response_id] = task
-    task.add_done_callback(lambda _: _running.pop(writer.response_id, None))
-    return queued
+    _running[response_id] = task
+
+    def ended(_: asyncio.Task[None]) -> None:
+        _running.pop(response_id, None)
+        _logs.finished(response_id)
+        admission.release()
+
+    task.add_done_callback(ended)
+    if parsed.stream:
+        return sse_response(log.follow())
+    return JSONResponse(queued)
 
 
 async def _background(runtime: Runtime, turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest) -> None:
     final: dict[str, Any] = {}
+    log = _logs.get(writer.response_id)
+    assert log is not None, "opened by run_in_background"
     try:
         await turn.start()
         await session.store_snapshot(runtime, turn.request, writer.response("in_progress"))
         async with contextlib.aclosing(response_events(turn, writer, parsed)) as events:
             async for batch in events:
+                log.add(batch)
                 final = batch[-1]
     except asyncio.CancelledError:
         await session.store_snapshot(runtime, turn.request, writer.response("cancelled"))
         return
     except APIError as exc:
         final = writer.failed(exc.code or "server_error", exc.message)
+        log.add([final])
     if final.get("type") == "response.failed":  # a completed one was stored by the commit
         await session.store_snapshot(runtime, turn.request, final["response"])
 
