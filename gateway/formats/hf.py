@@ -23,7 +23,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.sampling import OutputConstraint
-from gateway.formats import deepseek, glm, hf_constraints, kimi, llama3_json
+from gateway.formats import deepseek, gemma4, glm, hf_constraints, kimi, llama3_json
 from gateway.formats.base import Covered, Tail
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
@@ -35,9 +35,11 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
 # vLLM's --tool-call-parser / --reasoning-parser names this format speaks, and what they mean here.
 TOOL_PARSERS = {"auto": "auto", "hermes": "hermes", "qwen3_coder": "xml", "qwen3_xml": "xml", "glm45": "glm",
                 "glm47": "glm", "deepseek_v31": "deepseek", "kimi_k2": "kimi", "none": "none",
-                "llama3_json": "llama3_json"}
+                "llama3_json": "llama3_json",
+                "gemma4": "gemma4"}
 REASONING_PARSERS = {"auto": "think", "qwen3": "think", "glm45": "think", "glm47": "think", "deepseek_v3": "think",
-                     "deepseek_r1": "think", "kimi_k2": "think", "none": "none"}
+                     "deepseek_r1": "think", "kimi_k2": "think", "none": "none",
+                     "gemma4": "think"}
 # Families whose calls come in a section of calls, each a head and its arguments as written:
 # (section begin, section end, (call begin, call end, head/arguments separator), parser)
 SECTIONS = {
@@ -76,6 +78,8 @@ class HFChatFormat:
         prepare = template_messages if self.tool_calls == "xml" else glm.template_messages if self._glm else None
         if self.tool_calls == "llama3_json":
             prepare = llama3_json.template_messages
+        if self.tool_calls == "gemma4":
+            prepare = gemma4.template_messages
         self._encoder = SafeTemplateEncoder(tokenizer, template_kwargs, prepare=prepare)
         # A request that turns thinking off (`Conversation.thinking`) renders with the template's switch
         # off, as vLLM renders `chat_template_kwargs: {"enable_thinking": false}`; None: no switch.
@@ -94,6 +98,8 @@ class HFChatFormat:
                              f"{', '.join(missing)}")
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         turn_ends = glm.STOP_TOKENS if self._glm else END_OF_TURN_TOKENS
+        if self.tool_calls == "gemma4":
+            turn_ends = gemma4.STOP_TOKENS
         stops = [*eos, *(vocab[t] for t in turn_ends if t in vocab), *extra_eos_ids]
         self.stop_token_ids: list[int] = list(dict.fromkeys(stops))
         if self._glm:
@@ -101,6 +107,9 @@ class HFChatFormat:
         else:
             self.turn_terminators = frozenset({vocab["<|im_end|>"]} if "<|im_end|>" in vocab else eos)
         self.turn_openers = self.turn_terminators if self._glm else frozenset()
+        if self.tool_calls == "gemma4":  # `<|tool_response>` ends a model turn by opening its results
+            self.turn_terminators = frozenset(vocab[t] for t in gemma4.TURN_TOKENS)
+            self.turn_openers = frozenset(vocab[t] for t in gemma4.OPENER_TOKENS)
 
         self._token_bytes = _token_bytes(tokenizer)
         self.max_token_bytes = max(map(len, self._token_bytes))
@@ -108,6 +117,9 @@ class HFChatFormat:
                    "call_open": "<tool_call>", "call_close": "</tool_call>"}
         if section:
             markers.update(call_open=section[0], call_close=section[1])
+        if self.tool_calls == "gemma4":
+            markers.update(think_open=gemma4.CHANNEL_OPEN, think_close=gemma4.CHANNEL_CLOSE,
+                           call_open=gemma4.CALL_OPEN, call_close=gemma4.CALL_CLOSE)
         if REASONING_PARSERS[reasoning_parser] == "none":
             del markers["think_open"], markers["think_close"]
         if self.tool_calls == "none":
@@ -124,6 +136,8 @@ class HFChatFormat:
         if section:  # likewise the per-call markers of a section
             self._call_ids = tuple(vocab[t] for t in section[2])
             text.update({vocab[t]: t.encode() for t in section[2]})
+        if self.tool_calls == "gemma4":  # `<|"|>` delimits strings in a call; out of one, text
+            text[vocab[gemma4.STRING]] = gemma4.STRING.encode()
         self._markup = Markup(**ids, text=text)
         self._starts_in_reasoning = self._prompt_opens_reasoning(thinking=True)
         self._quiet_starts_in_reasoning = self._prompt_opens_reasoning(thinking=False)
@@ -158,6 +172,9 @@ class HFChatFormat:
         if self.tool_calls == "glm":
             return glm.GlmToolCallParser(self._token_bytes, self._markup, self._arg_ids, stop_ids,
                                          starts, tools)
+        if self.tool_calls == "gemma4":
+            return gemma4.Gemma4Parser(self._token_bytes, self._markup, self.tokenizer.convert_tokens_to_ids(
+                gemma4.STRING), stop_ids, starts, tools)
         if self.tool_calls == "llama3_json":
             return llama3_json.Llama3JsonParser(self._token_bytes, self._markup, stop_ids, tools)
         if self.tool_calls in SECTIONS:
@@ -210,6 +227,8 @@ class HFChatFormat:
 
 
 def _tool_calls_of(template: str) -> str:
+    if gemma4.TEMPLATE_MARKER in template:
+        return "gemma4"
     if glm.TEMPLATE_MARKER in template:
         return "glm"
     if deepseek.TEMPLATE_MARKER in template:
