@@ -11,7 +11,6 @@ import random
 
 import jinja2
 import pytest
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
