@@ -13,6 +13,7 @@ parser name is given.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -253,17 +254,44 @@ def load_hf_format(tokenizer_path: str | Path, **options: Any) -> HFChatFormat:
 def _token_bytes(tokenizer: PreTrainedTokenizerFast) -> list[bytes]:
     """The bytes each id decodes to; special (control) tokens decode to nothing."""
     backend = tokenizer.backend_tokenizer
-    if not isinstance(backend.decoder, decoders.ByteLevel):
-        raise ValueError(  # noqa: TRY004 (a tokenizer we cannot stream, not a wrong argument type)
-            f"the hf format streams byte-level BPE tokenizers only; this one decodes with {backend.decoder!r}"
+    if isinstance(backend.decoder, decoders.ByteLevel):
+        to_latin1 = str.maketrans({char: chr(byte) for byte, char in bytes_to_unicode().items()})
+
+        def piece_bytes(token: str) -> bytes:
+            return token.translate(to_latin1).encode("latin-1")
+    elif _sentencepiece_bpe(backend):
+        piece_bytes = _sentencepiece_bytes
+    else:
+        raise ValueError(
+            "the hf format streams byte-level BPE and SentencePiece-style BPE (byte fallback) tokenizers only; "
+            f"this one decodes with {backend.decoder!r}"
         )
-    to_latin1 = str.maketrans({char: chr(byte) for byte, char in bytes_to_unicode().items()})
     vocab = backend.get_vocab(with_added_tokens=False)
     added = tokenizer.added_tokens_decoder
     table = [b""] * (max([*vocab.values(), *added]) + 1)
     for token, token_id in vocab.items():
         if token_id not in added:  # DeepSeek's BPE holds its added BOS/EOS/pad too, not byte-level
-            table[token_id] = token.translate(to_latin1).encode("latin-1")
+            table[token_id] = piece_bytes(token)
     for token_id, token in added.items():
         table[token_id] = b"" if token.special else token.content.encode()
     return table
+
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+_SENTENCEPIECE_DECODER = ["Replace", "ByteFallback", "Fuse"]
+
+
+def _sentencepiece_bpe(backend: Any) -> bool:
+    """A SentencePiece-style BPE (Gemma's, Llama 2's): `▁` for spaces, `<0xNN>` byte pieces, decoded by
+    exactly Replace(`▁`, " "), ByteFallback, Fuse, so every id stands for fixed bytes."""
+    decoder = json.loads(backend.to_str()).get("decoder") or {}
+    steps = decoder.get("decoders", []) if decoder.get("type") == "Sequence" else [decoder]
+    if [step.get("type") for step in steps] != _SENTENCEPIECE_DECODER:
+        return False
+    replace = steps[0]
+    return replace.get("pattern") == {"String": "\u2581"} and replace.get("content") == " "
+
+
+def _sentencepiece_bytes(token: str) -> bytes:
+    byte = _BYTE_PIECE.fullmatch(token)
+    return bytes([int(byte[1], 16)]) if byte else token.replace("\u2581", " ").encode()
