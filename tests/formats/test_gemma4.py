@@ -205,3 +205,35 @@ async def test_the_next_prompt_continues_after_an_answer(gemma4_format, gemma4_t
     assert ids[:len(prompt) + len(generated)] == prompt + generated
     assert gemma4_format.decode(ids[len(prompt) + len(generated):]) == (
         "\n<|turn>user\nThanks<turn|>\n<|turn>model\n<|channel>thought\n<channel|>")
+
+
+def test_render_equals_the_interleaved_31b_template_on_random_conversations():
+    """Gemma-4-31B-it's interleaved template keeps reasoning before calls made after the last user
+    message and goes on in the same model turn after tool results: the same shaping renders it."""
+    from transformers import AutoTokenizer
+
+    from gateway.formats.hf import HFChatFormat
+    from tests.support.gemma4 import INTERLEAVED_TEMPLATE, gemma4_tokenizer_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(gemma4_tokenizer_dir())
+    tokenizer.chat_template = INTERLEAVED_TEMPLATE.read_text()
+    fmt = HFChatFormat(tokenizer, extra_eos_ids=EOS_IDS)
+    rng = random.Random(31)
+    compared = 0
+    for n in range(400):
+        case = random_conversation(rng)
+        try:
+            expected = reference_ids(tokenizer, case)
+        except jinja2.UndefinedError:
+            continue
+        assert fmt.render(case) == expected, (n, case)
+        compared += 1
+    assert compared > 100
+    case = Conversation(tools=TOOLS[1:], items=[
+        Message("user", "Read a and b."), Reasoning("a first."), ToolCall("c1", "read_file", '{"path": "a"}'),
+        ToolOutput("c1", "A"), Reasoning("now b."), ToolCall("c2", "read_file", '{"path": "b"}'), ToolOutput("c2", "B")])
+    assert fmt.decode(fmt.render(case)).endswith(
+        '<|turn>model\n<|channel>thought\na first.<channel|><|tool_call>call:read_file{path:<|"|>a<|"|>}<tool_call|>'
+        '<|tool_response>response:read_file{value:<|"|>A<|"|>}<tool_response|><|channel>thought\nnow b.<channel|>'
+        '<|tool_call>call:read_file{path:<|"|>b<|"|>}<tool_call|><|tool_response>response:read_file{value:<|"|>B<|"|>}'
+        "<tool_response|><|channel>thought\n<channel|>")

