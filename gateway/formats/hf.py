@@ -187,7 +187,9 @@ class HFChatFormat:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
 
     def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool]) -> dict[str, Any]:
-        return hf_constraints.structured_outputs(constraint, tools, calls=self.tool_calls, markers=self._markup,
+        # Gemma 4's call syntax has no grammar here yet: a forced call is refused rather than constrained wrongly.
+        calls = "none" if self.tool_calls == "gemma4" else self.tool_calls
+        return hf_constraints.structured_outputs(constraint, tools, calls=calls, markers=self._markup,
                                                  starts_in_reasoning=self._starts_in_reasoning)
 
     def token_bytes(self, token_id: int) -> bytes:

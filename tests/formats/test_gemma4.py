@@ -237,3 +237,13 @@ def test_render_equals_the_interleaved_31b_template_on_random_conversations():
         '<|tool_response>response:read_file{value:<|"|>A<|"|>}<tool_response|><|channel>thought\nnow b.<channel|>'
         '<|tool_call>call:read_file{path:<|"|>b<|"|>}<tool_call|><|tool_response>response:read_file{value:<|"|>B<|"|>}'
         "<tool_response|><|channel>thought\n<channel|>")
+
+
+def test_a_forced_call_is_refused_not_constrained_in_another_family_s_syntax(gemma4_format):
+    from gateway.core.errors import APIError
+    from gateway.core.sampling import OutputConstraint
+
+    with pytest.raises(APIError) as refused:
+        gemma4_format.structured_outputs(OutputConstraint(tool_choice="required"), TOOLS)
+    assert refused.value.status == 400 and refused.value.param == "tool_choice"
+    assert gemma4_format.structured_outputs(OutputConstraint(), TOOLS) == {}
