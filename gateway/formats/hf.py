@@ -4,7 +4,8 @@ Prompts are rendered by the tokenizer's chat template (see `hf_render` for how c
 kept from becoming markup); output is parsed at the token level for `<think>` reasoning and
 `<tool_call>` blocks: hermes JSON (`hf_parser`, the Qwen2.5/Qwen3 family), Qwen's XML
 (`qwen_xml`, Qwen3.5/3.6 and Qwen3-Coder), GLM's `<arg_key>`/`<arg_value>` (`glm`, GLM-4.5 to
-GLM-5) or the call sections of DeepSeek-V3.1 (`deepseek`) and Kimi-K2 (`kimi`). Which one is read off
+GLM-5), the call sections of DeepSeek-V3.1 (`deepseek`) and Kimi-K2 (`kimi`) or Gemma 4's
+`<|tool_call>call:NAME{…}` (`gemma4`, with `<|channel>` reasoning). Which one is read off
 the template (a template that writes `<arg_key>` is GLM's, one that writes `<｜tool▁calls▁begin｜>`
 DeepSeek's, `<|tool_calls_section_begin|>` Kimi's, `<function=` / `<parameter=` XML) unless vLLM's
 parser name is given.
