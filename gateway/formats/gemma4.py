@@ -159,8 +159,6 @@ class _Reader:
 
     def object_body(self, depth: int) -> dict[str, Any]:
         """Members up to and including the closing `}`."""
-        if depth > _MAX_DEPTH:
-            raise ValueError("too deep")
         members: dict[str, Any] = {}
         while self._peek() != "}":
             if members:
@@ -183,6 +181,8 @@ class _Reader:
         return key
 
     def _value(self, depth: int) -> Any:
+        if depth > _MAX_DEPTH:
+            raise ValueError("too deep")
         char = self._peek()
         if char == '"':
             return self._string()

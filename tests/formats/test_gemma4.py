@@ -247,3 +247,37 @@ def test_a_forced_call_is_refused_not_constrained_in_another_family_s_syntax(gem
         gemma4_format.structured_outputs(OutputConstraint(tool_choice="required"), TOOLS)
     assert refused.value.status == 400 and refused.value.param == "tool_choice"
     assert gemma4_format.structured_outputs(OutputConstraint(), TOOLS) == {}
+
+
+def test_deep_nesting_is_text_not_a_crash(gemma4_format, gemma4_tokenizer):
+    body = "<|tool_call>call:shell{a:" + "[" * 5000 + "]" * 5000 + "}<tool_call|>"
+    assert parse(gemma4_format, ids_of(gemma4_tokenizer, body)) == [("text", None, body)]
+
+
+_TURNS = {
+    "answer": ("All 3 passed.", "<turn|>"),
+    "call": (CALL, "<|tool_response>"),
+    "reasoned call": ("<|channel>thought\nRun it.<channel|>" + CALL
+                      + '<|tool_call>call:read_file{path:<|"|>a.py<|"|>}<tool_call|>', "<|tool_response>"),
+    "cut": ("Still wri", ""),
+}
+
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(turn=st.sampled_from(sorted(_TURNS)), split=st.sampled_from(["canonical", "bytes"]),
+       then=st.sampled_from(["outputs", "user", "developer"]))
+async def test_the_next_prompt_keeps_the_model_s_ids_whatever_comes_next(gemma4_format, gemma4_tokenizer, turn,
+                                                                          split, then):
+    text, stop = _TURNS[turn]
+    generated = ids_of(gemma4_tokenizer, text, split=split) + ([MARKUP[stop]] if stop else [])
+
+    def new_items(made: list[Item]) -> list[Item]:
+        calls = [item for item in made if isinstance(item, ToolCall)]
+        added: list[Item] = [ToolOutput(c.call_id, "ok", name=c.name) for c in calls] if then == "outputs" else []
+        return added + [Message("developer" if then == "developer" else "user", "Go on.")]
+
+    prompt, ids = await continue_after(gemma4_format, generated, new_items)
+    opener = stop == "<|tool_response>" and then != "outputs"  # another message than the results opens
+    kept = generated[:-1] if opener else generated
+    assert ids[:len(prompt) + len(kept)] == prompt + kept
+    assert ids[-1] == KNOWN_IDS["<channel|>"]
