@@ -281,3 +281,13 @@ async def test_the_next_prompt_keeps_the_model_s_ids_whatever_comes_next(gemma4_
     kept = generated[:-1] if opener else generated
     assert ids[:len(prompt) + len(kept)] == prompt + kept
     assert ids[-1] == KNOWN_IDS["<channel|>"]
+
+
+def test_thinking_mode_opens_no_channel_and_reads_the_model_s_own(gemma4_tokenizer):
+    from gateway.formats.hf import HFChatFormat
+
+    fmt = HFChatFormat(gemma4_tokenizer, enable_thinking=True, extra_eos_ids=EOS_IDS)
+    text = fmt.decode(fmt.render(Conversation(items=[Message("user", "Hi")])))
+    assert text == "<bos><|turn>system\n<|think|><turn|>\n<|turn>user\nHi<turn|>\n<|turn>model\n"
+    ids = ids_of(gemma4_tokenizer, "<|channel>thought\nGreet back.<channel|>Hello!<turn|>", split="bytes")
+    assert parse(fmt, ids) == [("reasoning", None, "Greet back."), ("text", None, "Hello!")]
