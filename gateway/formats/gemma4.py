@@ -45,7 +45,8 @@ STOP_TOKENS = (TURN_CLOSE, RESPONSE_OPEN)  # besides eos
 TURN_TOKENS = (TURN_CLOSE, RESPONSE_OPEN)  # what ends a model turn in a render (the splice counts them)
 OPENER_TOKENS = (RESPONSE_OPEN,)  # of those, the one that opens the next message
 THOUGHT = b"thought"  # the channel's name, written after `<|channel>`
-_NAME = re.compile(r"call:([\w\-.]+)\{", re.ASCII)
+_NAME = re.compile(r"call:([\w\-.]+)\{")  # vLLM's name pattern
+_BARE = re.compile(r"[^,}\]]*")
 _SPACE = " \t\r\n"
 _MAX_DEPTH = 64
 
@@ -199,7 +200,7 @@ class _Reader:
             self._at += 1
             return items
         text = self._pieces[self._piece]
-        match = re.compile(r"[^,}\]]*").match(text, self._at)
+        match = _BARE.match(text, self._at)
         assert match is not None
         word = match[0].strip()
         if not word:
