@@ -156,6 +156,24 @@ def vllm_glm(glm_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 @pytest.fixture(scope="session")
+def gemma4_model_dir() -> Path:
+    """A tiny random Qwen3-architecture model with Gemma 4's vocabulary size, control ids and template."""
+    from tests.support.gemma4 import gemma4_model_dir as build
+
+    return _built(build)
+
+
+@pytest.fixture(scope="module")
+def vllm_gemma4(gemma4_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
+    """Stock vLLM serving the tiny Gemma 4 model as "tiny-gemma4", for one module's tests. Content as
+    strings: vLLM's auto-detection picks the "openai" content format for this template (it loops over
+    content parts), and the template writes a system message's parts list as its Python repr."""
+    cpus = sorted(os.sched_getaffinity(0))
+    yield from _serve(gemma4_model_dir, "tiny-gemma4", cpus[0], tmp_path_factory.mktemp("vllm-gemma4"),
+                      ("--chat-template-content-format", "string"))
+
+
+@pytest.fixture(scope="session")
 def deepseek_model_dir() -> Path:
     """A tiny random DeepSeek-V3-architecture model (DeepseekV3ForCausalLM, MLA + MoE) with DeepSeek's BPE,
     V3.1's added tokens and the V3.1 template."""

@@ -4,17 +4,20 @@ Prompts are rendered by the tokenizer's chat template (see `hf_render` for how c
 kept from becoming markup); output is parsed at the token level for `<think>` reasoning and
 `<tool_call>` blocks: hermes JSON (`hf_parser`, the Qwen2.5/Qwen3 family), Qwen's XML
 (`qwen_xml`, Qwen3.5/3.6 and Qwen3-Coder), GLM's `<arg_key>`/`<arg_value>` (`glm`, GLM-4.5 to
-GLM-5), the call sections of DeepSeek-V3.1 (`deepseek`) and Kimi-K2 (`kimi`), or the `<invoke>` blocks
+GLM-5), the call sections of DeepSeek-V3.1 (`deepseek`) and Kimi-K2 (`kimi`), the `<invoke>` blocks
 of MiniMax-M2 (`minimax`) and DeepSeek-V3.2/V4 (`dsml`; these two models ship no template, and render
-with DeepSeek's encoder, `dsml_render`). Which one is read off the template (a template that writes
-`<arg_key>` is GLM's, one that writes `<｜tool▁calls▁begin｜>` DeepSeek's, `<|tool_calls_section_begin|>`
-Kimi's, `<minimax:tool_call>` MiniMax's, `｜DSML｜` DSML, `<function=` / `<parameter=` XML) or off
-config.json's `model_type` (`deepseek_v32`, `deepseek_v4`), unless vLLM's parser name is given.
+with DeepSeek's encoder, `dsml_render`), or Gemma 4's `<|tool_call>call:NAME{…}` (`gemma4`, with
+`<|channel>` reasoning). Which one is read off the template (a template that writes `<arg_key>` is
+GLM's, one that writes `<｜tool▁calls▁begin｜>` DeepSeek's, `<|tool_calls_section_begin|>` Kimi's,
+`<minimax:tool_call>` MiniMax's, `｜DSML｜` DSML, `<|tool_call>call:` Gemma 4's, `<function=` /
+`<parameter=` XML) or off config.json's `model_type` (`deepseek_v32`, `deepseek_v4`), unless vLLM's
+parser name is given.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.errors import APIError
 from gateway.core.sampling import OutputConstraint
-from gateway.formats import deepseek, dsml, glm, hf_constraints, kimi, llama3_json, minimax
+from gateway.formats import deepseek, dsml, gemma4, glm, hf_constraints, kimi, llama3_json, minimax
 from gateway.formats.base import Covered, Tail
 from gateway.formats.dsml_render import DSML, DsmlEncoder
 from gateway.formats.hf_parser import HermesOutputParser, Markup
@@ -42,10 +45,10 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
 TOOL_PARSERS = {"auto": "auto", "hermes": "hermes", "qwen3_coder": "xml", "qwen3_xml": "xml", "glm45": "glm",
                 "glm47": "glm", "deepseek_v31": "deepseek", "kimi_k2": "kimi", "none": "none",
                 "llama3_json": "llama3_json", "deepseek_v32": "dsml_v32", "deepseek_v4": "dsml_v4",
-                "minimax_m2": "minimax"}
+                "minimax_m2": "minimax", "gemma4": "gemma4"}
 REASONING_PARSERS = {"auto": "think", "qwen3": "think", "glm45": "think", "glm47": "think", "deepseek_v3": "think",
                      "deepseek_r1": "think", "kimi_k2": "think", "none": "none",
-                     "deepseek_v4": "think", "minimax_m2": "think"}
+                     "deepseek_v4": "think", "minimax_m2": "think", "gemma4": "think"}
 # Families whose calls come in a section of calls, each a head and its arguments as written:
 # (section begin, section end, (call begin, call end, head/arguments separator), parser)
 SECTIONS = {
@@ -87,7 +90,8 @@ class HFChatFormat:
             template_kwargs["enable_thinking"] = enable_thinking
         prepare = (template_messages if self.tool_calls in ("xml", "minimax")
                    else glm.template_messages if self._glm
-                   else llama3_json.template_messages if self.tool_calls == "llama3_json" else None)
+                   else llama3_json.template_messages if self.tool_calls == "llama3_json"
+                   else gemma4.template_messages if self.tool_calls == "gemma4" else None)
         self._encoder = (DsmlEncoder(tokenizer, self._dsml, enable_thinking) if self._dsml is not None
                          else SafeTemplateEncoder(tokenizer, template_kwargs, prepare=prepare))
         # A request that turns thinking off (`Conversation.thinking`) renders with the template's switch
@@ -114,6 +118,8 @@ class HFChatFormat:
                              f"{', '.join(missing)}")
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         turn_ends = glm.STOP_TOKENS if self._glm else END_OF_TURN_TOKENS
+        if self.tool_calls == "gemma4":
+            turn_ends = gemma4.STOP_TOKENS
         stops = [*eos, *(vocab[t] for t in turn_ends if t in vocab), *extra_eos_ids]
         self.stop_token_ids: list[int] = list(dict.fromkeys(stops))
         if self._glm:
@@ -121,6 +127,9 @@ class HFChatFormat:
         else:
             self.turn_terminators = frozenset({vocab["<|im_end|>"]} if "<|im_end|>" in vocab else eos)
         self.turn_openers = self.turn_terminators if self._glm else frozenset()
+        if self.tool_calls == "gemma4":  # `<|tool_response>` ends a model turn by opening its results
+            self.turn_terminators = frozenset(vocab[t] for t in gemma4.TURN_TOKENS)
+            self.turn_openers = frozenset(vocab[t] for t in gemma4.OPENER_TOKENS)
 
         self._token_bytes = _token_bytes(tokenizer)
         self.max_token_bytes = max(map(len, self._token_bytes))
@@ -133,6 +142,9 @@ class HFChatFormat:
         if self._dsml is not None:  # `｜DSML｜` opens every tag; the parser reads the text around it
             markers["call_open"] = DSML
             del markers["call_close"]
+        if self.tool_calls == "gemma4":
+            markers.update(think_open=gemma4.CHANNEL_OPEN, think_close=gemma4.CHANNEL_CLOSE,
+                           call_open=gemma4.CALL_OPEN, call_close=gemma4.CALL_CLOSE)
         if REASONING_PARSERS[reasoning_parser] == "none":
             del markers["think_open"], markers["think_close"]
         if self.tool_calls == "none":
@@ -149,6 +161,8 @@ class HFChatFormat:
         if section:  # likewise the per-call markers of a section
             self._call_ids = tuple(vocab[t] for t in section[2])
             text.update({vocab[t]: t.encode() for t in section[2]})
+        if self.tool_calls == "gemma4":  # `<|"|>` delimits strings in a call; out of one, text
+            text[vocab[gemma4.STRING]] = gemma4.STRING.encode()
         self._markup = Markup(**ids, text=text)
         if self._dsml is not None:
             self._invoke_tags = dsml.tags(vocab[DSML], self._dsml)
@@ -191,6 +205,9 @@ class HFChatFormat:
         if self.tool_calls == "glm":
             return glm.GlmToolCallParser(self._token_bytes, self._markup, self._arg_ids, stop_ids,
                                          starts, tools)
+        if self.tool_calls == "gemma4":
+            return gemma4.Gemma4Parser(self._token_bytes, self._markup, self.tokenizer.convert_tokens_to_ids(
+                gemma4.STRING), stop_ids, starts, tools)
         if self.tool_calls == "llama3_json":
             return llama3_json.Llama3JsonParser(self._token_bytes, self._markup, stop_ids, tools)
         if self.tool_calls == "minimax":
@@ -255,6 +272,8 @@ def _tool_calls_of(template: str) -> str:
         return "minimax"
     if DSML in template:
         return "dsml_v4" if f"{DSML}tool_calls" in template else "dsml_v32"
+    if gemma4.TEMPLATE_MARKER in template:
+        return "gemma4"
     if glm.TEMPLATE_MARKER in template:
         return "glm"
     if deepseek.TEMPLATE_MARKER in template:
@@ -289,17 +308,44 @@ def _model_type(model_dir: str | Path) -> str | None:
 def _token_bytes(tokenizer: PreTrainedTokenizerFast) -> list[bytes]:
     """The bytes each id decodes to; special (control) tokens decode to nothing."""
     backend = tokenizer.backend_tokenizer
-    if not isinstance(backend.decoder, decoders.ByteLevel):
-        raise ValueError(  # noqa: TRY004 (a tokenizer we cannot stream, not a wrong argument type)
-            f"the hf format streams byte-level BPE tokenizers only; this one decodes with {backend.decoder!r}"
+    if isinstance(backend.decoder, decoders.ByteLevel):
+        to_latin1 = str.maketrans({char: chr(byte) for byte, char in bytes_to_unicode().items()})
+
+        def piece_bytes(token: str) -> bytes:
+            return token.translate(to_latin1).encode("latin-1")
+    elif _sentencepiece_bpe(backend):
+        piece_bytes = _sentencepiece_bytes
+    else:
+        raise ValueError(
+            "the hf format streams byte-level BPE and SentencePiece-style BPE (byte fallback) tokenizers only; "
+            f"this one decodes with {backend.decoder!r}"
         )
-    to_latin1 = str.maketrans({char: chr(byte) for byte, char in bytes_to_unicode().items()})
     vocab = backend.get_vocab(with_added_tokens=False)
     added = tokenizer.added_tokens_decoder
     table = [b""] * (max([*vocab.values(), *added]) + 1)
     for token, token_id in vocab.items():
         if token_id not in added:  # DeepSeek's BPE holds its added BOS/EOS/pad too, not byte-level
-            table[token_id] = token.translate(to_latin1).encode("latin-1")
+            table[token_id] = piece_bytes(token)
     for token_id, token in added.items():
         table[token_id] = b"" if token.special else token.content.encode()
     return table
+
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+_SENTENCEPIECE_DECODER = ["Replace", "ByteFallback", "Fuse"]
+
+
+def _sentencepiece_bpe(backend: Any) -> bool:
+    """A SentencePiece-style BPE (Gemma's, Llama 2's): `▁` for spaces, `<0xNN>` byte pieces, decoded by
+    exactly Replace(`▁`, " "), ByteFallback, Fuse, so every id stands for fixed bytes."""
+    decoder = json.loads(backend.to_str()).get("decoder") or {}
+    steps = decoder.get("decoders", []) if decoder.get("type") == "Sequence" else [decoder]
+    if [step.get("type") for step in steps] != _SENTENCEPIECE_DECODER:
+        return False
+    replace = steps[0]
+    return replace.get("pattern") == {"String": "\u2581"} and replace.get("content") == " "
+
+
+def _sentencepiece_bytes(token: str) -> bytes:
+    byte = _BYTE_PIECE.fullmatch(token)
+    return bytes([int(byte[1], 16)]) if byte else token.replace("\u2581", " ").encode()

@@ -53,12 +53,12 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                                                        "mistral"], default=_env("chat_format", "auto"))
     parser.add_argument("--reasoning-parser",
                         choices=["auto", "qwen3", "glm45", "glm47", "deepseek_v3", "deepseek_r1", "kimi_k2", "none",
-                                 "mistral", "deepseek_v4", "minimax_m2"],
+                                 "mistral", "deepseek_v4", "minimax_m2", "gemma4"],
                         default=_env("reasoning_parser", "auto"), help="vLLM's name of the reasoning parser")
     parser.add_argument("--tool-call-parser", "--tool-parser", dest="tool_parser",
                         choices=["auto", "hermes", "qwen3_coder", "qwen3_xml", "glm45", "glm47", "deepseek_v31", "kimi_k2",
                                  "none",
-                                 "mistral", "llama3_json", "deepseek_v32", "deepseek_v4", "minimax_m2"],
+                                 "mistral", "llama3_json", "deepseek_v32", "deepseek_v4", "minimax_m2", "gemma4"],
                         default=_env("tool_call_parser", None) or _env("tool_parser", "auto"),
                         help="vLLM's name of the tool-call parser: hermes (Qwen2.5/Qwen3 JSON), qwen3_coder or "
                              "qwen3_xml (Qwen3.5/3.6, Qwen3-Coder XML), glm45 or glm47 (GLM-4.5 to GLM-5), deepseek_v31 "

@@ -150,3 +150,22 @@ def minimax_format(minimax_tokenizer):
     from gateway.formats.hf import HFChatFormat
 
     return HFChatFormat(minimax_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def gemma4_tokenizer():
+    """Gemma 4's control tokens at their real ids on a stand-in BPE, with the published Gemma 4 template."""
+    from transformers import AutoTokenizer
+
+    from tests.support.gemma4 import gemma4_tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(gemma4_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def gemma4_format():
+    """The HF format on it (with generation_config's stop ids): gemma4 calls, picked from the template."""
+    from gateway.formats.hf import load_hf_format
+    from tests.support.gemma4 import gemma4_tokenizer_dir
+
+    return load_hf_format(gemma4_tokenizer_dir())
