@@ -158,3 +158,18 @@ def test_websocket_clients_that_never_read_are_closed_and_their_generations_abor
     for sock in readers:
         sock.close()
     assert after["VmRSS"] - before < 64 * MB, (before, after)
+
+
+def test_a_websocket_client_that_never_reads_one_frame_larger_than_the_buffers_is_closed(stack):
+    fake, client, _ = stack
+    fake.reset()
+    # all 200,000 tokens in one event: one delta frame of 12.8 MB, then the replica keeps the
+    # stream open; no send follows the one the client never takes, and still it is closed
+    fake.queue(Script([EQUALS_64] * 200_000, chunks=[200_000], hang=True))
+    reader = _ws_connect(_address(client))
+    _ws_text(reader, {"type": "response.create", "model": MODEL, "input": "print a long line"})
+    wait_for(lambda: len(fake.bodies("/inference/v1/generate")) == 1, "the generation started")
+    wait_for(lambda: _live(client, "gateway_websocket_connections") == 0, "the non-reader was closed", timeout=30)
+    wait_for(lambda: len(fake.disconnected) == 1, "its generation was aborted", timeout=30)
+    _normal_request(fake, client)
+    reader.close()

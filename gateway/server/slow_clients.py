@@ -10,6 +10,13 @@ from its first byte (or from the connection's opening), 431 when they exceed
 (`--request-body-timeout`, gateway/server/http.py) and a WebSocket's unread sends theirs
 (`--client-write-timeout`, gateway/ws/connection.py).
 
+uvicorn's WebSocket send waits for the write buffer to drain below its high-water mark
+*before* writing, then returns: one large frame (a relay catching up sends many tokens at
+once) lands whole in the buffer and the send is done, so a client that reads nothing holds
+no pending send, and `--client-write-timeout` would never see it if no other send followed
+(the replica still generating). `BoundedClose` waits *after* writing as well: a send returns
+once the client has taken enough of it.
+
 Closing a WebSocket whose client reads nothing needs a bound too: uvicorn's WebSocket
 protocol makes `websocket.close` wait until the send buffer drains (never, for such a
 client), and its close timer and ping timeout only `close()` the transport, which also waits
@@ -117,6 +124,8 @@ class BoundedClose(WebSocketsSansIOProtocol):
             self.transport.abort()
             return
         await super().send(message)
+        if message["type"] == "websocket.send":
+            await self.writable.wait()  # set again when the connection is lost: never waits on a gone client
         if closing and self.close_timer is not None:  # no reply to the close frame: abort, not close()
             self.close_timer.cancel()
             self.close_timer = self.loop.call_later(CLOSE_TIMEOUT, self.transport.abort)
