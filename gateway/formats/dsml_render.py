@@ -156,6 +156,13 @@ def _last_user(messages: list[dict[str, Any]]) -> int:
     return next((i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] in ("user", "developer")), -1)
 
 
+def _without_earlier_reasoning(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The encoders' thinking mode drops the reasoning of assistant turns before the last query."""
+    last = _last_user(messages)
+    return [m if m["role"] != "assistant" or i >= last else {k: v for k, v in m.items() if k != "reasoning"}
+            for i, m in enumerate(messages)]
+
+
 class _V32:
     """`encoding_dsv32.encode_messages` behind vLLM's `deepseek_v32` wrapper."""
 
@@ -163,10 +170,8 @@ class _V32:
         if tools:
             messages = [{"role": "system", "tools": tools}, *messages]
         self.thinking = thinking
-        if thinking and messages and messages[-1]["role"] == "user":  # drop earlier reasoning
-            last = _last_user(messages)
-            messages = [m if m["role"] != "assistant" or i >= last else {k: v for k, v in m.items() if k != "reasoning"}
-                        for i, m in enumerate(messages)]
+        if thinking and messages and messages[-1]["role"] == "user":
+            messages = _without_earlier_reasoning(messages)
         self.messages = messages
         self.last_user = _last_user(messages)
 
@@ -222,9 +227,7 @@ class _V4:
         self.drop = not tools  # the encoder keeps all reasoning when the request has tools
         messages = _merge_tool_results(messages)
         if thinking and self.drop:
-            last = _last_user(messages)
-            messages = [m if m["role"] != "assistant" or i >= last else {k: v for k, v in m.items() if k != "reasoning"}
-                        for i, m in enumerate(messages)]
+            messages = _without_earlier_reasoning(messages)
         self.messages = messages
         self.last_user = _last_user(messages)
 
