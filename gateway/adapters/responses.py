@@ -8,7 +8,7 @@ module when the response ends normally, and forgotten when it fails.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from gateway.adapters import compaction, logprobs
@@ -50,30 +50,75 @@ async def response_events(turn: Turn, writer: ResponseWriter, parsed: ResponsesR
             async for batch in batches:
                 yield batch
         return
-    if parsed.text_logprobs and turn.record.logprobs is not None:
-        chat_format, record = turn.runtime.format, turn.record
-        writer.logprobs = lambda span: logprobs.entries(chat_format, record, *span)
-    yield writer.start()
-    on_parse_event = writer.on_parse_event
+    yield _started(turn, writer, parsed)
     try:
         async with contextlib.aclosing(turn.batches()) as batches:
             async for parse_events in batches:
-                events = []
-                for parse_event in coalesce(parse_events):
-                    events += on_parse_event(parse_event)
-                if events:
+                if events := item_events(writer, parse_events):
                     yield events
     except APIError as exc:
-        session.forget(turn.request)
-        trace.failed(exc)
-        yield [writer.failed(exc.code or "server_error", exc.message, usage(turn.record))]
+        yield [_failed(turn, writer, exc)]
         return
+    yield [await _ended(turn, writer, parsed)]
+
+
+async def relay_response(turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest,
+                         emit: Callable[[list[Event]], Awaitable[None] | None]) -> None:
+    """`response_events` pushed to `emit` (a streaming transport's write): the events of each
+    upstream read go out from the read itself (`Turn.relay`). `emit` returns None, or an
+    awaitable to wait for before more (a slow client)."""
+    if parsed.compact:
+        async with contextlib.aclosing(_compaction_events(turn, writer)) as batches:
+            async for batch in batches:
+                await _waited(emit(batch))
+        return
+    await _waited(emit(_started(turn, writer, parsed)))
+    try:
+        await turn.relay(lambda parse_events: emit(events) if (events := item_events(writer, parse_events)) else None)
+    except APIError as exc:
+        await _waited(emit([_failed(turn, writer, exc)]))
+        return
+    await _waited(emit([await _ended(turn, writer, parsed)]))
+
+
+def item_events(writer: ResponseWriter, parse_events: list[ParseEvent]) -> list[Event]:
+    """The Responses events of one batch of parse events."""
+    on_parse_event = writer.on_parse_event
+    if len(parse_events) == 1:
+        return on_parse_event(parse_events[0])
+    events: list[Event] = []
+    for parse_event in coalesce(parse_events):
+        events += on_parse_event(parse_event)
+    return events
+
+
+def _started(turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest) -> list[Event]:
+    if parsed.text_logprobs and turn.record.logprobs is not None:
+        chat_format, record = turn.runtime.format, turn.record
+        writer.logprobs = lambda span: logprobs.entries(chat_format, record, *span)
+    return writer.start()
+
+
+def _failed(turn: Turn, writer: ResponseWriter, exc: APIError) -> Event:
+    """The turn failed: nothing of it is kept."""
+    session.forget(turn.request)
+    trace.failed(exc)
+    return writer.failed(exc.code or "server_error", exc.message, usage(turn.record))
+
+
+async def _ended(turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest) -> Event:
+    """The final event of a turn that generated to its end; committed unless it failed."""
     final = final_event(turn.record, writer, parsed, incomplete_reason(turn))
     if final["type"] == "response.failed":
         session.forget(turn.request)
     else:
         await session.commit(turn, final["response"])
-    yield [final]
+    return final
+
+
+async def _waited(hold: Awaitable[None] | None) -> None:
+    if hold is not None:
+        await hold
 
 
 async def _compaction_events(turn: Turn, writer: ResponseWriter) -> AsyncIterator[list[Event]]:

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from gateway.core.conversation import Item, Message
@@ -30,7 +30,7 @@ from gateway.pipeline.stop_strings import StopStrings
 from gateway.tokenfix.prompt import PromptBuilder
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
-from gateway.upstream.chunks import Usage
+from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.replica import UpstreamStream
 
 log = logging.getLogger(__name__)
@@ -152,49 +152,52 @@ class Turn:
         read by then: relayed as one, never waited for). Leaving early (client gone) aborts the
         upstream request."""
         assert self._stream is not None, "start() first"
-        record = self.record
-        parser = self.runtime.format.parser(self.record.conversation.tools, thinking=self.record.conversation.thinking)
-        started: dict[int, ItemStarted] = {}
-        output_ids, logprobs, top = record.output_ids, record.logprobs, record.top_logprobs
-        feed = _spans(parser.feed) if self.request.spans and logprobs is not None else parser.feed
-        stops = StopStrings(self.sampling.stop, feed) if self.sampling.stop else None
-        if stops is not None:
-            feed = stops.feed
-        try:
+        output = _Output(self)
+        async with self._generating():
             async for chunk in self._stream:
-                if isinstance(chunk, Usage):
-                    record.usage = chunk
-                    continue
-                ids = chunk.token_ids
-                if record.first_token_at is None and ids:
-                    record.first_token_at = time.perf_counter()
-                output_ids.extend(ids)
-                if logprobs is not None and chunk.logprobs is not None:
-                    logprobs.extend(chunk.logprobs)
-                if top is not None:
-                    top.extend(chunk.top_logprobs or [[] for _ in ids])
-                if chunk.finish_reason is not None:
-                    record.finish_reason = chunk.finish_reason
-                events = feed(ids)
-                record.reasoning_tokens = parser.reasoning_tokens
-                if stops is not None and stops.cut is not None:
-                    self._cut(stops.cut)
-                    record.stop_string = stops.matched
-                for event in events:
-                    self._track(event, started)
+                events = output.take(chunk)
                 if events:
                     yield events
-                if stops is not None and stops.cut is not None:
+                if output.stopped:
                     return  # a stop string: leaving aborts the upstream request
-            events = parser.finish() if stops is None else stops.finish(parser.finish())
-            for event in events:
-                self._track(event, started)
+            events = output.finish()
             if events:
                 yield events
+
+    async def relay(self, on_events: Callable[[list[ParseEvent]], Awaitable[None] | None]) -> None:
+        """`batches()` pushed: each read's events go to `on_events` from the read itself (no task
+        wakes for a token: gateway/upstream/stream.py), which returns None to go on or an
+        awaitable to wait for first (a slow client). Returns when the generation ended; raises
+        as `batches()` does, and leaving early (cancelled) aborts the upstream request."""
+        stream = self._stream
+        assert stream is not None, "start() first"
+        output = _Output(self)
+
+        def sink(chunks: list[TokenChunk | Usage]) -> Awaitable[None] | None:
+            events: list[ParseEvent] = []
+            for chunk in chunks:
+                events += output.take(chunk)
+                if output.stopped:
+                    stream.stop_relay()
+                    break
+            return on_events(events) if events else None
+
+        async with self._generating():
+            await stream.relay(sink)
+            if not output.stopped and (events := output.finish()) and (hold := on_events(events)) is not None:
+                await hold
+
+    @contextlib.asynccontextmanager
+    async def _generating(self) -> AsyncIterator[None]:
+        """Around reading the output: how it ended goes into the record, a bug below still ends
+        in a clean failure (not a cut stream), and the generation is released however it ends."""
+        record = self.record
+        try:
+            yield
         except APIError:
             record.ended_early = "failed"
             raise
-        except Exception as exc:  # a bug below: the client still gets a clean failure, not a cut stream
+        except Exception as exc:
             record.ended_early = "failed"
             log.exception("request %s: the turn failed", record.request_id)
             raise APIError("The gateway failed while generating.", status=500, type="server_error",
@@ -229,14 +232,65 @@ class Turn:
                 for event in batch:
                     yield event
 
-    def _track(self, event: ParseEvent, started: dict[int, ItemStarted]) -> None:
+
+class _Output:
+    """A turn's output, taken chunk by chunk: ids, logprobs and finish into the record, the ids
+    through the parser (and stop strings), started and finished items tracked."""
+
+    def __init__(self, turn: Turn) -> None:
+        record = self._record = turn.record
+        self._turn = turn
+        self._parser = parser = turn.runtime.format.parser(record.conversation.tools,
+                                                           thinking=record.conversation.thinking)
+        self._started: dict[int, ItemStarted] = {}
+        feed = _spans(parser.feed) if turn.request.spans and record.logprobs is not None else parser.feed
+        self._stops = StopStrings(turn.sampling.stop, feed) if turn.sampling.stop else None
+        self._feed = self._stops.feed if self._stops is not None else feed
+        self.stopped = False  # a stop string matched: the turn ends here
+
+    def take(self, chunk: TokenChunk | Usage) -> list[ParseEvent]:
+        record = self._record
+        if type(chunk) is Usage:
+            record.usage = chunk
+            return []
+        ids = chunk.token_ids
+        if record.first_token_at is None and ids:
+            record.first_token_at = time.perf_counter()
+        record.output_ids.extend(ids)
+        if record.logprobs is not None and chunk.logprobs is not None:
+            record.logprobs.extend(chunk.logprobs)
+        if record.top_logprobs is not None:
+            record.top_logprobs.extend(chunk.top_logprobs or [[] for _ in ids])
+        if chunk.finish_reason is not None:
+            record.finish_reason = chunk.finish_reason
+        events = self._feed(ids)
+        record.reasoning_tokens = self._parser.reasoning_tokens
+        stops = self._stops
+        if stops is not None and stops.cut is not None:
+            self._turn._cut(stops.cut)
+            record.stop_string = stops.matched
+            self.stopped = True
+        for event in events:
+            self._track(event)
+        return events
+
+    def finish(self) -> list[ParseEvent]:
+        """The parser's last events, once the replica finished."""
+        events = self._parser.finish()
+        if self._stops is not None:
+            events = self._stops.finish(events)
+        for event in events:
+            self._track(event)
+        return events
+
+    def _track(self, event: ParseEvent) -> None:
         """Give tool calls their ids and collect finished items as canonical output."""
         if isinstance(event, ItemStarted):
             if event.kind == "tool_call" and not event.call_id:  # Kimi's calls carry their own ids
                 event.call_id = new_id("call")
-            started[event.index] = event
+            self._started[event.index] = event
         elif isinstance(event, ItemDone):
-            self.record.output_items.append(output_item(started.pop(event.index), event.text))
+            self._record.output_items.append(output_item(self._started.pop(event.index), event.text))
 
 
 def _spans(feed: Callable[[Sequence[int]], list[ParseEvent]]) -> Callable[[Sequence[int]], list[ParseEvent]]:

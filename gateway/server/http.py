@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import orjson
@@ -16,6 +17,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.adapters.anthropic_output import error_body
 from gateway.core.errors import APIError, invalid_request
 from gateway.pipeline import trace
+from gateway.server.body_writer import BodyWriter
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -73,16 +75,24 @@ def sse_event(event: dict[str, Any]) -> bytes:
 _SSE_PREFIXES: dict[str, bytes] = {}  # a few dozen event types, ever
 
 
+# A streaming response's write: None once written, or an awaitable to wait for before more.
+Emit = Callable[[bytes], Awaitable[None] | None]
+
+
 class SSEResponse:
     """A `text/event-stream` response: each chunk of `body` goes out as one write.
 
     What Starlette's StreamingResponse does, minus the anyio task group and wrappers it sets
     up per response: the stream runs in the request's own task, and a watcher task cancels it
     when the client disconnects (so the upstream generation is aborted even while no token
-    comes to write).
+    comes to write). `body` is an async iterator of chunks, or a relay: a coroutine function
+    that pushes chunks to the `Emit` it is given, from wherever they come (an upstream read).
+    Once the headers are out, chunks are written straight to the transport where the server
+    allows it (gateway/server/body_writer.py), else sent through ASGI.
     """
 
-    def __init__(self, body: AsyncIterator[bytes], cleanup: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(self, body: AsyncGenerator[bytes, None] | Callable[[Emit], Awaitable[None]],
+                 cleanup: Callable[[], Awaitable[None]] | None = None) -> None:
         """`cleanup`: awaited however the response ends, even if `body` never started (the
         client left before the headers): it releases the generation."""
         self.body = body
@@ -93,11 +103,10 @@ class SSEResponse:
         assert task is not None
         gone = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task))
         try:
-            async with contextlib.aclosing(self.body) as body:
-                # a fresh list: middlewares add headers to it (x-request-id)
-                await send({"type": "http.response.start", "status": 200, "headers": list(_SSE_HEADERS)})
-                async for chunk in body:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            # a fresh list: middlewares add headers to it (x-request-id)
+            await send({"type": "http.response.start", "status": 200, "headers": list(_SSE_HEADERS)})
+            relay = self.body if callable(self.body) else partial(_pump, self.body)
+            await relay(_emitter(BodyWriter.of(scope), send))
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not gone.done() or gone.cancelled():
@@ -105,8 +114,30 @@ class SSEResponse:
             task.uncancel()
         finally:
             gone.cancel()
+            if not callable(self.body):
+                await self.body.aclose()  # also when it never started (the client left before the headers)
             if self.cleanup is not None:
                 await self.cleanup()
+
+
+async def _pump(body: AsyncGenerator[bytes, None], emit: Emit) -> None:
+    async for chunk in body:
+        if (hold := emit(chunk)) is not None:
+            await hold
+
+
+def _emitter(writer: BodyWriter | None, send: Send) -> Emit:
+    def sent(chunk: bytes) -> Awaitable[None]:
+        return send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+    if writer is None:
+        return sent
+
+    def written(chunk: bytes) -> Awaitable[None] | None:
+        if not writer.write(chunk):
+            return sent(chunk)
+        return writer.drain() if writer.paused else None
+    return written
 
 
 _SSE_HEADERS = ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"),
@@ -119,7 +150,8 @@ async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task) -> None:
     task.cancel()
 
 
-def sse_response(body: AsyncIterator[bytes], cleanup: Callable[[], Awaitable[None]] | None = None) -> SSEResponse:
+def sse_response(body: AsyncGenerator[bytes, None] | Callable[[Emit], Awaitable[None]],
+                 cleanup: Callable[[], Awaitable[None]] | None = None) -> SSEResponse:
     return SSEResponse(body, cleanup)
 
 

@@ -33,17 +33,18 @@ from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from gateway.core.settings import Settings
+from gateway.server.body_writer import DirectBodies
 
 MAX_HEADER_BYTES = 64 * 1024  # request line and headers; nginx's default is 32 KiB, h11's 16 KiB
 CLOSE_TIMEOUT = 10.0  # seconds a WebSocket's close frame may wait for the client's reply (uvicorn's)
 
 
-class BoundedHeaders(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a deadline and a size cap on each request's headers."""
+class BoundedHeaders(DirectBodies):
+    """uvicorn's httptools protocol with a deadline and a size cap on each request's headers (and
+    a direct body writer: gateway/server/body_writer.py)."""
 
     def __init__(self, *args: Any, header_timeout: float, max_header_bytes: int = MAX_HEADER_BYTES,
                  **kwargs: Any) -> None:

@@ -1,19 +1,26 @@
 """One accepted streaming generation: SSE payloads off the connection, token chunks to the turn.
 
 The connection hands over each read's body bytes at once (gateway/upstream/connection.py);
-`on_body` splits them into SSE `data:` payloads in one `split` and appends them, and wakes
-the turn if it waits. Iterating takes every payload read so far and yields one TokenChunk
-with all their tokens (and the Usage, if one came): a replica emits a token per event, so a
-relay that falls behind catches up in batches (one parse, one client write for many tokens)
-instead of token by token, and nothing ever waits for more tokens. A chunk boundary may fall
+`on_body` splits them into SSE `data:` payloads in one `split`. A chunk boundary may fall
 anywhere (inside a UTF-8 character, inside `data: [DONE]`, between the two newlines): bytes
-are only ever split at a newline, and the unfinished line waits for the next read.
+are only ever split at a newline, and the unfinished line waits for the next read. Each
+read's payloads become one TokenChunk with all their tokens (and the Usage, if one came).
+
+Two ways to take them:
+- `relay(sink)` (push): the chunks of each read go to `sink` at once, from the read's own
+  callback. At engine pace a stream gets one token per read, and this is what makes such a
+  token cheap: no task wakes up, no async generator resumes, for it. The sink returns None to
+  go on, or an awaitable (a slow client's drain) that the relay waits for, the connection's
+  reading paused meanwhile, before it hands on more.
+- iterating (pull): the turn wakes for what was read and takes everything read so far, so a
+  relay that falls behind catches up in batches (one parse, one client write for many
+  tokens) instead of token by token, and nothing ever waits for more tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import orjson
@@ -27,6 +34,9 @@ if TYPE_CHECKING:
     from gateway.upstream.replica import Replica
 
 MAX_UNTAKEN = 1024  # payloads read ahead of a slow client before the connection stops reading
+
+# Where `relay` hands each read's chunks: None to go on, or an awaitable to wait for first.
+Sink = Callable[[list[TokenChunk | Usage]], Awaitable[None] | None]
 
 
 class UpstreamStream:
@@ -47,8 +57,12 @@ class UpstreamStream:
         self._ended = False  # the response ended, broke or was interrupted
         self._interrupted = False
         self._error: Exception | None = None  # why the response broke, if it did
-        self._wake: asyncio.Future | None = None  # the iterator waiting for payloads
+        self._wake: asyncio.Future | None = None  # the iterator (or relay) waiting for payloads
         self._closing: asyncio.Future | None = None
+        self._sink: Sink | None = None  # where reads go at once, while `relay` runs
+        self._hold: Awaitable[None] | None = None  # what the sink asked the relay to wait for
+        self._sink_error: BaseException | None = None  # what the sink (or the replica) raised mid-relay
+        self._relay_stopped = False
 
     # the connection's Receiver
     def on_headers(self, status: int) -> None:
@@ -72,6 +86,9 @@ class UpstreamStream:
                 else:
                     payloads.append(payload)
         if len(payloads) > n_before:
+            if self._sink is not None and self._hold is None and self._sink_error is None:
+                self._deliver()
+                return
             self._wake_iterator()
             if len(payloads) >= MAX_UNTAKEN and self.connection is not None:  # the client reads slower
                 self._paused = True
@@ -132,6 +149,10 @@ class UpstreamStream:
                 yield item
             if error is not None:
                 raise error
+        self._raise_unless_finished()
+
+    def _raise_unless_finished(self) -> None:
+        """The response ended: fine after `data: [DONE]`, else why it did not finish."""
         if self._finished:
             return
         if self._error is not None:
@@ -139,6 +160,65 @@ class UpstreamStream:
         if self._interrupted:
             raise shutting_down()
         raise UpstreamFailed(f"replica {self.replica.url} closed the stream before it finished")
+
+    async def relay(self, sink: Sink) -> None:
+        """Hand every read's chunks to `sink` as they arrive, until the response ends (or
+        `stop_relay()`); raises what iteration would (a broken stream, an in-stream error, an
+        interrupt) and whatever the sink raised."""
+        loop = asyncio.get_running_loop()
+        self._sink = sink
+        try:
+            while True:
+                if self._payloads and self._hold is None and self._sink_error is None:  # read before the
+                    # relay began, or while it held
+                    self._deliver()
+                if self._hold is not None:
+                    hold, self._hold = self._hold, None
+                    await hold
+                    if self.connection is not None:
+                        self.connection.resume()
+                    continue
+                if self._sink_error is not None:
+                    raise self._sink_error
+                if self._relay_stopped or (self._ended and not self._payloads):
+                    break
+                self._wake = loop.create_future()
+                try:
+                    await self._wake
+                finally:
+                    self._wake = None
+        finally:
+            self._sink = None
+            if self._hold is not None and hasattr(self._hold, "close"):
+                self._hold.close()  # a coroutine nobody will await now
+            self._hold = None
+        if not self._relay_stopped:
+            self._raise_unless_finished()
+
+    def stop_relay(self) -> None:
+        """The sink has all it wants (a stop string): `relay` returns after this read."""
+        self._relay_stopped = True
+        self._sink = None
+        self._wake_iterator()
+
+    def _deliver(self) -> None:
+        """Hand what was read to the sink, from the read's callback (or the relay, after a hold)."""
+        payloads, self._payloads = self._payloads, []
+        items, error = self._decode(payloads)
+        try:
+            hold = self._sink(items) if items and self._sink is not None else None
+        except Exception as exc:  # noqa: BLE001 - raised where the relay waits, in the request's task
+            self._sink_error = exc
+            self._wake_iterator()
+            return
+        if hold is not None:  # what was handed on is written first, then the replica's error raised
+            self._hold = hold
+            if self.connection is not None:
+                self.connection.pause()
+        if error is not None:
+            self._sink_error = error
+        if hold is not None or error is not None:
+            self._wake_iterator()
 
     def _decode(self, payloads: list[bytes]) -> tuple[list[TokenChunk | Usage], UpstreamFailed | None]:
         """One TokenChunk for the tokens of all `payloads`, then the Usage if one came; and the

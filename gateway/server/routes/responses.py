@@ -19,7 +19,14 @@ from starlette.responses import Response
 
 from gateway.adapters.continuation import parse_continuation
 from gateway.adapters.resent import parse_resent, resent_prefix
-from gateway.adapters.responses import Event, check_model, failed_events, new_writer, response_events
+from gateway.adapters.responses import (
+    Event,
+    check_model,
+    failed_events,
+    new_writer,
+    relay_response,
+    response_events,
+)
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.adapters.rollout_fields import begin_rollout
@@ -32,6 +39,7 @@ from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
 from gateway.server.admission import Admission
 from gateway.server.http import (
+    Emit,
     JSONResponse,
     cancelled_on_disconnect,
     parse_json,
@@ -58,7 +66,7 @@ async def _respond(runtime: Runtime, raw: bytes, spec: str, admission: Admission
     try:
         await turn.start()
         if parsed.stream:
-            return sse_response(_sse(response_events(turn, writer, parsed)), cleanup=turn.aclose)
+            return sse_response(partial(_relay, turn, writer, parsed), cleanup=turn.aclose)
         response = await final_response(turn, writer, parsed)
     except APIError as exc:
         await turn.aclose()
@@ -128,8 +136,17 @@ async def _stored(runtime: Runtime, body: object) -> CachedResponse | None:
     return previous
 
 
+async def _relay(turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest, emit: Emit) -> None:
+    """The response's events as SSE, one write per upstream read (gateway/adapters/responses.py)."""
+    await relay_response(turn, writer, parsed, lambda events: emit(sse_events(events)))
+
+
+def sse_events(events: list[Event]) -> bytes:
+    return sse_event(events[0]) if len(events) == 1 else b"".join([sse_event(event) for event in events])
+
+
 async def _sse(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
     """One body chunk per batch of events: one write to the client for many tokens."""
     async with contextlib.aclosing(batches):
         async for batch in batches:
-            yield b"".join([sse_event(event) for event in batch])
+            yield sse_events(batch)
