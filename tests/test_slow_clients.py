@@ -136,6 +136,25 @@ def _live(client: httpx.Client, name: str) -> float:
     raise AssertionError(f"{name} not in /metrics")
 
 
+def test_an_sse_client_that_reads_slowly_gets_every_token_in_order(stack):
+    """6.4 MB of deltas to a client that reads nothing for 2 s: the relay waits on uvicorn's flow
+    control (the replica's connection paused meanwhile) and loses nothing."""
+    fake, client, _ = stack
+    fake.reset()
+    n_tokens = 100_000
+    fake.queue(Script([EQUALS_64] * n_tokens + [151645], chunks=[100] * 1000 + [1]))
+    body = {"model": MODEL, "input": "print a long line", "stream": True}
+    with client.stream("POST", "/v1/responses", json=body) as response:
+        assert response.status_code == 200
+        time.sleep(2)
+        text = response.read().decode()
+    events = [orjson.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert deltas == "=" * 64 * n_tokens
+    assert events[-1]["type"] == "response.completed"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
 def test_websocket_clients_that_never_read_are_closed_and_their_generations_aborted(stack):
     fake, client, pid = stack
     fake.reset()

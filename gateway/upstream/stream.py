@@ -138,10 +138,7 @@ class UpstreamStream:
                 finally:
                     self._wake = None
             payloads, self._payloads = self._payloads, []
-            if self._paused:
-                self._paused = False
-                if self.connection is not None:
-                    self.connection.resume()
+            self._resume_reading()
             if not payloads:
                 break  # the response ended and everything read was taken
             items, error = self._decode(payloads)
@@ -170,13 +167,13 @@ class UpstreamStream:
         try:
             while True:
                 if self._payloads and self._hold is None and self._sink_error is None:  # read before the
-                    # relay began, or while it held
-                    self._deliver()
+                    self._deliver()  # relay began (maybe paused at MAX_UNTAKEN), or while it held
+                    if self._hold is None:
+                        self._resume_reading()
                 if self._hold is not None:
                     hold, self._hold = self._hold, None
                     await hold
-                    if self.connection is not None:
-                        self.connection.resume()
+                    self._resume_reading()
                     continue
                 if self._sink_error is not None:
                     raise self._sink_error
@@ -213,12 +210,20 @@ class UpstreamStream:
             return
         if hold is not None:  # what was handed on is written first, then the replica's error raised
             self._hold = hold
+            self._paused = True
             if self.connection is not None:
                 self.connection.pause()
         if error is not None:
             self._sink_error = error
         if hold is not None or error is not None:
             self._wake_iterator()
+
+    def _resume_reading(self) -> None:
+        """What was held back (MAX_UNTAKEN, a hold) is taken: the connection reads again."""
+        if self._paused:
+            self._paused = False
+            if self.connection is not None:
+                self.connection.resume()
 
     def _decode(self, payloads: list[bytes]) -> tuple[list[TokenChunk | Usage], UpstreamFailed | None]:
         """One TokenChunk for the tokens of all `payloads`, then the Usage if one came; and the

@@ -1,0 +1,228 @@
+"""`UpstreamStream.relay` (push): each read's chunks go to the sink from the read itself; the same
+tokens as iterating, for any chunk boundaries; a hold pauses reading until it resolves; the
+sink's and the replica's errors, a stop, an interrupt and a replica closing mid-stream end the
+relay as they end iteration."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.core.errors import APIError, UpstreamFailed
+from gateway.upstream.chunks import TokenChunk, Usage
+from gateway.upstream.connection import Connection, Connections
+from gateway.upstream.replica import Replica
+from gateway.upstream.stream import MAX_UNTAKEN, UpstreamStream
+from tests.support.raw_replica import CLOSE, LAST_CHUNK, Pause, RawReplica, chunk, ok_head, sse
+from tests.support.waiting import async_wait_for
+from tests.upstream.test_stream_client import EXPECTED, RESPONSE, split
+
+on_fixture_loop = pytest.mark.asyncio(loop_scope="session")
+
+
+def token_event(token: int) -> bytes:
+    return chunk(sse({"choices": [{"index": 0, "token_ids": [token], "text": "x"}]}))
+
+
+def tokens_of(items: list) -> list[int]:
+    return [t for item in items if isinstance(item, TokenChunk) for t in item.token_ids]
+
+
+async def relayed_reads(pieces: list[bytes]) -> tuple[list[list], int]:
+    """Feed `pieces` to a real connection's protocol as reads while the stream relays: what the
+    sink got per call, and how many connections are idle after."""
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    owner = Connections("http://replica:8000", idle_timeout=None)
+    replica = Replica("http://replica:8000", httpx.AsyncClient(), api="completions")
+    try:
+        _, connection = await loop.create_connection(lambda: Connection(owner), sock=ours)
+        stream = UpstreamStream(replica, "r")
+        stream.connection = connection
+        connection.send(owner.request_bytes("/v1/completions", b"{}"), stream, None)
+        calls: list[list] = []
+        relaying = asyncio.ensure_future(stream.relay(lambda items: calls.append(items)))
+        await asyncio.sleep(0)  # the relay waits for reads
+        for piece in pieces:
+            connection.data_received(piece)
+        await relaying
+        return calls, owner.n_idle
+    finally:
+        theirs.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(min_value=0), max_size=40))
+def test_any_chunk_boundaries_relay_the_same_tokens_as_iterating(cuts):
+    calls, n_idle = asyncio.run(relayed_reads(split(RESPONSE, cuts)))
+    items = [item for call in calls for item in call]
+    assert tokens_of(items) == EXPECTED[0].token_ids
+    assert [item for item in items if isinstance(item, TokenChunk)][-1].finish_reason == "stop"
+    assert items[-1] == Usage(2, 4)
+    assert n_idle == 1
+
+
+def test_each_read_goes_to_the_sink_from_the_read_itself():
+    """One read, one sink call, made inside `data_received`: no task runs in between."""
+    async def scenario() -> list[int]:
+        loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair()
+        owner = Connections("http://replica:8000", idle_timeout=None)
+        replica = Replica("http://replica:8000", httpx.AsyncClient(), api="completions")
+        _, connection = await loop.create_connection(lambda: Connection(owner), sock=ours)
+        stream = UpstreamStream(replica, "r")
+        stream.connection = connection
+        connection.send(owner.request_bytes("/v1/completions", b"{}"), stream, None)
+        got: list[int] = []
+        relaying = asyncio.ensure_future(stream.relay(lambda items: got.extend(tokens_of(items))))
+        await asyncio.sleep(0)
+        connection.data_received(ok_head())
+        seen = []
+        for token in (7, 8, 9):
+            connection.data_received(token_event(token))
+            seen.append(list(got))  # synchronously, before the loop ran anything
+        connection.data_received(chunk(sse(b"[DONE]")) + LAST_CHUNK)
+        await relaying
+        theirs.close()
+        return seen
+    assert asyncio.run(scenario()) == [[7], [7, 8], [7, 8, 9]]
+
+
+@on_fixture_loop
+async def test_a_hold_pauses_reading_until_it_resolves_and_loses_nothing():
+    n_tokens = 20_000  # ~1.4 MB: the kernel's buffers fill while the relay holds
+    async with RawReplica() as raw, httpx.AsyncClient() as client:
+        raw.queue([ok_head(), b"".join(token_event(i) for i in range(n_tokens)), chunk(sse(b"[DONE]")),
+                   LAST_CHUNK])
+        replica = Replica(raw.url, client, api="completions")
+        stream = await replica.open([1], {}, "r")
+        connection = stream.connection
+        client_ready = asyncio.Event()
+        got: list[int] = []
+        holds = 0
+
+        def sink(items: list) -> asyncio.Future | None:
+            nonlocal holds
+            got.extend(tokens_of(items))
+            if holds == 0:  # the first batch: the client is slow
+                holds += 1
+                return asyncio.ensure_future(client_ready.wait())
+            return None
+
+        relaying = asyncio.ensure_future(stream.relay(sink))
+        await async_wait_for(lambda: holds and connection.paused, "reading paused for the hold")
+        held = len(got)
+        await asyncio.sleep(0.2)
+        assert len(got) == held < n_tokens  # nothing handed on while held
+        client_ready.set()
+        await relaying
+        await stream.aclose()
+    assert got == list(range(n_tokens)) and not connection.paused and not raw.aborts
+
+
+@on_fixture_loop
+async def test_a_relay_that_starts_after_reading_paused_resumes_it():
+    """The first reads may come before the relay begins (and pause at MAX_UNTAKEN): the relay
+    takes them and reads on."""
+    n_tokens = 3 * MAX_UNTAKEN
+    async with RawReplica() as raw, httpx.AsyncClient() as client:
+        raw.queue([ok_head(), b"".join(token_event(i) for i in range(n_tokens)), chunk(sse(b"[DONE]")),
+                   LAST_CHUNK])
+        replica = Replica(raw.url, client, api="completions")
+        stream = await replica.open([1], {}, "r")
+        connection = stream.connection
+        await async_wait_for(lambda: connection.paused, "reading paused before the relay")
+        got: list[int] = []
+        await asyncio.wait_for(stream.relay(lambda items: got.extend(tokens_of(items))), 10)
+        await stream.aclose()
+    assert got == list(range(n_tokens)) and not connection.paused
+
+
+@on_fixture_loop
+async def test_what_the_sink_raises_ends_the_relay_in_the_task():
+    async with RawReplica() as raw, httpx.AsyncClient() as client:
+        raw.queue([ok_head(), token_event(1), Pause(0.05), token_event(2), Pause(5), LAST_CHUNK])
+        replica = Replica(raw.url, client, api="completions")
+        stream = await replica.open([1], {}, "r")
+        connection = stream.connection
+        got = []
+
+        def sink(items: list) -> None:
+            got.extend(tokens_of(items))
+            if 2 in got:
+                raise RuntimeError("the writer broke")
+
+        with pytest.raises(RuntimeError, match="the writer broke"):
+            await stream.relay(sink)
+        await stream.aclose()
+        assert got == [1, 2]
+        assert connection.closed  # vLLM aborts a generation whose connection closes
+
+
+@on_fixture_loop
+async def test_an_in_stream_error_comes_after_the_tokens_before_it():
+    async with RawReplica() as raw, httpx.AsyncClient() as client:
+        raw.queue([ok_head(), token_event(1) + chunk(sse({"error": {"message": "engine dead"}})), LAST_CHUNK])
+        replica = Replica(raw.url, client, api="completions")
+        stream = await replica.open([1], {}, "r")
+        got: list[int] = []
+        with pytest.raises(UpstreamFailed, match="engine dead"):
+            await stream.relay(lambda items: got.extend(tokens_of(items)))
+        await stream.aclose()
+    assert got == [1]
+
+
+@on_fixture_loop
+async def test_a_replica_closing_mid_stream_fails_the_relay_after_its_tokens():
+    async with RawReplica() as raw, httpx.AsyncClient() as client:
+        raw.queue([ok_head(), token_event(1), token_event(2)[:7], CLOSE])
+        replica = Replica(raw.url, client, api="completions")
+        stream = await replica.open([1], {}, "r")
+        got: list[int] = []
+        with pytest.raises(UpstreamFailed, match="stream broke"):
+            await stream.relay(lambda items: got.extend(tokens_of(items)))
+        await stream.aclose()
+    assert got == [1]
+
+
+@on_fixture_loop
+async def test_a_stop_ends_the_relay_quietly_and_aborts_the_rest():
+    async with RawReplica() as raw, httpx.AsyncClient() as client:
+        raw.queue([ok_head(), token_event(0), Pause(0.05), token_event(1), Pause(0.05), token_event(2), Pause(5),
+                   LAST_CHUNK])
+        replica = Replica(raw.url, client, api="completions")
+        stream = await replica.open([1], {}, "r")
+        connection = stream.connection
+        calls: list[list[int]] = []
+
+        def sink(items: list) -> None:
+            calls.append(tokens_of(items))
+            if 1 in calls[-1]:
+                stream.stop_relay()
+
+        await stream.relay(sink)
+        await asyncio.sleep(0.2)  # token 2 was sent meanwhile: nobody takes it
+        await stream.aclose()
+        assert calls == [[0], [1]]
+        assert connection.closed  # the rest of the generation is aborted
+
+
+@on_fixture_loop
+async def test_an_interrupt_while_relaying_is_shutting_down():
+    async with RawReplica() as raw, httpx.AsyncClient() as client:
+        raw.queue([ok_head(), token_event(1), Pause(5), LAST_CHUNK])
+        replica = Replica(raw.url, client, api="completions")
+        stream = await replica.open([1], {}, "r")
+        got: list[int] = []
+        relaying = asyncio.ensure_future(stream.relay(lambda items: got.extend(tokens_of(items))))
+        await async_wait_for(lambda: got == [1], "the first token relayed")
+        assert replica.interrupt() == 1
+        with pytest.raises(APIError) as failed:
+            await relaying
+        await stream.aclose()
+    assert failed.value.code == "server_shutting_down"
