@@ -154,19 +154,24 @@ class ResponseWriter:
         item = self._open[event.index]
         output_index = self._position[event.index]
         kind = item["type"]
+        # A delta per token at engine pace: the event is one dict literal (not `_event`'s kwargs).
+        seq = self._seq
         if kind == "message":
             entries = self.logprobs(event.span) if self.logprobs is not None and event.span is not None else []
             if entries:
                 self._text_logprobs.setdefault(event.index, []).extend(entries)
-            return [self._event("response.output_text.delta", output_index=output_index, item_id=item["id"],
-                                content_index=0, delta=event.text, logprobs=entries)]
+            self._seq = seq + 1
+            return [{"type": "response.output_text.delta", "output_index": output_index, "item_id": item["id"],
+                     "content_index": 0, "delta": event.text, "logprobs": entries, "sequence_number": seq}]
         if kind == "reasoning":
-            return [self._event(self._reasoning_delta, output_index=output_index,
-                                item_id=item["id"], content_index=0, delta=event.text)]
+            self._seq = seq + 1
+            return [{"type": self._reasoning_delta, "output_index": output_index, "item_id": item["id"],
+                     "content_index": 0, "delta": event.text, "sequence_number": seq}]
         if kind == "custom_tool_call":
             return []  # the model writes JSON around the input: it is sent decoded, whole, at the end
-        return [self._event("response.function_call_arguments.delta", output_index=output_index,
-                            item_id=item["id"], delta=event.text)]
+        self._seq = seq + 1
+        return [{"type": "response.function_call_arguments.delta", "output_index": output_index,
+                 "item_id": item["id"], "delta": event.text, "sequence_number": seq}]
 
     def _done(self, event: ItemDone) -> list[Event]:
         item = self._open.pop(event.index)

@@ -11,9 +11,9 @@ Items keep their text without the newlines that only separate markup: the "\\n\\
 
 from __future__ import annotations
 
-import codecs
 import json
 import re
+from codecs import utf_8_decode
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -111,7 +111,7 @@ class HermesOutputParser:
 
     def _open_segment(self) -> None:
         self._pending = bytearray()
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._undecoded = b""  # the start of a character whose other bytes are in later tokens
         self._index: int | None = None  # assigned when the first visible text arrives
         self._parts: list[str] = []
         self._newlines = ""  # trailing newlines held back until more text follows
@@ -119,7 +119,10 @@ class HermesOutputParser:
     def _flush(self, final: bool = False) -> None:
         if self._mode == "tool_call":
             return
-        text = self._utf8.decode(bytes(self._pending), final)
+        # codecs' incremental decoder, minus its Python frame: one C call per token at engine pace
+        data = self._undecoded + self._pending if self._undecoded else bytes(self._pending)
+        text, used = utf_8_decode(data, "replace", final)
+        self._undecoded = data[used:]
         self._pending.clear()
         if not text:
             return

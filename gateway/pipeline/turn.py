@@ -271,7 +271,8 @@ class _Output:
             record.stop_string = stops.matched
             self.stopped = True
         for event in events:
-            self._track(event)
+            if type(event) is not ItemDelta:  # most are: nothing to track
+                self._track(event)
         return events
 
     def finish(self) -> list[ParseEvent]:

@@ -232,7 +232,8 @@ class UpstreamStream:
         All payloads are parsed in one orjson call (as one JSON array); a choice without
         logprobs only adds its ids, so a token costs a few dict lookups and no object."""
         try:
-            events = orjson.loads(b"[" + b",".join(payloads) + b"]")
+            events = [orjson.loads(payloads[0])] if len(payloads) == 1 else orjson.loads(
+                b"[" + b",".join(payloads) + b"]")
         except orjson.JSONDecodeError:
             events = None
         if events is None or not all(isinstance(event, dict) for event in events):
@@ -287,7 +288,10 @@ class UpstreamStream:
 
     @staticmethod
     def _with(merged: TokenChunk | None, usage: Usage | None) -> list[TokenChunk | Usage]:
-        return [item for item in (merged, usage) if item is not None]
+        items: list[TokenChunk | Usage] = [] if merged is None else [merged]
+        if usage is not None:
+            items.append(usage)
+        return items
 
     def _wake_iterator(self) -> None:
         if self._wake is not None and not self._wake.done():
