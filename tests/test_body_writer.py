@@ -1,6 +1,8 @@
-"""The direct body writer (gateway/server/body_writer.py) under real uvicorn with the gateway's
-protocol: it writes exactly the chunks uvicorn's `send` would, refuses where `send` must act,
-and holds to uvicorn's flow control for a client that reads slowly."""
+"""The direct writers under real uvicorn with the gateway's protocols: the body writer
+(gateway/server/body_writer.py) writes exactly the chunks uvicorn's `send` would, refuses where
+`send` must act, and holds to uvicorn's flow control for a client that reads slowly; the
+WebSocket frame writer (gateway/server/ws_frames.py) sends text messages, compressed when the
+client asked for it, and refuses before the handshake."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from typing import Any
 import httpx
 
 from gateway.server.body_writer import BodyWriter
-from gateway.server.slow_clients import BoundedHeaders
+from gateway.server.slow_clients import BoundedClose, BoundedHeaders
+from gateway.ws.frames import frame_writer
 from tests.support.threaded_server import serve_in_thread
 
 BIG = 16 * 1024 * 1024  # far above uvicorn's write high-water mark and the socket buffers
@@ -113,3 +116,33 @@ def _unchunked(body: bytes) -> bytes:
             return bytes(out)
         out += rest[:size]
         body = rest[size + 2:]
+
+
+class SocketApp:
+    """A WebSocket that writes three messages through the frame writer, then closes."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, Any] = {}
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            return
+        writer = frame_writer(scope)
+        await receive()  # websocket.connect
+        self.seen["before_accept"] = writer is not None and writer.write(b"{}")
+        await send({"type": "websocket.accept"})
+        self.seen["writes"] = [writer.write(b'{"n":%d,"text":"%s"}' % (i, b"=" * 2000)) for i in range(3)]
+        self.seen["paused"] = writer.paused
+        await send({"type": "websocket.close", "code": 1000})
+
+
+def test_messages_written_directly_arrive_as_text_messages_compressed_or_not():
+    from websockets.sync.client import connect
+
+    for compression in ("deflate", None):
+        app = SocketApp()
+        with serve_in_thread(app, "the socket app", ws=BoundedClose, ws_per_message_deflate=True) as port, \
+                connect(f"ws://127.0.0.1:{port}/", compression=compression) as socket_:
+            messages = [socket_.recv() for _ in range(3)]
+        assert [m[:7] for m in messages] == ['{"n":0,', '{"n":1,', '{"n":2,'] and all(isinstance(m, str) for m in messages)
+        assert app.seen == {"before_accept": False, "writes": [True, True, True], "paused": False}

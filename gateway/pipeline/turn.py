@@ -173,6 +173,13 @@ class Turn:
         assert stream is not None, "start() first"
         output = _Output(self)
 
+        def handed_on(events: list[ParseEvent]) -> Awaitable[None] | None:
+            try:
+                hold = on_events(events)
+            except Exception as exc:
+                raise _ConsumerFailed from exc
+            return None if hold is None else _consumers(hold)
+
         def sink(chunks: list[TokenChunk | Usage]) -> Awaitable[None] | None:
             events: list[ParseEvent] = []
             for chunk in chunks:
@@ -180,11 +187,11 @@ class Turn:
                 if output.stopped:
                     stream.stop_relay()
                     break
-            return on_events(events) if events else None
+            return handed_on(events) if events else None
 
         async with self._generating():
             await stream.relay(sink)
-            if not output.stopped and (events := output.finish()) and (hold := on_events(events)) is not None:
+            if not output.stopped and (events := output.finish()) and (hold := handed_on(events)) is not None:
                 await hold
 
     @contextlib.asynccontextmanager
@@ -194,6 +201,9 @@ class Turn:
         record = self.record
         try:
             yield
+        except _ConsumerFailed as failed:  # as when a consumer of `batches()` stops iterating
+            record.ended_early = "cancelled"
+            raise failed.__cause__ from None  # type: ignore[misc]
         except APIError:
             record.ended_early = "failed"
             raise
@@ -231,6 +241,18 @@ class Turn:
             async for batch in batches:
                 for event in batch:
                     yield event
+
+
+class _ConsumerFailed(Exception):
+    """What `relay`'s `on_events` raised, or what it asked to wait for (a client gone while
+    writing, say): raised as it was, not as the turn's own failure."""
+
+
+async def _consumers(hold: Awaitable[None]) -> None:
+    try:
+        await hold
+    except Exception as exc:
+        raise _ConsumerFailed from exc
 
 
 class _Output:

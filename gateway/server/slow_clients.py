@@ -33,10 +33,10 @@ from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from gateway.core.settings import Settings
 from gateway.server.body_writer import DirectBodies
+from gateway.server.ws_frames import DirectFrames
 
 MAX_HEADER_BYTES = 64 * 1024  # request line and headers; nginx's default is 32 KiB, h11's 16 KiB
 CLOSE_TIMEOUT = 10.0  # seconds a WebSocket's close frame may wait for the client's reply (uvicorn's)
@@ -116,8 +116,9 @@ class BoundedHeaders(DirectBodies):
         self.transport.close()
 
 
-class BoundedClose(WebSocketsSansIOProtocol):
-    """uvicorn's WebSocket protocol (websockets' sans-I/O one), whose close never waits forever."""
+class BoundedClose(DirectFrames):
+    """uvicorn's WebSocket protocol (websockets' sans-I/O one), whose close never waits forever (and
+    which offers a direct text-message writer: gateway/server/ws_frames.py)."""
 
     async def send(self, message: Any) -> None:
         closing = message["type"] == "websocket.close" and self.handshake_complete

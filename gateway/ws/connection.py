@@ -1,7 +1,7 @@
 """WebSocket mode on /v1/responses: one socket, many responses, history kept server-side.
 
 A thin transport shell around the same pipeline as POST /v1/responses (`Turn` +
-`response_events`): each `response.create` frame becomes a `ResponsesRequest`, runs on
+`relay_response`): each `response.create` frame becomes a `ResponsesRequest`, runs on
 its `stream_id` lane, and every Responses event goes out as one JSON text frame. The
 latest response of each lane is cached with its exact token ids, so a continuation
 (`previous_response_id` + only the new items) prompts the model with exactly the tokens
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -21,7 +21,7 @@ import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected, WebSocketState
 
 from gateway.adapters.continuation import parse_continuation
-from gateway.adapters.responses import Event, check_model, failed_events, new_writer, response_events
+from gateway.adapters.responses import Event, check_model, failed_events, new_writer, relay_response
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.adapters.rollout_fields import begin_rollout
@@ -41,6 +41,7 @@ from gateway.ws.error_events import (
     previous_response_not_found,
     processing_error,
 )
+from gateway.ws.frames import frame_writer
 from gateway.ws.lanes import Lanes
 from gateway.ws.request import CreateRequest, frame_stream_id, read_create
 
@@ -201,10 +202,7 @@ class ResponsesSocket:
                 else:
                     await self._send_error(exc, lane)
                 return
-            async with contextlib.aclosing(response_events(turn, writer, parsed)) as batches:
-                async for batch in batches:
-                    for event in batch:
-                        await self._send(event, lane)
+            await relay_response(turn, writer, parsed, self._emitter(lane))
         finally:
             await turn.aclose()  # however it ends: socket gone, cancelled, failed
 
@@ -232,9 +230,37 @@ class ResponsesSocket:
 
     # -- sending -----------------------------------------------------------------------
 
+    def _emitter(self, lane: str | None) -> Callable[[list[Event]], Awaitable[None] | None]:
+        """A response's events as text messages, written at once from the upstream read that made
+        them where the server allows it (gateway/ws/frames.py), else sent in order; returns what
+        to wait for before more (a client whose buffer is full)."""
+        frames = frame_writer(self.websocket.scope)
+
+        def emit(events: list[Event]) -> Awaitable[None] | None:
+            for i, event in enumerate(events):
+                if frames is None or not frames.write(orjson.dumps(_on_lane(event, lane))):
+                    return self._send_each(events[i:], lane)
+            return self._waiting(frames.drain()) if frames is not None and frames.paused else None
+        return emit
+
+    async def _send_each(self, events: list[Event], stream_id: str | None) -> None:
+        for event in events:
+            await self._send(event, stream_id)
+
+    async def _waiting(self, drained: Awaitable[None]) -> None:
+        """Wait for a full buffer to drain, as a pending send: `_watch_sends` sees a client that
+        reads nothing."""
+        if not self._n_sending:
+            self._waiting_since = asyncio.get_running_loop().time()
+        self._n_sending += 1
+        try:
+            await drained
+        finally:
+            self._n_sending -= 1
+            self._waiting_since = asyncio.get_running_loop().time()
+
     async def _send(self, event: Event, stream_id: str | None = None) -> None:
-        if stream_id is not None:
-            event["stream_id"] = stream_id
+        _on_lane(event, stream_id)
         if not self._n_sending:
             self._waiting_since = asyncio.get_running_loop().time()
         self._n_sending += 1
@@ -272,6 +298,12 @@ class ResponsesSocket:
             return
         with contextlib.suppress(*_GONE, OSError):
             await websocket.close(code=self.close_code)
+
+
+def _on_lane(event: Event, stream_id: str | None) -> Event:
+    if stream_id is not None:
+        event["stream_id"] = stream_id
+    return event
 
 
 async def _send(websocket: WebSocket, event: dict[str, Any]) -> None:

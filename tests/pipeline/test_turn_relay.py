@@ -1,0 +1,106 @@
+"""`Turn.relay` (push) against a scripted replica: the same events and record as `batches()`;
+what the consumer raises, or what it asked to wait for raises, comes out as it was (a client
+gone is not the gateway failing) and the generation is aborted; a parser bug below is the
+turn's own clean failure."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.core.errors import APIError
+from gateway.core.settings import Settings
+from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
+from gateway.server.app import build_runtime
+from gateway.server.routes.responses import prepared
+from tests.support.fake_vllm import FakeVLLM, Script
+from tests.support.waiting import wait_for
+
+# "Hello world" then <|im_end|>, one token per chunk
+TOKENS = [9707, 1879, 151645]
+
+
+def _run(model_dir: str, scripts: list[Script], drive: Any) -> tuple[Any, FakeVLLM]:
+    """`drive(turn)` on a started turn over a fresh runtime; (its result, the fake replica)."""
+    with FakeVLLM() as fake:
+        fake.queue(*scripts)
+
+        async def scenario() -> Any:
+            runtime = build_runtime(Settings(model=model_dir, upstreams=[fake.url], served_model_name="tiny-qwen3"))
+            await runtime.pool.start()
+            try:
+                body = orjson.dumps({"model": "tiny-qwen3", "input": "hi", "stream": True, "store": False})
+                turn, _, _ = await prepared(runtime, body, "openai")
+                await turn.start()
+                return await drive(turn)
+            finally:
+                await runtime.pool.close()
+        return asyncio.run(scenario()), fake
+
+
+def test_relay_gives_the_events_and_record_of_batches(qwen_tokenizer_dir):
+    async def pulled(turn):
+        return [e for batch in [b async for b in turn.batches()] for e in batch], turn.record
+
+    async def pushed(turn):
+        got = []
+        await turn.relay(lambda events: got.extend(events))
+        return got, turn.record
+
+    (pull_events, pull_record), _ = _run(str(qwen_tokenizer_dir), [Script(TOKENS)], pulled)
+    (push_events, push_record), _ = _run(str(qwen_tokenizer_dir), [Script(TOKENS)], pushed)
+    assert type(push_events[0]) is ItemStarted and type(push_events[-1]) is ItemDone
+    assert "".join(e.text for e in push_events if type(e) is ItemDelta) == push_events[-1].text == "Hello world"
+    assert push_events == pull_events
+    assert push_record.output_ids == pull_record.output_ids == TOKENS
+    assert push_record.finish_reason == "stop" and push_record.ended_early is None
+    assert push_record.output_items == pull_record.output_items
+
+
+@pytest.mark.parametrize("where", ["on_events", "its hold"])
+def test_what_the_consumer_raises_comes_out_as_it_was_and_aborts(qwen_tokenizer_dir, caplog, where):
+    """A client gone while its events are written: the consumer's own error, not a 500."""
+    async def drive(turn):
+        async def gone() -> None:
+            raise ConnectionResetError("client gone")
+
+        def on_events(events):
+            if where == "on_events":
+                raise ConnectionResetError("client gone")
+            return gone()
+        with pytest.raises(ConnectionResetError, match="client gone"):
+            await turn.relay(on_events)
+        return turn.record
+
+    caplog.set_level(logging.ERROR)
+    script = Script(TOKENS * 50, stall_after=3)  # the replica holds the rest back: only an abort ends it
+    record, fake = _run(str(qwen_tokenizer_dir), [script], drive)
+    assert record.ended_early == "cancelled"
+    wait_for(lambda: len(fake.disconnected) == 1, "the generation aborted")
+    assert "the turn failed" not in caplog.text
+
+
+def test_a_parser_bug_is_the_turns_own_clean_failure(qwen_tokenizer_dir, monkeypatch):
+    async def drive(turn):
+        monkeypatch.setattr(turn.runtime.format, "parser", lambda *a, **k: _Broken())
+        with pytest.raises(APIError) as failed:
+            await turn.relay(lambda events: None)
+        return failed.value, turn.record
+
+    (error, record), _ = _run(str(qwen_tokenizer_dir), [Script(TOKENS)], drive)
+    assert error.status == 500 and error.code == "server_error"
+    assert record.ended_early == "failed"
+
+
+class _Broken:
+    reasoning_tokens = 0
+
+    def feed(self, ids):
+        raise KeyError("parser bug")
+
+    def finish(self):
+        return []
