@@ -6,8 +6,7 @@ The same turn pipeline as the Responses API; this module only shapes what it pro
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -74,11 +73,9 @@ async def sample_chunks(turns: list[Turn], parsed: ChatRequest, head: dict[str, 
     async def pump(index: int, turn: Turn) -> None:
         branch = session.branch_id(rollout_id, index) if rollout_id is not None else None
         try:
-            async with contextlib.aclosing(chunks(turn, parsed, head, index=index, rollout_id=branch)) as body:
-                async for data in body:
-                    await queue.put(data)
+            await chunks(turn, parsed, head, queue.put_nowait, index=index, rollout_id=branch)
         finally:
-            await queue.put(None)
+            queue.put_nowait(None)
 
     tasks = [asyncio.create_task(pump(i, turn)) for i, turn in enumerate(turns)]
     try:
@@ -104,9 +101,10 @@ async def sample_chunks(turns: list[Turn], parsed: ChatRequest, head: dict[str, 
     yield b"data: [DONE]\n\n"
 
 
-async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], *, index: int | None = None,
-                 rollout_id: str | None = None) -> AsyncIterator[bytes]:
-    """The SSE body of a streamed completion; the turn is committed once it ended normally.
+async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], emit: Emit, *, index: int | None = None,
+                 rollout_id: str | None = None) -> None:
+    """The SSE body of a streamed completion, pushed to `emit` (the tokens of each upstream read
+    from the read itself: `Turn.relay`); the turn is committed once it ended normally.
     `index`: choice `index` of `n` (sample_chunks ends the body, and only the first choice
     continues the session); `rollout_id`: the rollout branch it is recorded in."""
     def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
@@ -126,7 +124,7 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], *, index
 
     first: dict[str, Any] = {"role": "assistant", "content": ""}
     opening = chunk(first) if rollout_id is None else chunk(first, rollout_id=rollout_id)
-    yield opening if not parsed.return_token_ids else _with_prompt_ids(opening, turn)
+    await _waited(emit(opening if not parsed.return_token_ids else _with_prompt_ids(opening, turn)))
     kinds: dict[int, str] = {}
     tool_index: dict[int, int] = {}
 
@@ -150,15 +148,12 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], *, index
                     yield chunk({"tool_calls": [{"index": tool_index[event.index],
                                                  "function": {"arguments": event.text}}]}, **extra)
 
-    try:
-        async with contextlib.aclosing(turn.batches()) as batches:
-            async for batch in batches:  # tokens read together: one write
-                if data := b"".join(encode(batch)):
-                    yield data
+    try:  # tokens read together: one write
+        await turn.relay(lambda batch: emit(data) if (data := b"".join(encode(batch))) else None)
     except APIError as exc:
-        yield b"data: " + orjson.dumps(exc.http_body()) + b"\n\n"
+        await _waited(emit(b"data: " + orjson.dumps(exc.http_body()) + b"\n\n"))
         if index is None:
-            yield b"data: [DONE]\n\n"
+            await _waited(emit(b"data: [DONE]\n\n"))
         return
     if turn.record.finished:
         await session.commit(turn, sample=index or 0)
@@ -167,13 +162,22 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], *, index
         extra["token_ids"] = turn.record.output_ids
     if parsed.logprobs:
         extra.update(upto(None))  # what no delta took: the stop id, trailing markup
-    yield chunk({}, _finish_reason(turn), **extra)
-    if index is not None:
-        return  # sample_chunks ends the body
-    if parsed.include_usage:
-        yield b"data: " + orjson.dumps({**head, "object": "chat.completion.chunk", "choices": [],
-                                        "usage": _usage(turn)}) + b"\n\n"
-    yield b"data: [DONE]\n\n"
+    ending = [chunk({}, _finish_reason(turn), **extra)]
+    if index is None:  # else sample_chunks ends the body
+        if parsed.include_usage:
+            ending.append(b"data: " + orjson.dumps({**head, "object": "chat.completion.chunk", "choices": [],
+                                                    "usage": _usage(turn)}) + b"\n\n")
+        ending.append(b"data: [DONE]\n\n")
+    await _waited(emit(b"".join(ending)))
+
+
+# A streaming transport's write: None once written, or an awaitable to wait for before more.
+Emit = Callable[[bytes], Awaitable[None] | None]
+
+
+async def _waited(hold: Awaitable[None] | None) -> None:
+    if hold is not None:
+        await hold
 
 
 def _with_prompt_ids(first_chunk: bytes, turn: Turn) -> bytes:

@@ -54,7 +54,7 @@ async def _complete(runtime: Runtime, body: Any) -> Response:
         await turn.start()
         head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": parsed.model}
         if parsed.stream and parsed.n == 1:
-            return sse_response(chunks(turn, parsed, head), cleanup=turn.aclose)
+            return sse_response(functools.partial(chunks, turn, parsed, head), cleanup=turn.aclose)
         if parsed.n > 1:
             turns = await _start_samples(runtime, turn, turn_request, branches or [rollout] * parsed.n)
             if parsed.stream:
