@@ -167,6 +167,26 @@ def test_a_json_client_leaving_mid_generation_aborts_it(patient):
     assert_served(patient)
 
 
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/chat/completions", "/v1/messages"])
+def test_a_streaming_client_leaving_mid_generation_aborts_it(patient, path):
+    """Each streaming API relays from the upstream read (Turn.relay): a client that leaves while
+    the replica still generates ends the generation, and its slot comes back."""
+    patient.fake.queue(Script(TOKENS, stall_after=2))
+    messages = [{"role": "user", "content": "hi"}]
+    body = {"model": "tiny-qwen3", "stream": True,
+            **({"input": "hi"} if path == "/v1/responses" else {"messages": messages, "max_tokens": 100})}
+    with httpx.stream("POST", patient.url + path, json=body, timeout=10) as response:
+        assert response.status_code == 200
+        seen = b""
+        for data in response.iter_bytes():
+            seen += data
+            if b" world" in seen:
+                break  # the client leaves while the replica stalls after two tokens ("Hello", " world")
+    wait_for(lambda: len(patient.fake.aborted) == 1, timeout=3)
+    settled(patient)
+    assert_served(patient)
+
+
 def test_a_websocket_closed_mid_stream_aborts_its_generation(patient):
     patient.fake.queue(Script(TOKENS, stall_after=2))
 

@@ -14,7 +14,7 @@ cache keeps the ids. Parser item indices are content block indices: both count f
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -26,7 +26,7 @@ from gateway.core.conversation import Message, Reasoning, ToolCall
 from gateway.core.errors import APIError
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
 from gateway.pipeline import session, trace
-from gateway.pipeline.turn import Turn
+from gateway.pipeline.turn import Hold, Turn, held
 from gateway.tokenfix.record import TurnRecord
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -57,14 +57,16 @@ def message(turn: Turn, parsed: MessagesRequest, message_id: str) -> dict[str, A
             "stop_reason": stop_reason(turn), "stop_sequence": None, "usage": usage(record)}
 
 
-async def stream(turn: Turn, parsed: MessagesRequest, message_id: str) -> AsyncIterator[bytes]:
-    """The SSE body; the turn is committed once it ended normally."""
+async def stream(turn: Turn, parsed: MessagesRequest, message_id: str,
+                 emit: Callable[[bytes], Hold]) -> None:
+    """The SSE body, pushed to `emit` (the events of each upstream read from the read itself:
+    `Turn.relay`); the turn is committed once it ended normally."""
     record = turn.record
     start = {"id": message_id, "type": "message", "role": "assistant", "model": parsed.model, "content": [],
              "stop_reason": None, "stop_sequence": None,
              "usage": {"input_tokens": record.input_tokens, "output_tokens": 0, "cache_read_input_tokens": 0,
                        "cache_creation_input_tokens": 0}}
-    yield _event("message_start", message=start) + _event("ping")
+    await held(emit(_event("message_start", message=start) + _event("ping")))
     kinds: dict[int, str] = {}
 
     def encode(events: list[ParseEvent]) -> Iterator[bytes]:
@@ -91,19 +93,17 @@ async def stream(turn: Turn, parsed: MessagesRequest, message_id: str) -> AsyncI
                 yield _event("content_block_stop", index=event.index)
 
     try:
-        async for batch in turn.batches():
-            if data := b"".join(encode(batch)):
-                yield data
+        await turn.relay(lambda batch: emit(data) if (data := b"".join(encode(batch))) else None)
     except APIError as exc:
         session.forget(turn.request)
         trace.failed(exc)
-        yield _event("error", error=error_body(exc)["error"])
+        await held(emit(_event("error", error=error_body(exc)["error"])))
         return
     if record.finished:
         await session.commit(turn)
     final = usage(record)
-    yield (_event("message_delta", delta={"stop_reason": stop_reason(turn), "stop_sequence": None},
-                  usage=final) + _event("message_stop"))
+    await held(emit(_event("message_delta", delta={"stop_reason": stop_reason(turn), "stop_sequence": None},
+                              usage=final) + _event("message_stop")))
 
 
 def stop_reason(turn: Turn) -> str:

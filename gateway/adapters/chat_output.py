@@ -6,7 +6,7 @@ The same turn pipeline as the Responses API; this module only shapes what it pro
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -18,7 +18,7 @@ from gateway.core.conversation import Message, Reasoning, ToolCall
 from gateway.core.errors import APIError
 from gateway.formats.base import ItemDelta, ItemStarted, ParseEvent
 from gateway.pipeline import session
-from gateway.pipeline.turn import Turn
+from gateway.pipeline.turn import Hold, Turn, held
 
 
 def completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +101,7 @@ async def sample_chunks(turns: list[Turn], parsed: ChatRequest, head: dict[str, 
     yield b"data: [DONE]\n\n"
 
 
-async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], emit: Emit, *, index: int | None = None,
+async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], emit: Callable[[bytes], Hold], *, index: int | None = None,
                  rollout_id: str | None = None) -> None:
     """The SSE body of a streamed completion, pushed to `emit` (the tokens of each upstream read
     from the read itself: `Turn.relay`); the turn is committed once it ended normally.
@@ -124,7 +124,7 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], emit: Em
 
     first: dict[str, Any] = {"role": "assistant", "content": ""}
     opening = chunk(first) if rollout_id is None else chunk(first, rollout_id=rollout_id)
-    await _waited(emit(opening if not parsed.return_token_ids else _with_prompt_ids(opening, turn)))
+    await held(emit(opening if not parsed.return_token_ids else _with_prompt_ids(opening, turn)))
     kinds: dict[int, str] = {}
     tool_index: dict[int, int] = {}
 
@@ -151,9 +151,9 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], emit: Em
     try:  # tokens read together: one write
         await turn.relay(lambda batch: emit(data) if (data := b"".join(encode(batch))) else None)
     except APIError as exc:
-        await _waited(emit(b"data: " + orjson.dumps(exc.http_body()) + b"\n\n"))
+        await held(emit(b"data: " + orjson.dumps(exc.http_body()) + b"\n\n"))
         if index is None:
-            await _waited(emit(b"data: [DONE]\n\n"))
+            await held(emit(b"data: [DONE]\n\n"))
         return
     if turn.record.finished:
         await session.commit(turn, sample=index or 0)
@@ -168,16 +168,8 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], emit: Em
             ending.append(b"data: " + orjson.dumps({**head, "object": "chat.completion.chunk", "choices": [],
                                                     "usage": _usage(turn)}) + b"\n\n")
         ending.append(b"data: [DONE]\n\n")
-    await _waited(emit(b"".join(ending)))
+    await held(emit(b"".join(ending)))
 
-
-# A streaming transport's write: None once written, or an awaitable to wait for before more.
-Emit = Callable[[bytes], Awaitable[None] | None]
-
-
-async def _waited(hold: Awaitable[None] | None) -> None:
-    if hold is not None:
-        await hold
 
 
 def _with_prompt_ids(first_chunk: bytes, turn: Turn) -> bytes:

@@ -8,7 +8,7 @@ module when the response ends normally, and forgotten when it fails.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from gateway.adapters import compaction, logprobs
@@ -18,7 +18,7 @@ from gateway.core.errors import APIError
 from gateway.formats.base import ItemDelta, ParseEvent
 from gateway.pipeline import session, trace
 from gateway.pipeline.runtime import Runtime
-from gateway.pipeline.turn import Turn
+from gateway.pipeline.turn import Hold, Turn, held
 from gateway.tokenfix.record import TurnRecord
 
 
@@ -63,22 +63,22 @@ async def response_events(turn: Turn, writer: ResponseWriter, parsed: ResponsesR
 
 
 async def relay_response(turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest,
-                         emit: Callable[[list[Event]], Awaitable[None] | None]) -> None:
+                         emit: Callable[[list[Event]], Hold]) -> None:
     """`response_events` pushed to `emit` (a streaming transport's write): the events of each
     upstream read go out from the read itself (`Turn.relay`). `emit` returns None, or an
     awaitable to wait for before more (a slow client)."""
     if parsed.compact:
         async with contextlib.aclosing(_compaction_events(turn, writer)) as batches:
             async for batch in batches:
-                await _waited(emit(batch))
+                await held(emit(batch))
         return
-    await _waited(emit(_started(turn, writer, parsed)))
+    await held(emit(_started(turn, writer, parsed)))
     try:
         await turn.relay(lambda parse_events: emit(events) if (events := item_events(writer, parse_events)) else None)
     except APIError as exc:
-        await _waited(emit([_failed(turn, writer, exc)]))
+        await held(emit([_failed(turn, writer, exc)]))
         return
-    await _waited(emit([await _ended(turn, writer, parsed)]))
+    await held(emit([await _ended(turn, writer, parsed)]))
 
 
 def item_events(writer: ResponseWriter, parse_events: list[ParseEvent]) -> list[Event]:
@@ -114,11 +114,6 @@ async def _ended(turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest) -
     else:
         await session.commit(turn, final["response"])
     return final
-
-
-async def _waited(hold: Awaitable[None] | None) -> None:
-    if hold is not None:
-        await hold
 
 
 async def _compaction_events(turn: Turn, writer: ResponseWriter) -> AsyncIterator[list[Event]]:

@@ -35,6 +35,16 @@ from gateway.upstream.replica import UpstreamStream
 
 log = logging.getLogger(__name__)
 
+# A push consumer's answer (`Turn.relay`'s `on_events`, a transport's write): None to go on, or
+# an awaitable (a slow client's drain) to wait for before handing it more.
+Hold = Awaitable[None] | None
+
+
+async def held(hold: Hold) -> None:
+    """Wait for what a push consumer asked to wait for, if anything."""
+    if hold is not None:
+        await hold
+
 # Renders of items with more text than this run off the event loop.
 _INLINE_RENDER_CHARS = 16_384
 T = TypeVar("T")
@@ -164,7 +174,7 @@ class Turn:
             if events:
                 yield events
 
-    async def relay(self, on_events: Callable[[list[ParseEvent]], Awaitable[None] | None]) -> None:
+    async def relay(self, on_events: Callable[[list[ParseEvent]], Hold]) -> None:
         """`batches()` pushed: each read's events go to `on_events` from the read itself (no task
         wakes for a token: gateway/upstream/stream.py), which returns None to go on or an
         awaitable to wait for first (a slow client). Returns when the generation ended; raises
@@ -173,14 +183,14 @@ class Turn:
         assert stream is not None, "start() first"
         output = _Output(self)
 
-        def handed_on(events: list[ParseEvent]) -> Awaitable[None] | None:
+        def handed_on(events: list[ParseEvent]) -> Hold:
             try:
                 hold = on_events(events)
             except Exception as exc:
                 raise _ConsumerFailed from exc
             return None if hold is None else _consumers(hold)
 
-        def sink(chunks: list[TokenChunk | Usage]) -> Awaitable[None] | None:
+        def sink(chunks: list[TokenChunk | Usage]) -> Hold:
             events: list[ParseEvent] = []
             for chunk in chunks:
                 events += output.take(chunk)
@@ -191,8 +201,8 @@ class Turn:
 
         async with self._generating():
             await stream.relay(sink)
-            if not output.stopped and (events := output.finish()) and (hold := handed_on(events)) is not None:
-                await hold
+            if not output.stopped and (events := output.finish()):
+                await held(handed_on(events))
 
     @contextlib.asynccontextmanager
     async def _generating(self) -> AsyncIterator[None]:

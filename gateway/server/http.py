@@ -17,6 +17,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.adapters.anthropic_output import error_body
 from gateway.core.errors import APIError, invalid_request
 from gateway.pipeline import trace
+from gateway.pipeline.turn import Hold
 from gateway.server.body_writer import BodyWriter
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -76,7 +77,7 @@ _SSE_PREFIXES: dict[str, bytes] = {}  # a few dozen event types, ever
 
 
 # A streaming response's write: None once written, or an awaitable to wait for before more.
-Emit = Callable[[bytes], Awaitable[None] | None]
+Emit = Callable[[bytes], Hold]
 
 
 class SSEResponse:
@@ -133,7 +134,7 @@ def _emitter(writer: BodyWriter | None, send: Send) -> Emit:
     if writer is None:
         return sent
 
-    def written(chunk: bytes) -> Awaitable[None] | None:
+    def written(chunk: bytes) -> Hold:
         if not writer.write(chunk):
             return sent(chunk)
         return writer.drain() if writer.paused else None

@@ -33,6 +33,7 @@ from gateway.core.settings import Settings
 from gateway.pipeline import session, trace
 from gateway.pipeline.request import Lane, TurnRequest
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Hold
 from gateway.sessions.responses import CachedResponse, ResponseCache
 from gateway.ws.error_events import (
     connection_limit_reached,
@@ -230,13 +231,13 @@ class ResponsesSocket:
 
     # -- sending -----------------------------------------------------------------------
 
-    def _emitter(self, lane: str | None) -> Callable[[list[Event]], Awaitable[None] | None]:
+    def _emitter(self, lane: str | None) -> Callable[[list[Event]], Hold]:
         """A response's events as text messages, written at once from the upstream read that made
         them where the server allows it (gateway/ws/frames.py), else sent in order; returns what
         to wait for before more (a client whose buffer is full)."""
         frames = frame_writer(self.websocket.scope)
 
-        def emit(events: list[Event]) -> Awaitable[None] | None:
+        def emit(events: list[Event]) -> Hold:
             for i, event in enumerate(events):
                 if frames is None or not frames.write(orjson.dumps(_on_lane(event, lane))):
                     return self._send_each(events[i:], lane)

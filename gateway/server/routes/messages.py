@@ -9,6 +9,7 @@ header is checked before the route, by gateway/server/auth.py.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -56,7 +57,7 @@ async def _create(request: Request) -> Response:
     await turn.start()
     message_id = new_id("msg")
     if parsed.stream:
-        return sse_response(stream(turn, parsed, message_id))
+        return sse_response(partial(stream, turn, parsed, message_id), cleanup=turn.aclose)
     try:
         async for _ in turn.events():
             pass
