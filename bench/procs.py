@@ -49,8 +49,13 @@ class Process:
         raise RuntimeError(f"no VmRSS for pid {self.pid}")
 
     def cpu_seconds(self) -> float:
+        return sum(self.cpu_times())
+
+    def cpu_times(self) -> tuple[float, float]:
+        """(user, system) CPU seconds: the process's own work, and the kernel's on its behalf."""
         fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        tick = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tick, int(fields[12]) / tick  # utime, stime
 
 
 def _env() -> dict[str, str]:

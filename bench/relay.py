@@ -107,10 +107,12 @@ def steady(*, seconds: float = 60.0, streams: int = 256, fmt: str = "qwen", wind
         _pace(upstream, STEP_MS)
         reference = procs.load({**direct(streams, 1, 1_000_000 + tokens, timings_port=upstream.port),
                                 "window_s": window_s})
-        cpu_before = gateway.cpu_seconds()
+        user_before, sys_before = gateway.cpu_times()
         paced = procs.load({**gw(streams, 1, 2_000_000 + tokens, timings_port=upstream.port,
                                  content_offset=len(model.header)), "window_s": window_s})
-        cpu = gateway.cpu_seconds() - cpu_before
+        user_after, sys_after = gateway.cpu_times()
+        user, system = user_after - user_before, sys_after - sys_before
+        cpu = user + system
     offered = streams * 1000 / STEP_MS
     gw_latency, direct_latency = paced["token_latency_ms"], reference["token_latency_ms"]
     return {
@@ -119,6 +121,9 @@ def steady(*, seconds: float = 60.0, streams: int = 256, fmt: str = "qwen", wind
         "gateway_tokens_per_s": round(paced["tokens"] / paced["wall_s"]),
         "relayed_fraction": round(paced["tokens"] / paced["wall_s"] / offered, 4),
         "gateway_cpu_s": round(cpu, 2), "gateway_cpu_us_per_token": round(cpu / paced["tokens"] * 1e6, 1),
+        # the gateway's own work, and the kernel's (one read and one write per token per stream)
+        "gateway_user_us_per_token": round(user / paced["tokens"] * 1e6, 1),
+        "gateway_sys_us_per_token": round(system / paced["tokens"] * 1e6, 1),
         **{f"added_{window}_{key}_ms": _diff(gw_latency[window], direct_latency[window], key)
            for window in ("all", "first", "last") for key in ("p50", "p99")},
         "direct_token_latency_ms": direct_latency, "gateway_token_latency_ms": gw_latency,

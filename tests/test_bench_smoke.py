@@ -58,6 +58,9 @@ def test_steady_paces_every_token_and_reports_the_first_and_last_window(results)
     for window in ("first", "last"):
         assert 0 < row["gateway_token_latency_ms"][window]["n"] < 4 * tokens
     assert row["gateway_cpu_us_per_token"] > 0
+    assert row["gateway_user_us_per_token"] > 0 and row["gateway_sys_us_per_token"] >= 0
+    assert abs(row["gateway_user_us_per_token"] + row["gateway_sys_us_per_token"]
+               - row["gateway_cpu_us_per_token"]) <= 0.2
 
 
 def test_relay_delivers_every_token_of_every_stream(results):

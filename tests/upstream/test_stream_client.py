@@ -4,8 +4,10 @@ anywhere, keep-alive reuse, a replica closing mid-chunk, a slow reader."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import socket
+from collections.abc import AsyncIterator
 
 import httpx
 import orjson
@@ -38,9 +40,10 @@ RESPONSE = ok_head() + b"".join(chunk(sse(p)) for p in [*PAYLOADS, b"[DONE]"]) +
 EXPECTED = [TokenChunk([88875, 2, 3, 151645], finish_reason="stop"), Usage(2, 4)]
 
 
-async def relay(pieces: list[bytes]) -> tuple[list[bytes], list, int]:
-    """Feed `pieces` to a real connection's protocol as reads; the payloads it split, the chunks
-    the turn gets, and how many connections are idle in the pool after."""
+@contextlib.asynccontextmanager
+async def stream_on_socketpair() -> AsyncIterator[tuple[UpstreamStream, Connection, Connections]]:
+    """A stream whose request went out on a real connection's protocol over a socketpair: a test
+    feeds the response's reads to `connection.data_received` itself."""
     loop = asyncio.get_running_loop()
     ours, theirs = socket.socketpair()
     owner = Connections("http://replica:8000", idle_timeout=None)
@@ -50,6 +53,15 @@ async def relay(pieces: list[bytes]) -> tuple[list[bytes], list, int]:
         stream = UpstreamStream(replica, "r")
         stream.connection = connection
         connection.send(owner.request_bytes("/v1/completions", b"{}"), stream, None)
+        yield stream, connection, owner
+    finally:
+        theirs.close()
+
+
+async def relay(pieces: list[bytes]) -> tuple[list[bytes], list, int]:
+    """Feed `pieces` to a real connection's protocol as reads; the payloads it split, the chunks
+    the turn gets, and how many connections are idle in the pool after."""
+    async with stream_on_socketpair() as (stream, connection, owner):
         payloads = []
         for piece in pieces:
             before = stream.n_untaken
@@ -57,8 +69,6 @@ async def relay(pieces: list[bytes]) -> tuple[list[bytes], list, int]:
             payloads += stream._payloads[before:]  # split, not yet taken
         items = [item async for item in stream]
         return payloads, items, owner.n_idle
-    finally:
-        theirs.close()
 
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:

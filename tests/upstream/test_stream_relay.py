@@ -6,7 +6,6 @@ relay as they end iteration."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import httpx
 import pytest
@@ -15,18 +14,22 @@ from hypothesis import strategies as st
 
 from gateway.core.errors import APIError, UpstreamFailed
 from gateway.upstream.chunks import TokenChunk, Usage
-from gateway.upstream.connection import Connection, Connections
 from gateway.upstream.replica import Replica
-from gateway.upstream.stream import MAX_UNTAKEN, UpstreamStream
+from gateway.upstream.stream import MAX_UNTAKEN
 from tests.support.raw_replica import CLOSE, LAST_CHUNK, Pause, RawReplica, chunk, ok_head, sse
 from tests.support.waiting import async_wait_for
-from tests.upstream.test_stream_client import EXPECTED, RESPONSE, split
+from tests.upstream.test_stream_client import EXPECTED, RESPONSE, split, stream_on_socketpair
 
 on_fixture_loop = pytest.mark.asyncio(loop_scope="session")
 
 
 def token_event(token: int) -> bytes:
     return chunk(sse({"choices": [{"index": 0, "token_ids": [token], "text": "x"}]}))
+
+
+def many_tokens(n: int) -> list[bytes]:
+    """A response of `n` one-token events, written at once."""
+    return [ok_head(), b"".join(token_event(i) for i in range(n)), chunk(sse(b"[DONE]")), LAST_CHUNK]
 
 
 def tokens_of(items: list) -> list[int]:
@@ -36,15 +39,7 @@ def tokens_of(items: list) -> list[int]:
 async def relayed_reads(pieces: list[bytes]) -> tuple[list[list], int]:
     """Feed `pieces` to a real connection's protocol as reads while the stream relays: what the
     sink got per call, and how many connections are idle after."""
-    loop = asyncio.get_running_loop()
-    ours, theirs = socket.socketpair()
-    owner = Connections("http://replica:8000", idle_timeout=None)
-    replica = Replica("http://replica:8000", httpx.AsyncClient(), api="completions")
-    try:
-        _, connection = await loop.create_connection(lambda: Connection(owner), sock=ours)
-        stream = UpstreamStream(replica, "r")
-        stream.connection = connection
-        connection.send(owner.request_bytes("/v1/completions", b"{}"), stream, None)
+    async with stream_on_socketpair() as (stream, connection, owner):
         calls: list[list] = []
         relaying = asyncio.ensure_future(stream.relay(lambda items: calls.append(items)))
         await asyncio.sleep(0)  # the relay waits for reads
@@ -52,8 +47,6 @@ async def relayed_reads(pieces: list[bytes]) -> tuple[list[list], int]:
             connection.data_received(piece)
         await relaying
         return calls, owner.n_idle
-    finally:
-        theirs.close()
 
 
 @settings(max_examples=100, deadline=None)
@@ -69,27 +62,19 @@ def test_any_chunk_boundaries_relay_the_same_tokens_as_iterating(cuts):
 
 def test_each_read_goes_to_the_sink_from_the_read_itself():
     """One read, one sink call, made inside `data_received`: no task runs in between."""
-    async def scenario() -> list[int]:
-        loop = asyncio.get_running_loop()
-        ours, theirs = socket.socketpair()
-        owner = Connections("http://replica:8000", idle_timeout=None)
-        replica = Replica("http://replica:8000", httpx.AsyncClient(), api="completions")
-        _, connection = await loop.create_connection(lambda: Connection(owner), sock=ours)
-        stream = UpstreamStream(replica, "r")
-        stream.connection = connection
-        connection.send(owner.request_bytes("/v1/completions", b"{}"), stream, None)
-        got: list[int] = []
-        relaying = asyncio.ensure_future(stream.relay(lambda items: got.extend(tokens_of(items))))
-        await asyncio.sleep(0)
-        connection.data_received(ok_head())
-        seen = []
-        for token in (7, 8, 9):
-            connection.data_received(token_event(token))
-            seen.append(list(got))  # synchronously, before the loop ran anything
-        connection.data_received(chunk(sse(b"[DONE]")) + LAST_CHUNK)
-        await relaying
-        theirs.close()
-        return seen
+    async def scenario() -> list[list[int]]:
+        async with stream_on_socketpair() as (stream, connection, _):
+            got: list[int] = []
+            relaying = asyncio.ensure_future(stream.relay(lambda items: got.extend(tokens_of(items))))
+            await asyncio.sleep(0)
+            connection.data_received(ok_head())
+            seen = []
+            for token in (7, 8, 9):
+                connection.data_received(token_event(token))
+                seen.append(list(got))  # synchronously, before the loop ran anything
+            connection.data_received(chunk(sse(b"[DONE]")) + LAST_CHUNK)
+            await relaying
+            return seen
     assert asyncio.run(scenario()) == [[7], [7, 8], [7, 8, 9]]
 
 
@@ -97,10 +82,8 @@ def test_each_read_goes_to_the_sink_from_the_read_itself():
 async def test_a_hold_pauses_reading_until_it_resolves_and_loses_nothing():
     n_tokens = 20_000  # ~1.4 MB: the kernel's buffers fill while the relay holds
     async with RawReplica() as raw, httpx.AsyncClient() as client:
-        raw.queue([ok_head(), b"".join(token_event(i) for i in range(n_tokens)), chunk(sse(b"[DONE]")),
-                   LAST_CHUNK])
-        replica = Replica(raw.url, client, api="completions")
-        stream = await replica.open([1], {}, "r")
+        raw.queue(many_tokens(n_tokens))
+        stream = await Replica(raw.url, client, api="completions").open([1], {}, "r")
         connection = stream.connection
         client_ready = asyncio.Event()
         got: list[int] = []
@@ -131,10 +114,8 @@ async def test_a_relay_that_starts_after_reading_paused_resumes_it():
     takes them and reads on."""
     n_tokens = 3 * MAX_UNTAKEN
     async with RawReplica() as raw, httpx.AsyncClient() as client:
-        raw.queue([ok_head(), b"".join(token_event(i) for i in range(n_tokens)), chunk(sse(b"[DONE]")),
-                   LAST_CHUNK])
-        replica = Replica(raw.url, client, api="completions")
-        stream = await replica.open([1], {}, "r")
+        raw.queue(many_tokens(n_tokens))
+        stream = await Replica(raw.url, client, api="completions").open([1], {}, "r")
         connection = stream.connection
         await async_wait_for(lambda: connection.paused, "reading paused before the relay")
         got: list[int] = []
@@ -165,26 +146,17 @@ async def test_what_the_sink_raises_ends_the_relay_in_the_task():
 
 
 @on_fixture_loop
-async def test_an_in_stream_error_comes_after_the_tokens_before_it():
+@pytest.mark.parametrize(("ending", "why"), [
+    ([chunk(sse({"error": {"message": "engine dead"}})), LAST_CHUNK], "engine dead"),  # an in-stream error
+    ([token_event(2)[:7], CLOSE], "stream broke"),  # the replica closes mid-chunk
+])
+async def test_a_broken_stream_fails_the_relay_after_the_tokens_before_it(ending, why):
     async with RawReplica() as raw, httpx.AsyncClient() as client:
-        raw.queue([ok_head(), token_event(1) + chunk(sse({"error": {"message": "engine dead"}})), LAST_CHUNK])
+        raw.queue([ok_head(), token_event(1), *ending])
         replica = Replica(raw.url, client, api="completions")
         stream = await replica.open([1], {}, "r")
         got: list[int] = []
-        with pytest.raises(UpstreamFailed, match="engine dead"):
-            await stream.relay(lambda items: got.extend(tokens_of(items)))
-        await stream.aclose()
-    assert got == [1]
-
-
-@on_fixture_loop
-async def test_a_replica_closing_mid_stream_fails_the_relay_after_its_tokens():
-    async with RawReplica() as raw, httpx.AsyncClient() as client:
-        raw.queue([ok_head(), token_event(1), token_event(2)[:7], CLOSE])
-        replica = Replica(raw.url, client, api="completions")
-        stream = await replica.open([1], {}, "r")
-        got: list[int] = []
-        with pytest.raises(UpstreamFailed, match="stream broke"):
+        with pytest.raises(UpstreamFailed, match=why):
             await stream.relay(lambda items: got.extend(tokens_of(items)))
         await stream.aclose()
     assert got == [1]
