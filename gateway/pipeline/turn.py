@@ -3,7 +3,9 @@
 `gateway/pipeline/session.py` decides what a turn continues and makes the `Turn`;
 `start()` renders the prompt (the one prompt decision, gateway/tokenfix/prompt.py) and
 gets a replica to accept it, so nothing has been sent to the client yet when that fails;
-`batches()` streams the parser's item events. Everything that happened goes into
+`batches()` streams the parser's item events, `relay()` pushes them to a consumer from the
+upstream read itself (what engine pace needs); both take the output through `TurnOutput`
+(gateway/pipeline/output.py). Everything that happened goes into
 `self.record` (gateway/tokenfix/record.py), which the transport hands on; the turn never
 changes its request, and nothing holds the turn to observe it.
 """
@@ -22,11 +24,11 @@ from gateway.core.conversation import Item, Message
 from gateway.core.errors import APIError, UpstreamUnavailable, context_length_exceeded
 from gateway.core.ids import new_id
 from gateway.core.sampling import SamplingOptions, resolve
-from gateway.formats.base import Covered, ItemDelta, ItemDone, ItemStarted, ParseEvent, output_item
+from gateway.formats.base import Covered, ParseEvent
 from gateway.formats.length import too_long
+from gateway.pipeline.output import TurnOutput
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
-from gateway.pipeline.stop_strings import StopStrings
 from gateway.tokenfix.prompt import PromptBuilder
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
@@ -162,7 +164,7 @@ class Turn:
         read by then: relayed as one, never waited for). Leaving early (client gone) aborts the
         upstream request."""
         assert self._stream is not None, "start() first"
-        output = _Output(self)
+        output = TurnOutput(self.record, self.runtime.format, self.request.spans, self.sampling.stop)
         async with self._generating():
             async for chunk in self._stream:
                 events = output.take(chunk)
@@ -181,7 +183,7 @@ class Turn:
         as `batches()` does, and leaving early (cancelled) aborts the upstream request."""
         stream = self._stream
         assert stream is not None, "start() first"
-        output = _Output(self)
+        output = TurnOutput(self.record, self.runtime.format, self.request.spans, self.sampling.stop)
 
         def handed_on(events: list[ParseEvent]) -> Hold:
             try:
@@ -235,16 +237,6 @@ class Turn:
         if self._stream is not None:
             await self._stream.aclose()
 
-    def _cut(self, keep: int) -> None:
-        """A stop string matched: the turn ends with the first `keep` output tokens."""
-        record = self.record
-        del record.output_ids[keep:]
-        if record.logprobs is not None:
-            del record.logprobs[keep:]
-        if record.top_logprobs is not None:
-            del record.top_logprobs[keep:]
-        record.finish_reason = "stop"
-
     async def events(self) -> AsyncIterator[ParseEvent]:
         """`batches()` one event at a time."""
         async with contextlib.aclosing(self.batches()) as batches:
@@ -263,93 +255,6 @@ async def _consumers(hold: Awaitable[None]) -> None:
         await hold
     except Exception as exc:
         raise _ConsumerFailed from exc
-
-
-class _Output:
-    """A turn's output, taken chunk by chunk: ids, logprobs and finish into the record, the ids
-    through the parser (and stop strings), started and finished items tracked."""
-
-    def __init__(self, turn: Turn) -> None:
-        record = self._record = turn.record
-        self._turn = turn
-        self._parser = parser = turn.runtime.format.parser(record.conversation.tools,
-                                                           thinking=record.conversation.thinking)
-        self._started: dict[int, ItemStarted] = {}
-        feed = _spans(parser.feed) if turn.request.spans and record.logprobs is not None else parser.feed
-        self._stops = StopStrings(turn.sampling.stop, feed) if turn.sampling.stop else None
-        self._feed = self._stops.feed if self._stops is not None else feed
-        self.stopped = False  # a stop string matched: the turn ends here
-
-    def take(self, chunk: TokenChunk | Usage) -> list[ParseEvent]:
-        record = self._record
-        if type(chunk) is Usage:
-            record.usage = chunk
-            return []
-        ids = chunk.token_ids
-        if record.first_token_at is None and ids:
-            record.first_token_at = time.perf_counter()
-        record.output_ids.extend(ids)
-        if record.logprobs is not None and chunk.logprobs is not None:
-            record.logprobs.extend(chunk.logprobs)
-        if record.top_logprobs is not None:
-            record.top_logprobs.extend(chunk.top_logprobs or [[] for _ in ids])
-        if chunk.finish_reason is not None:
-            record.finish_reason = chunk.finish_reason
-        events = self._feed(ids)
-        record.reasoning_tokens = self._parser.reasoning_tokens
-        stops = self._stops
-        if stops is not None and stops.cut is not None:
-            self._turn._cut(stops.cut)
-            record.stop_string = stops.matched
-            self.stopped = True
-        for event in events:
-            if type(event) is not ItemDelta:  # most are: nothing to track
-                self._track(event)
-        return events
-
-    def finish(self) -> list[ParseEvent]:
-        """The parser's last events, once the replica finished."""
-        events = self._parser.finish()
-        if self._stops is not None:
-            events = self._stops.finish(events)
-        for event in events:
-            self._track(event)
-        return events
-
-    def _track(self, event: ParseEvent) -> None:
-        """Give tool calls their ids and collect finished items as canonical output."""
-        if isinstance(event, ItemStarted):
-            if event.kind == "tool_call" and not event.call_id:  # Kimi's calls carry their own ids
-                event.call_id = new_id("call")
-            self._started[event.index] = event
-        elif isinstance(event, ItemDone):
-            self._record.output_items.append(output_item(self._started.pop(event.index), event.text))
-
-
-def _spans(feed: Callable[[Sequence[int]], list[ParseEvent]]) -> Callable[[Sequence[int]], list[ParseEvent]]:
-    """`feed` one token at a time, marking each delta with the output positions of the tokens
-    that made it (for logprobs): tokens that produced nothing yet (part of a character) count
-    with the next delta; markup (an item starting or ending without a delta) with none."""
-    pending = 0  # output position of the first token no delta has taken yet
-    position = 0  # output tokens fed so far
-
-    def fed(ids: Sequence[int]) -> list[ParseEvent]:
-        nonlocal pending, position
-        events: list[ParseEvent] = []
-        for token in ids:
-            position += 1
-            produced = feed((token,))
-            for event in produced:
-                if isinstance(event, ItemDelta):
-                    event.span = (pending, position)
-                    pending = position
-                else:
-                    pending = max(pending, position - 1)
-            if produced:
-                pending = position
-                events += produced
-        return events
-    return fed
 
 
 async def _off_loop_if_big(items: Sequence[Item], render: Callable[..., T], *args: Any) -> T:

@@ -1,0 +1,115 @@
+"""A turn's output as the replica streams it: recorded, parsed, cut at a stop string.
+
+`Turn.batches()` (pull) and `Turn.relay()` (push) both hand each chunk of token ids to
+`TurnOutput.take`, which writes the ids, logprobs and finish into the turn's record, feeds
+them through the format's parser (and the request's stop strings), and collects the finished
+items as the turn's canonical output; so the two ways of streaming record exactly the same.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from gateway.core.ids import new_id
+from gateway.formats.base import ChatFormat, ItemDelta, ItemDone, ItemStarted, ParseEvent, output_item
+from gateway.pipeline.stop_strings import StopStrings
+from gateway.tokenfix.record import TurnRecord
+from gateway.upstream.chunks import TokenChunk, Usage
+
+
+class TurnOutput:
+    """A turn's output, taken chunk by chunk: ids, logprobs and finish into the record, the ids
+    through the parser (and stop strings), started and finished items tracked."""
+
+    def __init__(self, record: TurnRecord, chat_format: ChatFormat, spans: bool, stop: Sequence[str] | None) -> None:
+        """`spans`: mark each delta with the output positions that made it (logprobs); `stop`:
+        the request's stop strings."""
+        self._record = record
+        self._parser = parser = chat_format.parser(record.conversation.tools, thinking=record.conversation.thinking)
+        self._started: dict[int, ItemStarted] = {}
+        feed = _spans(parser.feed) if spans and record.logprobs is not None else parser.feed
+        self._stops = StopStrings(stop, feed) if stop else None
+        self._feed = self._stops.feed if self._stops is not None else feed
+        self.stopped = False  # a stop string matched: the turn ends here
+
+    def take(self, chunk: TokenChunk | Usage) -> list[ParseEvent]:
+        record = self._record
+        if type(chunk) is Usage:
+            record.usage = chunk
+            return []
+        ids = chunk.token_ids
+        if record.first_token_at is None and ids:
+            record.first_token_at = time.perf_counter()
+        record.output_ids.extend(ids)
+        if record.logprobs is not None and chunk.logprobs is not None:
+            record.logprobs.extend(chunk.logprobs)
+        if record.top_logprobs is not None:
+            record.top_logprobs.extend(chunk.top_logprobs or [[] for _ in ids])
+        if chunk.finish_reason is not None:
+            record.finish_reason = chunk.finish_reason
+        events = self._feed(ids)
+        record.reasoning_tokens = self._parser.reasoning_tokens
+        stops = self._stops
+        if stops is not None and stops.cut is not None:
+            self._cut(stops.cut)
+            record.stop_string = stops.matched
+            self.stopped = True
+        for event in events:
+            if type(event) is not ItemDelta:  # most are: nothing to track
+                self._track(event)
+        return events
+
+    def finish(self) -> list[ParseEvent]:
+        """The parser's last events, once the replica finished."""
+        events = self._parser.finish()
+        if self._stops is not None:
+            events = self._stops.finish(events)
+        for event in events:
+            self._track(event)
+        return events
+
+    def _cut(self, keep: int) -> None:
+        """A stop string matched: the turn ends with the first `keep` output tokens."""
+        record = self._record
+        del record.output_ids[keep:]
+        if record.logprobs is not None:
+            del record.logprobs[keep:]
+        if record.top_logprobs is not None:
+            del record.top_logprobs[keep:]
+        record.finish_reason = "stop"
+
+    def _track(self, event: ParseEvent) -> None:
+        """Give tool calls their ids and collect finished items as canonical output."""
+        if isinstance(event, ItemStarted):
+            if event.kind == "tool_call" and not event.call_id:  # Kimi's calls carry their own ids
+                event.call_id = new_id("call")
+            self._started[event.index] = event
+        elif isinstance(event, ItemDone):
+            self._record.output_items.append(output_item(self._started.pop(event.index), event.text))
+
+
+def _spans(feed: Callable[[Sequence[int]], list[ParseEvent]]) -> Callable[[Sequence[int]], list[ParseEvent]]:
+    """`feed` one token at a time, marking each delta with the output positions of the tokens
+    that made it (for logprobs): tokens that produced nothing yet (part of a character) count
+    with the next delta; markup (an item starting or ending without a delta) with none."""
+    pending = 0  # output position of the first token no delta has taken yet
+    position = 0  # output tokens fed so far
+
+    def fed(ids: Sequence[int]) -> list[ParseEvent]:
+        nonlocal pending, position
+        events: list[ParseEvent] = []
+        for token in ids:
+            position += 1
+            produced = feed((token,))
+            for event in produced:
+                if isinstance(event, ItemDelta):
+                    event.span = (pending, position)
+                    pending = position
+                else:
+                    pending = max(pending, position - 1)
+            if produced:
+                pending = position
+                events += produced
+        return events
+    return fed
