@@ -15,6 +15,9 @@ uvicorn's flow control (`paused` while the client's buffer is above its high-wat
 wait for `drain()` before writing more), and refuses (returns False) whenever `send` would do
 something other than write a chunk: the client gone, the response not started or complete,
 a HEAD request, a body with a content-length.
+
+Body bytes written this way pass no middleware: a middleware that must see or change them
+(none of the gateway's does) wraps the writer in the scope it passes on, or removes it.
 """
 
 from __future__ import annotations

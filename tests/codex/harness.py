@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from gateway.server.body_writer import EXTENSION as BODY_WRITER
+from gateway.ws.frames import EXTENSION as FRAME_WRITER
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, TOOL_CALL, ids
 
 GENERATE = "/inference/v1/generate"
@@ -73,6 +75,15 @@ def recording(app, traffic: Traffic):
             receive = await _read_body(receive, post, lambda body: traffic.on_post(app, body)
                                        if traffic.on_post else body)
 
+        # Streamed bytes go to the client through the server's direct writers once the headers
+        # are out (gateway/server/body_writer.py, gateway/ws/frames.py): record what they write.
+        extensions = dict(scope.get("extensions") or {})
+        if (writer := extensions.get(BODY_WRITER)) is not None:
+            extensions[BODY_WRITER] = _Tapped(writer, buffer.extend)
+        if (frames := extensions.get(FRAME_WRITER)) is not None:
+            extensions[FRAME_WRITER] = _Tapped(frames, lambda text: traffic.events.append(json.loads(text)))
+        scope = {**scope, "extensions": extensions}
+
         async def tap(message):
             if message["type"] == "http.response.start":
                 if post is not None:
@@ -93,6 +104,26 @@ def recording(app, traffic: Traffic):
                     traffic.events.append(json.loads(line[6:]))
 
     return recorded
+
+
+class _Tapped:
+    """A direct writer that records what it writes."""
+
+    def __init__(self, writer: Any, record: Callable[[bytes], object]) -> None:
+        self._writer, self._record = writer, record
+
+    def write(self, data: bytes) -> bool:
+        written = self._writer.write(data)
+        if written:
+            self._record(data)
+        return written
+
+    @property
+    def paused(self) -> bool:
+        return self._writer.paused
+
+    async def drain(self) -> None:
+        await self._writer.drain()
 
 
 async def _read_body(receive, post: Post, alter: Callable[[dict], dict]):
