@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from typing import Any, TypeVar
 
 from gateway.core.conversation import Item, Message
@@ -190,7 +190,7 @@ class Turn:
                 hold = on_events(events)
             except Exception as exc:
                 raise _ConsumerFailed from exc
-            return None if hold is None else _consumers(hold)
+            return None if hold is None else _Consumers(hold)
 
         def sink(chunks: list[TokenChunk | Usage]) -> Hold:
             events: list[ParseEvent] = []
@@ -250,11 +250,24 @@ class _ConsumerFailed(Exception):
     writing, say): raised as it was, not as the turn's own failure."""
 
 
-async def _consumers(hold: Awaitable[None]) -> None:
-    try:
-        await hold
-    except Exception as exc:
-        raise _ConsumerFailed from exc
+class _Consumers:
+    """A consumer's hold: awaited, what it raises is the consumer's; closed unawaited (the relay
+    was cancelled first), the hold is closed too (no never-awaited coroutine left behind)."""
+
+    __slots__ = ("_hold",)
+
+    def __init__(self, hold: Awaitable[None]) -> None:
+        self._hold = hold
+
+    def __await__(self) -> Generator[Any, None, None]:
+        try:
+            return (yield from self._hold.__await__())
+        except Exception as exc:
+            raise _ConsumerFailed from exc
+
+    def close(self) -> None:
+        if isinstance(self._hold, Coroutine):
+            self._hold.close()
 
 
 async def _off_loop_if_big(items: Sequence[Item], render: Callable[..., T], *args: Any) -> T:

@@ -187,7 +187,7 @@ class UpstreamStream:
         finally:
             self._sink = None
             if self._hold is not None and hasattr(self._hold, "close"):
-                self._hold.close()  # a coroutine nobody will await now
+                self._hold.close()  # what nobody will await now: a coroutine, or a hold closing its own
             self._hold = None
         if not self._relay_stopped:
             self._raise_unless_finished()

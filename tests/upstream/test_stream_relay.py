@@ -6,6 +6,8 @@ relay as they end iteration."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 
 import httpx
 import pytest
@@ -198,3 +200,27 @@ async def test_an_interrupt_while_relaying_is_shutting_down():
             await relaying
         await stream.aclose()
     assert failed.value.code == "server_shutting_down"
+
+
+def test_a_relay_cancelled_before_it_awaits_a_hold_closes_it():
+    """The client leaves between a read that asked to wait and the relay's next step: the hold
+    (a coroutine) is closed, not left never awaited."""
+    async def scenario() -> bool:
+        async with stream_on_socketpair() as (stream, connection, _):
+            drained = asyncio.Event()
+
+            async def drain() -> None:
+                drained.set()
+
+            hold = drain()
+            relaying = asyncio.ensure_future(stream.relay(lambda items: hold))
+            await asyncio.sleep(0)
+            connection.data_received(ok_head() + token_event(1))  # the sink answers with the hold
+            relaying.cancel()  # before the relay ran again
+            with pytest.raises(asyncio.CancelledError):
+                await relaying
+            return drained.is_set() or hold.cr_frame is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert asyncio.run(scenario()) is False  # never run, and closed (a closed coroutine has no frame)
+        gc.collect()
