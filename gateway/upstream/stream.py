@@ -74,25 +74,36 @@ class UpstreamStream:
         if self.status != 200:
             self._error_body.append(data)
             return
-        lines = (self._pending + data if self._pending else data).split(b"\n")
-        self._pending = lines.pop()
         payloads = self._payloads
-        n_before = len(payloads)
-        for line in lines:
-            if line[:5] == b"data:":
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    self._finished = True
-                else:
-                    payloads.append(payload)
-        if len(payloads) > n_before:
-            if self._sink is not None and self._hold is None and self._sink_error is None:
-                self._deliver()
+        if not self._pending and data[-2:] == b"\n\n" and data.find(b"\n") == len(data) - 2:
+            # one whole event, what a read at engine pace brings: no split
+            if data[:5] != b"data:":
                 return
-            self._wake_iterator()
-            if len(payloads) >= MAX_UNTAKEN and self.connection is not None:  # the client reads slower
-                self._paused = True
-                self.connection.pause()
+            payload = data[5:-2].strip()
+            if payload == b"[DONE]":
+                self._finished = True
+                return
+            payloads.append(payload)
+        else:
+            lines = (self._pending + data if self._pending else data).split(b"\n")
+            self._pending = lines.pop()
+            n_before = len(payloads)
+            for line in lines:
+                if line[:5] == b"data:":
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        self._finished = True
+                    else:
+                        payloads.append(payload)
+            if len(payloads) == n_before:
+                return
+        if self._sink is not None and self._hold is None and self._sink_error is None:
+            self._deliver()
+            return
+        self._wake_iterator()
+        if len(payloads) >= MAX_UNTAKEN and self.connection is not None:  # the client reads slower
+            self._paused = True
+            self.connection.pause()
 
     def on_end(self, error: Exception | None) -> None:
         self.connection = None
@@ -230,10 +241,16 @@ class UpstreamStream:
         replica's in-stream error, if one came (what preceded it is still passed on).
 
         All payloads are parsed in one orjson call (as one JSON array); a choice without
-        logprobs only adds its ids, so a token costs a few dict lookups and no object."""
+        logprobs only adds its ids, so a token costs a few dict lookups and no object. The read
+        engine pace brings, one event with one plain choice, is one chunk without the merge."""
         try:
-            events = [orjson.loads(payloads[0])] if len(payloads) == 1 else orjson.loads(
-                b"[" + b",".join(payloads) + b"]")
+            if len(payloads) == 1:
+                event = orjson.loads(payloads[0])
+                if type(event) is dict and (one := self._one_plain_choice(event)) is not None:
+                    return [one], None  # what engine pace brings: one token of one choice
+                events = [event]
+            else:
+                events = orjson.loads(b"[" + b",".join(payloads) + b"]")
         except orjson.JSONDecodeError:
             events = None
         if events is None or not all(isinstance(event, dict) for event in events):
@@ -259,6 +276,20 @@ class UpstreamStream:
         except (TypeError, KeyError, AttributeError, IndexError, ValueError):
             return self._decode_one_by_one(payloads)  # which one, and what preceded it
         return self._with(merged, usage), None
+
+    @staticmethod
+    def _one_plain_choice(event: dict) -> TokenChunk | None:
+        """The chunk of an event with one choice, no logprobs, no usage and no error (else None)."""
+        choices = event.get("choices")
+        if type(choices) is not list or len(choices) != 1 or "error" in event or event.get("usage"):
+            return None
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("logprobs") is not None:
+            return None
+        ids = choice.get("token_ids")
+        if type(ids) is not list:
+            return None
+        return TokenChunk(ids, None, None, choice.get("finish_reason"), choice.get("stop_reason"))
 
     def _decode_one_by_one(self, payloads: list[bytes]) -> tuple[list[TokenChunk | Usage], UpstreamFailed | None]:
         """`_decode` for a batch that did not parse whole: up to the malformed payload, and why."""

@@ -80,6 +80,51 @@ def test_each_read_goes_to_the_sink_from_the_read_itself():
     assert asyncio.run(scenario()) == [[7], [7, 8], [7, 8, 9]]
 
 
+def _choice(token: int, **fields: object) -> dict:
+    return {"index": 0, "token_ids": [token], "text": "x", "logprobs": None, **fields}
+
+
+# Reads of one event each, as engine pace brings them: the plain one-token event takes a short
+# path (no split, no merge); every other shape must still come out as the general path gives it.
+ONE_EVENT_READS = [
+    sse({"choices": [_choice(7)]}),
+    b": keep-alive comment\n\n",
+    b'data:{"choices":[{"index":0,"token_ids":[8],"logprobs":null}]}\n\n',  # no space after the colon
+    b'data: {"choices":[{"index":0,"token_ids":[9],"logprobs":null}]}\r\n\r\n',  # CRLF lines
+    sse({"choices": [_choice(10, logprobs={"token_logprobs": [-0.5], "top_logprobs": None})]}),
+    sse({"choices": [_choice(11), _choice(12)]}),  # two choices in one event
+    sse({"choices": [{"index": 0, "logprobs": None}]}),  # no token ids
+    sse({"choices": [_choice(13, finish_reason="stop", stop_reason=151645)]}),
+    sse({"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 7}}),
+]
+
+
+def test_one_event_reads_decode_as_the_general_path_does():
+    async def relayed(pieces: list[bytes]) -> tuple[list[list], list]:
+        async with stream_on_socketpair() as (stream, connection, _):
+            calls: list[list] = []
+            relaying = asyncio.ensure_future(stream.relay(lambda items: calls.append(items)))
+            await asyncio.sleep(0)
+            for piece in pieces:
+                connection.data_received(piece)
+            await relaying
+            return calls, [item for call in calls for item in call]
+
+    body = [chunk(read) for read in ONE_EVENT_READS] + [chunk(sse(b"[DONE]")) + LAST_CHUNK]
+    alone, items = asyncio.run(relayed([ok_head(), *body]))
+    _, together = asyncio.run(relayed([ok_head() + b"".join(body)]))  # one read: split and merged
+    assert len(alone) == 8  # a call per event with data (not the comment, not [DONE])
+
+    def flat(items: list) -> tuple:
+        chunks = [item for item in items if isinstance(item, TokenChunk)]
+        logprobs = [lp for c in chunks for lp in c.logprobs or ()]
+        finish = [(c.finish_reason, c.stop_reason) for c in chunks if c.finish_reason]
+        return tokens_of(items), logprobs, finish, [item for item in items if isinstance(item, Usage)]
+
+    assert flat(items) == flat(together) == (
+        [7, 8, 9, 10, 11, 12, 13], [-0.5], [("stop", 151645)], [Usage(2, 7)])
+
+
 @on_fixture_loop
 async def test_a_hold_pauses_reading_until_it_resolves_and_loses_nothing():
     n_tokens = 20_000  # ~1.4 MB: the kernel's buffers fill while the relay holds
