@@ -110,8 +110,8 @@ class ResponseWriter:
     # -- items ---------------------------------------------------------------------
 
     def on_parse_event(self, event: ParseEvent) -> list[Event]:
-        if isinstance(event, ItemDelta):
-            return self._delta(event)
+        if type(event) is ItemDelta:
+            return self.delta(event)
         if isinstance(event, ItemStarted):
             return self._started(event)
         return self._done(event)
@@ -150,7 +150,8 @@ class ResponseWriter:
             item["namespace"] = route.namespace
         return item
 
-    def _delta(self, event: ItemDelta) -> list[Event]:
+    def delta(self, event: ItemDelta) -> list[Event]:
+        """The events of one delta: at engine pace, of every token."""
         item = self._open[event.index]
         output_index = self._position[event.index]
         kind = item["type"]

@@ -185,6 +185,8 @@ class Turn:
         assert stream is not None, "start() first"
         output = TurnOutput(self.record, self.runtime.format, self.request.spans, self.sampling.stop)
 
+        take = output.take
+
         def handed_on(events: list[ParseEvent]) -> Hold:
             try:
                 hold = on_events(events)
@@ -193,12 +195,16 @@ class Turn:
             return None if hold is None else _Consumers(hold)
 
         def sink(chunks: list[TokenChunk | Usage]) -> Hold:
-            events: list[ParseEvent] = []
-            for chunk in chunks:
-                events += output.take(chunk)
-                if output.stopped:
-                    stream.stop_relay()
-                    break
+            if len(chunks) == 1:  # what a read brings at engine pace
+                events = take(chunks[0])
+            else:
+                events = []
+                for chunk in chunks:
+                    events += take(chunk)
+                    if output.stopped:
+                        break
+            if output.stopped:
+                stream.stop_relay()
             return handed_on(events) if events else None
 
         async with self._generating():
