@@ -102,3 +102,18 @@ def test_soak_reports_outcomes_chains_and_growth(tmp_path):
     assert report["close_wait_sockets"] == 0
     # idle connections the pool keeps for reuse, at most about one per client: none stranded
     assert report["sockets_after"]["to_replica"].get("ESTABLISHED", 0) <= 2 * 4
+
+
+def test_hotpath_writes_one_delta_event_per_token():
+    """`python -m bench.hotpath`: each stream's every read becomes one client write, and the last
+    one is the last word's Responses delta (the words cycle through the bench sentence)."""
+    from bench.models import SENTENCE
+
+    command = [sys.executable, "-m", "bench.hotpath", "--streams", "4", "--tokens", "280", "--rounds", "1"]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    words = SENTENCE.split(" ")[1:]
+    assert result["tokens"] == result["client_writes"] == 280  # 70 engine steps × 4 streams
+    assert result["last_event"] == "response.output_text.delta"
+    assert result["last_delta"] == " " + words[(70 - 1) % len(words)]
