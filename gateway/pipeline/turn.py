@@ -184,7 +184,6 @@ class Turn:
         stream = self._stream
         assert stream is not None, "start() first"
         output = TurnOutput(self.record, self.runtime.format, self.request.spans, self.sampling.stop)
-
         take = output.take
 
         def handed_on(events: list[ParseEvent]) -> Hold:
