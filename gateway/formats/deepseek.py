@@ -36,9 +36,10 @@ import codecs
 from collections.abc import Iterable
 
 from gateway.core.conversation import Tool
-from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
+from gateway.formats.base import ItemDelta, ItemDone
+from gateway.formats.call_section import CallSectionParser
 from gateway.formats.glm import is_valid_name
-from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.hf_parser import Markup
 
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -50,7 +51,7 @@ TEMPLATE_MARKER = CALLS_BEGIN
 _BETWEEN, _NAME, _ARGS, _RAW = range(4)
 
 
-class DeepSeekToolCallParser(HermesOutputParser):
+class DeepSeekToolCallParser(CallSectionParser):
     """Output ids in, reasoning / text / tool-call item events out; calls in DeepSeek-V3.1's markup.
     `markup.call_open`/`call_close` are the section's markers; `calls` are the ids of
     `<｜tool▁call▁begin｜>`, `<｜tool▁call▁end｜>` and `<｜tool▁sep｜>` (also in `markup.text`)."""
@@ -65,23 +66,16 @@ class DeepSeekToolCallParser(HermesOutputParser):
         self._state = _BETWEEN
         self._reset_call()
 
-    def finish(self) -> list[ParseEvent]:
-        if self._mode != "tool_call":
-            return super().finish()
+    # CallSectionParser hooks -----------------------------------------------------------------
+
+    def _finish_section(self) -> None:
         self._end_section()
         self._close_segment()
-        return self._take_events()
 
-    # HermesOutputParser hooks ----------------------------------------------------------------
+    def _section_opened(self) -> None:
+        self._state = _BETWEEN
 
-    def _on_markup(self, token_id: int) -> None:
-        if self._mode != "tool_call":
-            opens = self._mode == "text" and token_id == self._markup.call_open
-            super()._on_markup(token_id)
-            if opens:
-                self._state = _BETWEEN
-            return
-        self._consume()
+    def _section_markup(self, token_id: int) -> None:
         if token_id == self._markup.call_close:
             self._end_section()
         elif token_id == self._call_begin and self._state != _ARGS:
@@ -104,12 +98,6 @@ class DeepSeekToolCallParser(HermesOutputParser):
             self._raw += self._markup.text[token_id]
             self._state = _RAW
         # _BETWEEN: a stray marker between calls is dropped with the rest of the junk there
-
-    def _flush(self, final: bool = False) -> None:
-        if self._mode == "tool_call":
-            self._consume()
-        else:
-            super()._flush(final)
 
     # The section and its calls -----------------------------------------------------------------
 

@@ -40,8 +40,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway.core.conversation import Tool
-from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
-from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.base import ItemDelta, ItemDone
+from gateway.formats.call_section import CallSectionParser
+from gateway.formats.hf_parser import Markup
 from gateway.formats.qwen_xml import argument_dict
 
 ARG_TOKENS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
@@ -66,7 +67,7 @@ _PRIORITY = ("null", "integer", "number", "boolean", "object", "array", "string"
 _NAME, _KEY, _AFTER_KEY, _VALUE, _SKIP, _BETWEEN, _RAW = range(7)
 
 
-class GlmToolCallParser(HermesOutputParser):
+class GlmToolCallParser(CallSectionParser):
     """Output ids in, reasoning / text / tool-call item events out; tool calls in GLM's markup.
     `args` are the ids of `<arg_key>`, `</arg_key>`, `<arg_value>`, `</arg_value>` (also in
     `markup.text`, so that out of a call they are text)."""
@@ -79,9 +80,9 @@ class GlmToolCallParser(HermesOutputParser):
         super().__init__(token_bytes, markup, stop_ids, starts_in_reasoning)
         self._reset_call()
 
-    def finish(self) -> list[ParseEvent]:
-        if self._mode != "tool_call":
-            return super().finish()
+    # CallSectionParser hooks -----------------------------------------------------------------
+
+    def _finish_section(self) -> None:
         self._consume()
         if self._state in (_NAME, _RAW):
             self._raw_text_item(self._markup.text[self._markup.call_open] + bytes(self._raw))
@@ -89,18 +90,11 @@ class GlmToolCallParser(HermesOutputParser):
             self._close_call()
         self._mode = "text"
         self._open_segment()
-        return self._take_events()
 
-    # HermesOutputParser hooks ----------------------------------------------------------------
+    def _section_opened(self) -> None:
+        self._reset_call()
 
-    def _on_markup(self, token_id: int) -> None:
-        if self._mode != "tool_call":
-            opens = self._mode == "text" and token_id == self._markup.call_open
-            super()._on_markup(token_id)
-            if opens:
-                self._reset_call()
-            return
-        self._consume()
+    def _section_markup(self, token_id: int) -> None:
         if token_id == self._markup.call_close:
             self._end_call()
             return
@@ -121,12 +115,6 @@ class GlmToolCallParser(HermesOutputParser):
             self._state = _RAW  # markup before any argument: not a call
         elif self._state == _VALUE:
             self._value_text(self._markup.text[token_id].decode())  # a stray tag inside a value is value
-
-    def _flush(self, final: bool = False) -> None:
-        if self._mode == "tool_call":
-            self._consume()
-        else:
-            super()._flush(final)
 
     def _end_call(self) -> None:
         if self._state == _NAME:

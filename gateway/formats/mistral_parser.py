@@ -29,9 +29,10 @@ import re
 from collections.abc import Iterable
 
 from gateway.core.conversation import Tool
-from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
+from gateway.formats.base import ItemDelta, ItemDone
+from gateway.formats.call_section import CallSectionParser
 from gateway.formats.glm import MAX_NAME, is_valid_name
-from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.hf_parser import Markup
 
 CALL_ID_SHAPE = re.compile(r"[a-zA-Z0-9]{9}")
 
@@ -39,7 +40,7 @@ CALL_ID_SHAPE = re.compile(r"[a-zA-Z0-9]{9}")
 _NAME, _ID, _ARGS, _RAW, _LIST = range(5)
 
 
-class MistralToolCallParser(HermesOutputParser):
+class MistralToolCallParser(CallSectionParser):
     """Output ids in, reasoning / text / tool-call item events out (see `OutputParser`).
     `markup.call_open` is `[TOOL_CALLS]` (there is no closing marker); `args` and `call_id` are the
     ids of `[ARGS]` and `[CALL_ID]` (None in versions before v11, which write a JSON list)."""
@@ -53,25 +54,18 @@ class MistralToolCallParser(HermesOutputParser):
         super().__init__(token_bytes, markup, stop_ids, starts_in_reasoning=False)
         self._reset_call()
 
-    def finish(self) -> list[ParseEvent]:
-        if self._mode != "tool_call":
-            return super().finish()
+    # CallSectionParser hooks -----------------------------------------------------------------
+
+    def _finish_section(self) -> None:
         self._consume()
         self._end_call()
         self._mode = "text"
         self._open_segment()
-        return self._take_events()
 
-    # HermesOutputParser hooks ----------------------------------------------------------------
+    def _section_opened(self) -> None:
+        self._reset_call()
 
-    def _on_markup(self, token_id: int) -> None:
-        if self._mode != "tool_call":
-            opens = self._mode == "text" and token_id == self._markup.call_open
-            super()._on_markup(token_id)
-            if opens:
-                self._reset_call()
-            return
-        self._consume()
+    def _section_markup(self, token_id: int) -> None:
         text = self._markup.text[token_id]
         if token_id == self._markup.call_open and self._state != _LIST:
             self._end_call()
@@ -88,12 +82,6 @@ class MistralToolCallParser(HermesOutputParser):
             self._raw += text
             if self._state != _LIST:
                 self._state = _RAW
-
-    def _flush(self, final: bool = False) -> None:
-        if self._mode == "tool_call":
-            self._consume()
-        else:
-            super()._flush(final)
 
     # A call -------------------------------------------------------------------------------------
 
