@@ -13,8 +13,6 @@ httpx stays for the control calls (health, models, abort, warmup): they are rare
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 from collections import deque
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -77,13 +75,6 @@ class Connection(asyncio.Protocol):
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        if sock is not None and hasattr(socket, "TCP_QUICKACK"):  # Linux
-            # Delayed ACKs from the start: a token stream is many small pushed segments, and an
-            # immediate ACK for each costs the gateway a loopback/NIC transmit per read; in this
-            # ("pingpong") mode the kernel acknowledges every second one, as the stream keeps it
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 0)
 
     def data_received(self, data: bytes) -> None:
         if self._receiver is None:  # bytes on an idle connection: nothing is asked, so it is broken

@@ -19,7 +19,7 @@ from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.connection import Connection, Connections
 from gateway.upstream.replica import Replica
 from gateway.upstream.stream import MAX_UNTAKEN, UpstreamStream
-from tests.support.raw_replica import LAST_CHUNK, Pause, RawReplica, chunk, ok_head, sse
+from tests.support.raw_replica import LAST_CHUNK, RawReplica, chunk, ok_head, sse
 from tests.support.waiting import async_wait_for
 
 on_fixture_loop = pytest.mark.asyncio(loop_scope="session")  # the loop the async fixtures run in
@@ -138,18 +138,3 @@ async def test_a_slow_reader_stops_the_reading_and_gets_every_token_after():
         await stream.aclose()
         assert ids == list(range(n_tokens)) and not connection.paused
         assert replica.connections.n_idle == 1 and not raw.aborts
-
-
-@pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="Linux only")
-@on_fixture_loop
-async def test_stream_connections_acknowledge_in_delayed_mode():
-    """A token stream is many small pushed segments: its connection is put in delayed-ACK
-    ("pingpong") mode, so the kernel acknowledges every second one instead of every read
-    (docs/benchmarks.md shows the count)."""
-    async with RawReplica() as raw, httpx.AsyncClient() as client:
-        raw.queue([ok_head(), Pause(5), LAST_CHUNK])
-        replica = Replica(raw.url, client, api="completions")
-        stream = await replica.open([1], {}, "r")
-        sock = stream.connection._transport.get_extra_info("socket")
-        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK) == 0  # Linux: 0 = pingpong mode
-        await stream.aclose()
