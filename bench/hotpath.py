@@ -76,11 +76,11 @@ def _read(token: int) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-async def _streams(n: int, written: list[int]
+async def _streams(n: int, written: list[int], fmt: str
                    ) -> tuple[list[Callable[[bytes], None]], list[asyncio.Task], list[_Transport]]:
     """`n` relaying Responses SSE streams: each one's upstream `data_received`, its task, and
     its client transport."""
-    model = MODELS["qwen"]()
+    model = MODELS[fmt]()
     url = "http://127.0.0.1:9"
     runtime = build_runtime(Settings(model=str(model.model_dir), upstreams=[url], served_model_name=model.name,
                                      chat_format=model.chat_format))
@@ -112,11 +112,11 @@ async def _streams(n: int, written: list[int]
     return reads, tasks, clients
 
 
-async def measure(streams: int, tokens: int, rounds: int, callgrind: bool) -> dict[str, Any]:
+async def measure(streams: int, tokens: int, rounds: int, callgrind: bool, fmt: str = "qwen") -> dict[str, Any]:
     written = [0]
-    reads, tasks, clients = await _streams(streams, written)
+    reads, tasks, clients = await _streams(streams, written, fmt)
     steps = tokens // streams // rounds
-    model = MODELS["qwen"]()
+    model = MODELS[fmt]()
     words = model.output(steps * rounds)
     pieces = [_read(token) for token in words[:steps * rounds]]
     written[0] = 0
@@ -138,7 +138,7 @@ async def measure(streams: int, tokens: int, rounds: int, callgrind: bool) -> di
     # what a client got last: the last word as one Responses delta event, in one HTTP chunk
     _, event = clients[-1].last.split(b"\r\n", 1)[1].split(b"\ndata: ", 1)
     last_delta = orjson.loads(event.rsplit(b"\n\n", 1)[0])
-    return {"streams": streams, "tokens": steps * rounds * streams, "client_writes": written[0],
+    return {"format": fmt, "streams": streams, "tokens": steps * rounds * streams, "client_writes": written[0],
             "last_event": last_delta["type"], "last_delta": last_delta["delta"],
             "us_per_token_min": round(per_token[0], 2), "us_per_token_median": round(per_token[len(per_token) // 2], 2)}
 
@@ -158,7 +158,7 @@ def _instructions(argv: list[str]) -> int:
                          capture_output=True, text=True, check=True)
     collected = int(re.search(r"Collected : (\d+)", out.stderr).group(1))
     result = orjson.loads(out.stdout.strip().splitlines()[-1])
-    print(f"{collected / result['tokens']:.0f} instructions per token ({result['streams']} streams, "
+    print(f"{collected / result['tokens']:.0f} instructions per token ({result['format']}, {result['streams']} streams, "
           f"{result['tokens']} tokens, {result['client_writes']} client writes)")
     return 0
 
@@ -169,14 +169,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=256)
     parser.add_argument("--tokens", type=int, default=51_200, help="in all, over every stream and round")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--format", choices=("qwen", "harmony"), default="qwen",
+                        help="the output format relayed (bench/models.py)")
     parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
     parser.add_argument("--under-callgrind", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.instructions:
-        return _instructions(["--streams", str(args.streams), "--tokens", str(args.tokens), "--rounds", "1"])
+        return _instructions(["--streams", str(args.streams), "--tokens", str(args.tokens), "--rounds", "1",
+                              "--format", args.format])
     import uvloop
 
-    result = uvloop.run(measure(args.streams, args.tokens, args.rounds, args.under_callgrind))
+    result = uvloop.run(measure(args.streams, args.tokens, args.rounds, args.under_callgrind, args.format))
     print(orjson.dumps(result).decode())
     return 0
 
