@@ -1,10 +1,12 @@
 """Streaming parser for gpt-oss output: harmony tokens in, item events out.
 
-openai-harmony's `StreamableParser` does the parsing (headers, incremental UTF-8);
-this wrapper turns its message boundaries into ItemStarted/ItemDelta/ItemDone.
-Boundaries are recognised by token id (`<|message|>` opens content, `<|end|>`,
-`<|return|>`, `<|call|>` close it), so the per-token cost is one `process()` call
-and, inside content, one read of the last delta.
+openai-harmony's `StreamableParser` parses the headers; this wrapper turns its message
+boundaries into ItemStarted/ItemDelta/ItemDone. Boundaries are recognised by token id
+(`<|message|>` opens content, `<|end|>`, `<|return|>`, `<|call|>` close it). Content tokens
+are decoded here, the way `StreamableParser` decodes them (UTF-8 held back until complete, an
+invalid sequence as U+FFFD), and not handed to it: for each content token it also re-encodes
+the delta and rebuilds its table of special tokens, most of a streamed token's cost. It sees
+the message's end, with no content, and so stays in step for the next header.
 
 Malformed output (a header harmony rejects, text where `<|start|>` is expected)
 never raises: the open item is closed, the unparsed tokens are decoded as a plain
@@ -41,6 +43,15 @@ def _marker_ids(encoding: HarmonyEncoding) -> tuple[int, int, int, frozenset[int
     return start, message, end_of_text, frozenset(encoding.stop_tokens())
 
 
+@functools.lru_cache(maxsize=4)
+def _token_bytes(encoding: HarmonyEncoding) -> dict[int, bytes]:
+    """Each content token's bytes, filled as tokens are first seen; one table per encoding."""
+    return {}
+
+
+REPLACEMENT = "\ufffd"
+
+
 class HarmonyParser:
     def __init__(self, encoding: HarmonyEncoding) -> None:
         self._encoding = encoding
@@ -51,6 +62,9 @@ class HarmonyParser:
         self._header: list[int] = []  # tokens of the header being read
         self._in_content = False
         self._raw = codecs.getincrementaldecoder("utf-8")("replace")
+        self._token_bytes = _token_bytes(encoding)
+        self._undecoded = b""  # content bytes of an incomplete UTF-8 sequence
+        self._undecodable = False  # the message's content had an id beyond the vocabulary
         self._index = -1  # index of the open item, or of the last one
         self._open = False
         self._parts: list[str] = []
@@ -65,22 +79,23 @@ class HarmonyParser:
             if self._parser is None:
                 self._raw_token(token, events)
                 continue
+            if self._in_content:
+                if self._reasoning:
+                    self.reasoning_tokens += 1
+                if token not in self._message_ends:
+                    if delta := self._content_delta(token):
+                        self._parts.append(delta)
+                        events.append(ItemDelta(self._index, delta))
+                    continue
             try:
                 self._parser.process(token)
             except HarmonyError as exc:
                 self._malformed(token, exc, events)
                 continue
-            if self._in_content:
-                if self._reasoning:
-                    self.reasoning_tokens += 1
-                if token in self._message_ends:
-                    self._in_content = False
-                    self._close(events)
-                else:
-                    delta = self._parser.last_content_delta
-                    if delta:
-                        self._parts.append(delta)
-                        events.append(ItemDelta(self._index, delta))
+            if self._in_content:  # the message's end
+                self._in_content = False
+                self._undecoded, self._undecodable = b"", False
+                self._close(events)
             elif token == self._message_token:
                 self._in_content = True
                 self._header.clear()
@@ -132,6 +147,38 @@ class HarmonyParser:
         self._reasoning = kind == "reasoning"
         self._parts = []
         events.append(ItemStarted(self._index, kind, name=name, channel=channel))
+
+    def _content_delta(self, token: int) -> str:
+        """The text a content token adds, as `StreamableParser` decodes it: the bytes so far
+        when they are valid UTF-8; else the valid part, and one U+FFFD for an invalid sequence
+        (what follows it waits for the next token) or nothing more for an incomplete one."""
+        if self._undecodable:
+            return ""
+        try:
+            token_bytes = self._bytes_of(token)
+        except HarmonyError:  # an id beyond the vocabulary: harmony's parser waits on it to the message's end
+            self._undecodable = True
+            return ""
+        data = self._undecoded + token_bytes if self._undecoded else token_bytes
+        try:
+            text = data.decode()
+        except UnicodeDecodeError as exc:
+            text = data[:exc.start].decode()
+            if exc.reason == "unexpected end of data":  # the rest of the character comes later
+                self._undecoded = data[exc.start:]
+            else:
+                text += REPLACEMENT
+                self._undecoded = data[exc.end:]
+            return text
+        self._undecoded = b""
+        return text
+
+    def _bytes_of(self, token: int) -> bytes:
+        data = self._token_bytes.get(token)
+        if data is None:
+            data = self._token_bytes[token] = self._encoding.decode(
+                [token], errors="surrogateescape").encode("utf-8", "surrogateescape")
+        return data
 
     def _close(self, events: list[ParseEvent]) -> None:
         if self._open:

@@ -236,3 +236,34 @@ def test_reasoning_tokens_do_not_depend_on_chunking(harmony: HarmonyFormat, cuts
     analysis = ids[ids.index(MESSAGE) + 1 : ids.index(END) + 1]  # the analysis content and its <|end|>
     assert analysis[:-1] == harmony.encoding.encode(REASONING)
     assert parser.reasoning_tokens == len(analysis)
+
+
+@settings(max_examples=300, deadline=None)
+@given(content=st.lists(st.one_of(st.integers(0, 199_997), st.sampled_from(
+    [0, 1, 5, 127, 128, 255, START, CHANNEL, MESSAGE, CONSTRAIN, 200000, 201_087, 210_000])),
+    min_size=1, max_size=60))
+def test_content_decodes_as_harmony_s_own_parser(harmony: HarmonyFormat, content: list[int]) -> None:
+    """Content tokens are decoded by the gateway, not handed to `StreamableParser` (which
+    re-encodes every delta): any ids, most of them pieces of UTF-8 characters or invalid
+    sequences, markers out of place, an id beyond the vocabulary (after which harmony's parser
+    waits for the message's end), give the deltas harmony's own parser gives, token by token."""
+    from openai_harmony import StreamableParser
+
+    header = [CHANNEL, *harmony.encoding.encode("final"), MESSAGE]
+    own = StreamableParser(harmony.encoding, Role.ASSISTANT)
+    for token in header:
+        own.process(token)
+    expected = []
+    for token in content:
+        own.process(token)
+        expected.append(own.last_content_delta or "")
+    parser = harmony.parser()
+    parser.feed(header)
+    got = []
+    for token in content:
+        deltas = [e.text for e in parser.feed([token]) if isinstance(e, ItemDelta)]
+        got.append("".join(deltas))
+    assert got == expected
+    done = [e for e in parser.feed([RETURN]) if isinstance(e, ItemDone)]
+    assert done[0].text == "".join(expected)
+    assert items(parse(harmony, [*header, *content, CHANNEL, RETURN]))  # still in step after the message
