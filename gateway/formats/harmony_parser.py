@@ -5,7 +5,7 @@ boundaries into ItemStarted/ItemDelta/ItemDone. Boundaries are recognised by tok
 (`<|message|>` opens content, `<|end|>`, `<|return|>`, `<|call|>` close it). Content tokens
 are decoded here, the way `StreamableParser` decodes them (UTF-8 held back until complete, an
 invalid sequence as U+FFFD), and not handed to it: for each content token it also re-encodes
-the delta into tokens, the larger part of a streamed token's cost. It sees the message's end,
+the delta into tokens (~10k instructions, a seventh of a relayed token). It sees each message's end,
 with no content, and so stays in step for the next header.
 
 Malformed output (a header harmony rejects, text where `<|start|>` is expected)
