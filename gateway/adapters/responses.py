@@ -84,9 +84,8 @@ async def relay_response(turn: Turn, writer: ResponseWriter, parsed: ResponsesRe
 def item_events(writer: ResponseWriter, parse_events: list[ParseEvent]) -> list[Event]:
     """The Responses events of one batch of parse events."""
     on_parse_event = writer.on_parse_event
-    if len(parse_events) == 1:  # one token's
-        event = parse_events[0]
-        return writer.delta(event) if type(event) is ItemDelta else on_parse_event(event)
+    if len(parse_events) == 1:
+        return on_parse_event(parse_events[0])
     events: list[Event] = []
     for parse_event in coalesce(parse_events):
         events += on_parse_event(parse_event)

@@ -110,8 +110,8 @@ class ResponseWriter:
     # -- items ---------------------------------------------------------------------
 
     def on_parse_event(self, event: ParseEvent) -> list[Event]:
-        if type(event) is ItemDelta:
-            return self.delta(event)
+        if isinstance(event, ItemDelta):
+            return self._delta(event)
         if isinstance(event, ItemStarted):
             return self._started(event)
         return self._done(event)
@@ -150,8 +150,7 @@ class ResponseWriter:
             item["namespace"] = route.namespace
         return item
 
-    def delta(self, event: ItemDelta) -> list[Event]:
-        """The events of one delta: at engine pace, of every token."""
+    def _delta(self, event: ItemDelta) -> list[Event]:
         item = self._open[event.index]
         output_index = self._position[event.index]
         kind = item["type"]

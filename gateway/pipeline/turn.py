@@ -184,7 +184,6 @@ class Turn:
         stream = self._stream
         assert stream is not None, "start() first"
         output = TurnOutput(self.record, self.runtime.format, self.request.spans, self.sampling.stop)
-        take = output.take
 
         def handed_on(events: list[ParseEvent]) -> Hold:
             try:
@@ -194,16 +193,12 @@ class Turn:
             return None if hold is None else _Consumers(hold)
 
         def sink(chunks: list[TokenChunk | Usage]) -> Hold:
-            if len(chunks) == 1:  # what a read brings at engine pace
-                events = take(chunks[0])
-            else:
-                events = []
-                for chunk in chunks:
-                    events += take(chunk)
-                    if output.stopped:
-                        break
-            if output.stopped:
-                stream.stop_relay()
+            events: list[ParseEvent] = []
+            for chunk in chunks:
+                events += output.take(chunk)
+                if output.stopped:
+                    stream.stop_relay()
+                    break
             return handed_on(events) if events else None
 
         async with self._generating():

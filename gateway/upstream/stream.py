@@ -20,7 +20,7 @@ Two ways to take them:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import orjson
@@ -74,36 +74,28 @@ class UpstreamStream:
         if self.status != 200:
             self._error_body.append(data)
             return
-        payloads = self._payloads
         if not self._pending and data[-2:] == b"\n\n" and data.find(b"\n") == len(data) - 2:
-            # one whole event, what a read at engine pace brings: no split
-            if data[:5] != b"data:":
-                return
-            payload = data[5:-2].strip()
-            if payload == b"[DONE]":
-                self._finished = True
-                return
-            payloads.append(payload)
+            lines: Sequence[bytes] = (data[:-2],)  # one whole event (a read at engine pace): no split
         else:
             lines = (self._pending + data if self._pending else data).split(b"\n")
             self._pending = lines.pop()
-            n_before = len(payloads)
-            for line in lines:
-                if line[:5] == b"data:":
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        self._finished = True
-                    else:
-                        payloads.append(payload)
-            if len(payloads) == n_before:
+        payloads = self._payloads
+        n_before = len(payloads)
+        for line in lines:
+            if line[:5] == b"data:":
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    self._finished = True
+                else:
+                    payloads.append(payload)
+        if len(payloads) > n_before:
+            if self._sink is not None and self._hold is None and self._sink_error is None:
+                self._deliver()
                 return
-        if self._sink is not None and self._hold is None and self._sink_error is None:
-            self._deliver()
-            return
-        self._wake_iterator()
-        if len(payloads) >= MAX_UNTAKEN and self.connection is not None:  # the client reads slower
-            self._paused = True
-            self.connection.pause()
+            self._wake_iterator()
+            if len(payloads) >= MAX_UNTAKEN and self.connection is not None:  # the client reads slower
+                self._paused = True
+                self.connection.pause()
 
     def on_end(self, error: Exception | None) -> None:
         self.connection = None
