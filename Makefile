@@ -1,12 +1,17 @@
 # `make serve`, `make test` and `make demo-codex` work on a fresh machine: each bootstraps
 # first (idempotent). Only the tests and demo-codex need Node/npm (the Codex CLI).
-.PHONY: bootstrap bootstrap-codex test serve demo-codex
+.PHONY: bootstrap bootstrap-codex lock test serve demo-codex
 
 bootstrap:
 	scripts/bootstrap.sh
 
 bootstrap-codex:
 	scripts/bootstrap.sh --with-codex
+
+# After changing pyproject.toml's dependencies: resolve them again into uv.lock (commit both).
+# `make lock LOCK_ARGS=--upgrade` moves every pin to the newest allowed version.
+lock:
+	scripts/uv.sh lock --python $${PYTHON:-python3} $(LOCK_ARGS)
 
 # pytest's exit code 5 means "no tests collected": not a failure.
 test: bootstrap-codex

