@@ -15,7 +15,7 @@ from tests.support.stack import fake_stack
 from tests.support.trainer_shapes import SlimeSample, VerlAgentLoopOutput
 
 GENERATE = "/inference/v1/generate"
-_SPEC = importlib.util.spec_from_file_location("agent_loop", Path(__file__).parents[1] / "examples/rl/agent_loop.py")
+_SPEC = importlib.util.spec_from_file_location("agent_loop", Path(__file__).parents[2] / "examples/rl/agent_loop.py")
 assert _SPEC is not None and _SPEC.loader is not None
 agent_loop = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(agent_loop)

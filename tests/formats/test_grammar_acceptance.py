@@ -20,7 +20,7 @@ from tests.support.qwen3_tokens import END_THINK, END_TOOL_CALL, THINK, TOOL_CAL
 
 pytestmark = pytest.mark.vllm
 
-CHECK = Path(__file__).parent / "support" / "xgrammar_check.py"
+CHECK = Path(__file__).parents[1] / "support" / "xgrammar_check.py"
 PARAMS = {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}
 TOOLS = [Tool(name="exec_command", parameters=PARAMS), Tool(name="read_file", parameters={"type": "object"})]
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}

@@ -2,7 +2,7 @@
 model's output syntax with its markers as token ids (a structural tag), on both token
 endpoints; what cannot be enforced answers 400 instead of being accepted and ignored. (That
 these tags accept the model's native output and nothing else was checked with xgrammar 0.2.8,
-vLLM 0.32's; tests/test_fidelity_real_vllm.py runs them in real vLLM.)"""
+vLLM 0.32's; tests/real_vllm/test_fidelity.py runs them in real vLLM.)"""
 
 from __future__ import annotations
 

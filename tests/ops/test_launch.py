@@ -27,7 +27,7 @@ from gateway.ops.vllm_process import VLLMError, VLLMProcess, free_port
 from tests.support.processes import children, cmdline, group_members
 from tests.support.waiting import wait_for
 
-STUB = Path(__file__).parent / "support" / "stub_vllm.py"
+STUB = Path(__file__).parents[1] / "support" / "stub_vllm.py"
 WARM_UP = 'completion {"model": "stub", "prompt": [0], "max_tokens": 1}'
 
 

@@ -21,7 +21,7 @@ from websockets.asyncio.client import connect
 
 from tests.support.stack import fake_stack
 
-CODEX = Path(__file__).parent / "data" / "codex"
+CODEX = Path(__file__).parents[1] / "data" / "codex"
 MODEL = "tiny-qwen3"
 CHAT = {"model": MODEL, "messages": [
     {"role": "system", "content": "be brief"},

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 
 from tests.support.fake_vllm import FakeVLLM
 from tests.support.gateway_process import gateway_process, memory_kb
-from tests.test_fuzz_requests import FUZZ, MODEL, SEEDS, mutated
+from tests.server.test_fuzz_requests import FUZZ, MODEL, SEEDS, mutated
 
 MB = 1024  # kB
 

@@ -3,7 +3,7 @@
 Tests queue the outputs (`Script`s) the next requests get, then assert on the exact
 bodies the gateway sent (`requests`), on aborts and on client disconnects. Response
 shapes are copies of vLLM 0.32's (captured from the real server; tests/support/
-vllm_shapes.md, and tests/test_fixtures_models.py compares the two live).
+vllm_shapes.md, and tests/ops/test_fixtures_models.py compares the two live).
 
     with FakeVLLM() as fake:
         fake.queue(Script([9707, 1879, 151645], finish_reason="stop", stop_reason=151645))
