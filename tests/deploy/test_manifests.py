@@ -163,7 +163,7 @@ def test_gateway_containers_parse_and_point_at_vllm(variant: Path, monkeypatch: 
         [upstream] = args.upstream
         target = urlsplit(upstream)
         for _, vllm in vllms:  # the same model, and the port vLLM listens on
-            assert flag(vllm["args"], "--model") == args.model
+            assert vllm["args"][0] == args.model and "--model" not in vllm["args"]  # vllm serve's positional model
             assert int(flag(vllm["args"], "--port")) == target.port  # type: ignore[arg-type]
         if target.hostname == "127.0.0.1":  # sidecar: vLLM in the same pod
             assert any(c is not gateway and c["image"] == VLLM_IMAGE
@@ -230,7 +230,7 @@ def test_compose_gateway_parses_and_points_at_its_replicas(monkeypatch: pytest.M
         vllm = services[name]
         assert vllm["image"] == VLLM_IMAGE and vllm["entrypoint"] == ["vllm", "serve"]
         assert int(flag(vllm["command"], "--port")) == port  # type: ignore[arg-type]
-        assert flag(vllm["command"], "--model") == args.model
+        assert vllm["command"][0] == args.model and "--model" not in vllm["command"]  # the positional model
         assert "--enable-scale-out" in vllm["command"]
         assert gateway["depends_on"][name] == {"condition": "service_healthy"}
     # Each replica gets its own GPU.
@@ -242,7 +242,7 @@ def test_dockerfile_serves_on_the_port_it_exposes() -> None:
     instructions = dockerfile()
     assert ENTRYPOINT == ["vllm-gateway", "serve"]
     assert instructions["EXPOSE"] == IMAGE_ENV["GATEWAY_PORT"] and IMAGE_ENV["GATEWAY_HOST"] == "0.0.0.0"
-    assert f"127.0.0.1:{IMAGE_ENV['GATEWAY_PORT']}/ready" in instructions["HEALTHCHECK"]
+    assert "/live" in instructions["HEALTHCHECK"]  # tests/deploy/test_dockerfile.py checks it further
     assert instructions["FROM"] == "python:3.11-slim"
 
 
@@ -257,7 +257,7 @@ def test_vllm_command_lines_parse_with_vllm_itself() -> None:
         "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
         "for argv in json.loads(sys.argv[1]):\n"
         "    args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)\n"
-        "    print(json.dumps([args.model, args.port, args.enable_scale_out]))\n"
+        "    print(json.dumps([args.model_tag, args.port, args.enable_scale_out]))\n"
     )
     result = subprocess.run([str(vllm_python()), "-c", script, json.dumps(argvs)], capture_output=True, text=True,
                             timeout=300, check=False)
