@@ -4,7 +4,7 @@ The body writer, the WebSocket frame writer and the bounded protocols subclass u
 protocol classes and read their state (gateway/server/body_writer.py, ws_frames.py,
 slow_clients.py): a uvicorn release may rename any of it. The suite runs them on the locked
 version, which must be the newest minor the upper bound allows; here they run again on the
-lower bound: tests/test_body_writer.py in a subprocess whose `uvicorn` is that release,
+lower bound: tests/server/test_body_writer.py in a subprocess whose `uvicorn` is that release,
 installed once (no dependencies, ~100 kB) into a cache keyed by its version and laid over .venv.
 """
 
@@ -63,7 +63,7 @@ def test_the_direct_writers_work_on_the_lowest_allowed_uvicorn():
                            env=env, capture_output=True, text=True, check=True)
     assert Version(probe.stdout.strip()) == low
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          str(ROOT / "tests" / "test_body_writer.py")],
+                          str(ROOT / "tests" / "server" / "test_body_writer.py")],
                          env=env, cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and " failed" not in run.stdout
