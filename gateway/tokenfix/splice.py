@@ -73,7 +73,11 @@ def splice(
     render that turn as more messages than the model wrote (a client that shaped the
     assistant message itself, e.g. harmony text + a tool call): the model's tokens
     replace all of them.
+
+    No earlier model tokens (a first turn): the prompt is the template itself.
     """
+    if not model_prefix:
+        return template if isinstance(template, array) else list(template)
     turns = count_terminators(template_prefix, terminators)
     end = nth_terminator(template, terminators, turns)
     if turns == 0 or end is None:

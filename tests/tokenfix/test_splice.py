@@ -125,3 +125,12 @@ def test_a_stop_token_that_opens_a_message_gives_way_to_the_templates():
         *model_prefix[:-1], 151335, 4, 151337]
     # Without openers a terminator the model wrote is kept, whatever the template writes there.
     assert splice(model_prefix, len(prompt), template_prefix, to_system, GLM) == [*model_prefix, 4, 151337]
+
+
+def test_an_empty_model_prefix_is_the_template():
+    """No earlier model output (a first turn): the prompt is the template as rendered, not the
+    template less its first turn. NeMo-RL's own case for its splice
+    (tests/unit/models/generation/test_openai_server_utils.py,
+    test_replace_prefix_tokens_empty_model_prefix_returns_template), with Qwen3's terminator."""
+    assert splice([], 0, [9, IM_END], [9, IM_END, 33, 44], QWEN) == [9, IM_END, 33, 44]
+    assert splice([], 0, [], [9, IM_END, 33, 44], QWEN) == [9, IM_END, 33, 44]
