@@ -78,6 +78,11 @@ def parse_chat_request(body: Any) -> ChatRequest:
     if last_assistant is not None and (last_assistant[2].get("prompt_token_ids") is not None
                                        or last_assistant[2].get("generation_token_ids") is not None):
         start, covered, raw, param = last_assistant
+        if raw is messages[0]:
+            raise invalid_request(f"'{param}.prompt_token_ids': an assistant message's ids are the prompt of the "
+                                  f"history before it and what the model generated from it, but '{param}' has no "
+                                  f"history before it. Put the messages that prompted it first, or send no ids.",
+                                  param=f"{param}.prompt_token_ids", code="invalid_value")
         shift = instructions is not None
         prompt_ids = token_ids(raw.get("prompt_token_ids"), f"{param}.prompt_token_ids")
         generated = token_ids(raw.get("generation_token_ids"), f"{param}.generation_token_ids")
