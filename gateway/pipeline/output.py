@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable, Sequence
 
 from gateway.core.ids import new_id
+from gateway.core.sampling import OutputConstraint
 from gateway.formats.base import ChatFormat, ItemDelta, ItemDone, ItemStarted, ParseEvent, output_item
+from gateway.pipeline.call_limit import CallLimit
 from gateway.pipeline.stop_strings import StopStrings
 from gateway.tokenfix.record import TurnRecord
 from gateway.upstream.chunks import TokenChunk, Usage
@@ -22,13 +24,17 @@ class TurnOutput:
     """A turn's output, taken chunk by chunk: ids, logprobs and finish into the record, the ids
     through the parser (and stop strings), started and finished items tracked."""
 
-    def __init__(self, record: TurnRecord, chat_format: ChatFormat, spans: bool, stop: Sequence[str] | None) -> None:
+    def __init__(self, record: TurnRecord, chat_format: ChatFormat, spans: bool, stop: Sequence[str] | None,
+                 constraint: OutputConstraint | None = None) -> None:
         """`spans`: mark each delta with the output positions that made it (logprobs); `stop`:
-        the request's stop strings."""
+        the request's stop strings; `constraint`: its call limit, if any, is held here too."""
         self._record = record
         self._parser = parser = chat_format.parser(record.conversation.tools, thinking=record.conversation.thinking)
         self._started: dict[int, ItemStarted] = {}
         feed = _spans(parser.feed) if spans and record.logprobs is not None else parser.feed
+        limit = constraint.max_calls if constraint is not None else None
+        self._calls = CallLimit(limit, feed) if limit is not None else None
+        feed = self._calls.feed if self._calls is not None else feed
         self._stops = StopStrings(stop, feed) if stop else None
         self._feed = self._stops.feed if self._stops is not None else feed
         self.stopped = False  # a stop string matched: the turn ends here
@@ -55,6 +61,10 @@ class TurnOutput:
             self._cut(stops.cut)
             record.stop_string = stops.matched
             self.stopped = True
+        calls = self._calls
+        if calls is not None and calls.cut is not None and not self.stopped:
+            self._cut(calls.cut)
+            self.stopped = True
         for event in events:
             if type(event) is not ItemDelta:  # most are: nothing to track
                 self._track(event)
@@ -63,6 +73,8 @@ class TurnOutput:
     def finish(self) -> list[ParseEvent]:
         """The parser's last events, once the replica finished."""
         events = self._parser.finish()
+        if self._calls is not None:
+            events = self._calls.finish(events)
         if self._stops is not None:
             events = self._stops.finish(events)
         for event in events:

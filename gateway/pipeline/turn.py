@@ -164,7 +164,8 @@ class Turn:
         read by then: relayed as one, never waited for). Leaving early (client gone) aborts the
         upstream request."""
         assert self._stream is not None, "start() first"
-        output = TurnOutput(self.record, self.runtime.format, self.request.spans, self.sampling.stop)
+        output = TurnOutput(self.record, self.runtime.format, self.request.spans, self.sampling.stop,
+                            self.sampling.constraint)
         async with self._generating():
             async for chunk in self._stream:
                 events = output.take(chunk)
@@ -183,7 +184,8 @@ class Turn:
         as `batches()` does, and leaving early (cancelled) aborts the upstream request."""
         stream = self._stream
         assert stream is not None, "start() first"
-        output = TurnOutput(self.record, self.runtime.format, self.request.spans, self.sampling.stop)
+        output = TurnOutput(self.record, self.runtime.format, self.request.spans, self.sampling.stop,
+                            self.sampling.constraint)
 
         def handed_on(events: list[ParseEvent]) -> Hold:
             try:
