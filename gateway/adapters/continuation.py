@@ -1,16 +1,22 @@
-"""`previous_response_id`: a request continuing an earlier response (gateway/sessions/responses.py).
+"""`previous_response_id` and `conversation`: a request continuing earlier state.
 
 Shared by the HTTP endpoint and WebSocket mode. A continuation sends only new items: they
 are appended to the earlier response's history, whose instructions, tools, tool choice
-and reasoning effort carry over unless the request sets them again.
+and reasoning effort carry over unless the request sets them again. A request in a
+conversation (/v1/conversations) appends its items to the conversation's; only the items
+are the conversation's, the rest is the request's own.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from gateway.adapters import conversation_items
 from gateway.adapters.responses_input import ResponsesRequest, parse_request
 from gateway.core.conversation import Conversation, ToolCall
+from gateway.pipeline import conversations
+from gateway.pipeline.request import InConversation
+from gateway.pipeline.runtime import Runtime
 from gateway.sessions.responses import CachedResponse
 
 
@@ -33,3 +39,27 @@ def parse_continuation(body: dict[str, Any], previous: CachedResponse | None) ->
     )
     parsed.echo["instructions"] = instructions
     return parsed
+
+
+async def parse_in_conversation(runtime: Runtime, body: dict[str, Any]
+                                ) -> tuple[ResponsesRequest, InConversation] | None:
+    """A request with `conversation`: its new items appended to the conversation's history,
+    whose exact tokens it continues (instructions and tools are the request's own, as OpenAI's
+    conversations keep items only); None without one."""
+    conversation_id = conversation_items.conversation_id(body)
+    if conversation_id is None:
+        return None
+    stored = await conversations.load(runtime, conversation_id, param="conversation")
+    history = stored.history
+    calls = {item.call_id: item.name for item in history if isinstance(item, ToolCall)}
+    instructions = body.get("instructions")
+    # Leading developer messages are items of the conversation, not the instructions (each turn's the same).
+    parsed = parse_request({**body, "instructions": instructions if instructions is not None else ""}, calls)
+    parsed.conversation.instructions = instructions
+    raw_input = body["input"]
+    kept = conversation_items.kept([{"role": "user", "content": raw_input}] if isinstance(raw_input, str)
+                                   else raw_input)
+    parsed.conversation.items = [*history, *parsed.conversation.items]
+    parsed.echo["conversation"] = {"id": conversation_id}
+    parsed.echo["instructions"] = instructions
+    return parsed, InConversation(conversation_id, stored.version, stored.tokens, len(history), kept)

@@ -91,7 +91,8 @@ async def parse_resent(raw: bytes, runtime: Runtime) -> Resent | None:
     except orjson.JSONDecodeError:
         return None
     if (span is None or span[0] != prefix.start or not isinstance(body, dict) or body.get("prompt_cache_key") != key
-            or body.get("previous_response_id") is not None or "rollout_id" in body
+            or body.get("previous_response_id") is not None or body.get("conversation") is not None
+            or "rollout_id" in body
             or (body.get("instructions") is not None) != prefix.instructions_field):
         return None
     instructions = body.get("instructions")

@@ -16,24 +16,29 @@ from gateway.core.conversation import Item, Message, Reasoning, ToolCall, ToolOu
 
 
 def input_items_page(response_id: str, items: list[Item], query: Mapping[str, str]) -> dict[str, Any]:
-    """One page: `limit` (1–100, default 20), `order` (desc by default, as OpenAI's), `after` an item id."""
+    """One page of a stored response's input items (`page`'s query)."""
+    return page([_shown(response_id, i, item) for i, item in enumerate(items)], query, f"response '{response_id}'")
+
+
+def page(shown: list[dict[str, Any]], query: Mapping[str, str], owner: str) -> dict[str, Any]:
+    """One page of `shown` (items with ids, oldest first), as OpenAI's lists: `limit` (1–100,
+    default 20), `order` (desc by default, as OpenAI's), `after` an item id of `owner`'s."""
     limit = _int(query.get("limit"), "limit", 20)
     expect_range(limit, "limit", 1, 100)
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise invalid_request("'order' must be 'asc' or 'desc'.", param="order")
-    shown = [_shown(response_id, i, item) for i, item in enumerate(items)]
     if order == "desc":
-        shown.reverse()
+        shown = shown[::-1]
     after = query.get("after")
     if after is not None:
         ids = [item["id"] for item in shown]
         if after not in ids:
-            raise invalid_request(f"No input item '{after}' in response '{response_id}'.", param="after")
+            raise invalid_request(f"No item '{after}' in {owner}.", param="after")
         shown = shown[ids.index(after) + 1:]
-    page = shown[:limit]
-    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None, "has_more": len(shown) > limit}
+    items = shown[:limit]
+    return {"object": "list", "data": items, "first_id": items[0]["id"] if items else None,
+            "last_id": items[-1]["id"] if items else None, "has_more": len(shown) > limit}
 
 
 def _int(raw: str | None, param: str, default: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.core.conversation import Conversation
 from gateway.core.sampling import SamplingOptions
@@ -38,12 +39,24 @@ class Lane:
 
 
 @dataclass(frozen=True, slots=True)
+class InConversation:
+    """The conversation (/v1/conversations) a response runs in, as the turn read it."""
+
+    conversation_id: str  # as the client names it
+    version: int  # the stored version read: the turn's tokens are kept only if it is still the latest
+    tokens: TokenState | None  # the conversation's exact tokens, continued by this turn
+    history_len: int  # the conversation's items come first in the turn's; the rest are new
+    items: list[dict[str, Any]]  # this request's input items as the conversation keeps them
+
+
+@dataclass(frozen=True, slots=True)
 class TurnRequest:
     conversation: Conversation
     sampling: SamplingOptions
     response_id: str | None = None  # the id the answer goes out under (Responses)
     cache_key: str | None = None  # `prompt_cache_key`: the session this turn continues and updates
     previous: CachedResponse | None = None  # what `previous_response_id` named
+    in_conversation: InConversation | None = None  # the `conversation` it runs in, appended to after it
     rollout: Pending | None = None  # the RL rollout this call is recorded in
     client_prefix: TokenState | None = None  # ids the client put on its last assistant message
     generated: Sequence[Generated] = ()  # ids sealed in the history's reasoning items

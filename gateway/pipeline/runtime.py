@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from gateway.core.sampling import GenerationDefaults
 from gateway.formats.base import ChatFormat
 from gateway.sessions.backend import MemoryState, StateStore
+from gateway.sessions.conversations import ConversationStore, MemoryConversations
 from gateway.sessions.responses import ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import SessionStore
@@ -25,6 +26,8 @@ class Runtime:
     # Where the three live for other requests: by default these very stores (in memory); with
     # --state-url, Redis, these being this process's cache of it. Only pipeline/session.py uses it.
     state_store: StateStore | None = None
+    # /v1/conversations: in process, or beside the rest in Redis (only pipeline/conversations.py uses it).
+    conversations: ConversationStore = field(default_factory=MemoryConversations)
 
     def __post_init__(self) -> None:
         if self.state_store is None:

@@ -11,6 +11,7 @@ this order (the first that applies):
    ids that do not fit: the prompt is rendered in full and flagged `non_monotonic`);
 2. the response `previous_response_id` names (the connection's cache, else the
    `store: true` store);
+   or the `conversation` it runs in (gateway/pipeline/conversations.py);
 3. the rollout's exact tokens (`rollout_id`);
 4. the `prompt_cache_key` session: as the adapter recognised it from the resent body's
    bytes (then already checked this far), else looked up;
@@ -22,7 +23,7 @@ Whether the history really continues the prefix is the prompt decision's busines
 (gateway/tokenfix/prompt.py), at `Turn.start()`.
 
 `commit(turn)` records a turn that ended normally: the session under its key, the ids of a
-turn with reasoning under its response id, its rollout, the stored response (`store: true`) and the WebSocket lane's latest response.
+turn with reasoning under its response id, its conversation's new items, its rollout, the stored response (`store: true`) and the WebSocket lane's latest response.
 A turn that failed commits nothing — `forget` drops the lane's response, as the
 WebSocket spec wants — so a retry finds everything as it was.
 
@@ -44,12 +45,12 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from gateway.core.conversation import Reasoning
+from gateway.core.conversation import Item, Reasoning
 from gateway.core.errors import APIError, context_length_exceeded
 from gateway.core.tenancy import prefix, scoped
 from gateway.formats.base import Covered
 from gateway.formats.length import too_long
-from gateway.pipeline import trace
+from gateway.pipeline import conversations, trace
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
@@ -121,6 +122,8 @@ async def _prefix(runtime: Runtime, request: TurnRequest, client: TokenState | N
         return client, None
     if request.previous is not None and request.previous.tokens is not None:
         return request.previous.tokens, None
+    if request.in_conversation is not None and request.in_conversation.tokens is not None:
+        return request.in_conversation.tokens, None
     if request.rollout is not None and request.rollout.prefix is not None:
         return request.rollout.prefix, None
     if request.recognised is not None:
@@ -153,11 +156,24 @@ async def commit(turn: Turn, response: dict[str, Any] | None = None, *, sample: 
         await runtime.state.put_session(scoped(request.cache_key), Session(state, resent), record)
     if request.rollout is not None and state is not None:
         await runtime.state.commit_rollout(request.rollout, record, state)
+    if request.in_conversation is not None:
+        await _append_to_conversation(runtime, request, record.turn_items, state, response)
     if request.store or request.lane is not None:
         assert request.response_id is not None, "a stored response needs its id"
         history = dataclasses.replace(request.conversation, items=[*request.conversation.items, *record.turn_items])
         await _remember(runtime, request, CachedResponse(request.response_id, history, state, response=response,
                                                          inputs=len(request.conversation.items)))
+
+
+async def _append_to_conversation(runtime: Runtime, request: TurnRequest, turn_items: Sequence[Item],
+                                  state: TokenState | None, response: dict[str, Any] | None) -> None:
+    """The response's input and output items follow the conversation's, its tokens become the conversation's."""
+    place = request.in_conversation
+    assert place is not None
+    output = [dict(item) for item in response["output"]] if response is not None else []
+    history = [*request.conversation.items[place.history_len:], *turn_items]
+    await conversations.append_turn(runtime, place.conversation_id, place.version, [*place.items, *output],
+                                    history, state)
 
 
 def _reasoned(items: Sequence[object]) -> bool:

@@ -30,6 +30,16 @@ from gateway.server.observe import ObserveMiddleware
 from gateway.server.openapi import openapi_endpoint
 from gateway.server.routes.chat import create_chat_completion
 from gateway.server.routes.compact import compact_response
+from gateway.server.routes.conversations import (
+    create_conversation,
+    create_items,
+    delete_conversation,
+    delete_item,
+    get_conversation,
+    get_item,
+    list_items,
+    update_conversation,
+)
 from gateway.server.routes.messages import count_tokens, create_message
 from gateway.server.routes.responses import create_response
 from gateway.server.routes.rollouts import delete_rollout, export_rollouts, get_rollout, rollout_stats
@@ -37,6 +47,7 @@ from gateway.server.routes.stored_responses import cancel_response, delete_respo
 from gateway.server.routes.websocket import responses_websocket
 from gateway.server.tenant_limits import TenantLimitMiddleware, TenantLimits
 from gateway.sessions.backend import StateObserver, open_state
+from gateway.sessions.conversations import open_conversations
 from gateway.sessions.responses import ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import SessionStore
@@ -61,6 +72,8 @@ def build_runtime(settings: Settings, observer: StateObserver | None = None) -> 
         sessions=sessions, responses=responses, rollouts=rollouts,
         state_store=open_state(settings.state_url, sessions, responses, rollouts, observer=observer,
                                key_prefix=settings.state_key_prefix),
+        conversations=open_conversations(settings.state_url, key_prefix=settings.state_key_prefix,
+                                         observer=observer),
     )
 
 
@@ -114,6 +127,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
             app.state.tenant_limits.close()
             await app.state.runtime.pool.close()
             await app.state.runtime.state.close()
+            await app.state.runtime.conversations.close()
 
     routes = [
         Route("/v1/responses", create_response, methods=["POST"]),
@@ -123,6 +137,14 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
         Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
         WebSocketRoute("/v1/responses", responses_websocket),
+        Route("/v1/conversations", create_conversation, methods=["POST"]),
+        Route("/v1/conversations/{conversation_id}", get_conversation, methods=["GET"]),
+        Route("/v1/conversations/{conversation_id}", update_conversation, methods=["POST"]),
+        Route("/v1/conversations/{conversation_id}", delete_conversation, methods=["DELETE"]),
+        Route("/v1/conversations/{conversation_id}/items", list_items, methods=["GET"]),
+        Route("/v1/conversations/{conversation_id}/items", create_items, methods=["POST"]),
+        Route("/v1/conversations/{conversation_id}/items/{item_id}", get_item, methods=["GET"]),
+        Route("/v1/conversations/{conversation_id}/items/{item_id}", delete_item, methods=["DELETE"]),
         Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
         Route("/v1/messages", create_message, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),

@@ -53,6 +53,11 @@ def _ref(name: str) -> dict[str, Any]:
 
 _ID = [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}]
 _ROLLOUT = [{"name": "rollout_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+_CONVERSATION = [{"name": "conversation_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+_ITEM = [*_CONVERSATION, {"name": "item_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+_PAGE = [{"name": name, "in": "query", "required": False, "schema": schema} for name, schema in (
+    ("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
+    ("order", {"type": "string", "enum": ["asc", "desc"]}), ("after", {"type": "string"}))]
 
 
 @functools.cache
@@ -81,13 +86,27 @@ def description() -> dict[str, Any]:
                 "delete": {"summary": "Delete a stored response", "parameters": _ID,
                            "responses": _ok({"type": "object"})}},
             "/v1/responses/{response_id}/input_items": {"get": {
-                "summary": "A stored response's input items", "parameters": [*_ID, *[
-                    {"name": name, "in": "query", "required": False, "schema": schema} for name, schema in (
-                        ("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
-                        ("order", {"type": "string", "enum": ["asc", "desc"]}), ("after", {"type": "string"}))]],
+                "summary": "A stored response's input items", "parameters": [*_ID, *_PAGE],
                 "responses": _ok(_ref("ResponseItemList"))}},
             "/v1/responses/{response_id}/cancel": {"post": {
                 "summary": "Cancel a background response", "parameters": _ID, "responses": _ok(response)}},
+            "/v1/conversations": {"post": {"summary": "Create a conversation (OpenAI's Conversations API)",
+                                           "responses": _ok({"type": "object"})}},
+            "/v1/conversations/{conversation_id}": {
+                "get": {"summary": "A conversation", "parameters": _CONVERSATION, "responses": _ok({"type": "object"})},
+                "post": {"summary": "Update a conversation's metadata", "parameters": _CONVERSATION,
+                         "responses": _ok({"type": "object"})},
+                "delete": {"summary": "Delete a conversation", "parameters": _CONVERSATION,
+                           "responses": _ok({"type": "object"})}},
+            "/v1/conversations/{conversation_id}/items": {
+                "get": {"summary": "A conversation's items", "parameters": [*_CONVERSATION, *_PAGE],
+                        "responses": _ok({"type": "object"})},
+                "post": {"summary": "Add items (at most 20)", "parameters": _CONVERSATION,
+                         "responses": _ok({"type": "object"})}},
+            "/v1/conversations/{conversation_id}/items/{item_id}": {
+                "get": {"summary": "One item", "parameters": _ITEM, "responses": _ok({"type": "object"})},
+                "delete": {"summary": "Delete an item (the next prompt is rendered in full)", "parameters": _ITEM,
+                           "responses": _ok({"type": "object"})}},
             "/v1/chat/completions": {"post": {
                 "summary": "Create a chat completion",
                 "requestBody": _body("CreateChatCompletionRequest", {

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected, WebSocketState
 
-from gateway.adapters.continuation import parse_continuation
+from gateway.adapters.continuation import parse_continuation, parse_in_conversation
 from gateway.adapters.responses import Event, check_model, failed_events, new_writer, relay_response
 from gateway.adapters.responses_events import ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
@@ -154,8 +154,9 @@ class ResponsesSocket:
     async def _create(self, request: CreateRequest) -> None:
         lane = request.stream_id
         try:
-            previous = await self._previous(request.body)
-            parsed = parse_continuation(request.body, previous)
+            in_conversation = await parse_in_conversation(self.runtime, request.body)
+            previous = await self._previous(request.body) if in_conversation is None else None
+            parsed, place = in_conversation or (parse_continuation(request.body, previous), None)
             check_model(self.runtime, parsed.model)
             rollout = await begin_rollout(self.runtime, request.body)
         except APIError as exc:  # a failed continuation: nothing may continue the lane's response (the spec's rule)
@@ -163,7 +164,8 @@ class ResponsesSocket:
             await self._send_error(exc, lane)
             return
         turn_request = TurnRequest(parsed.conversation, parsed.sampling, response_id=new_id("resp"),
-                                   cache_key=parsed.prompt_cache_key, previous=previous, rollout=rollout,
+                                   cache_key=parsed.prompt_cache_key, previous=previous, in_conversation=place,
+                                   rollout=rollout,
                                    generated=parsed.generated, store=parsed.store,
                                    lane=Lane(self.cache, lane), affinity=self.connection_id,
                                    spans=parsed.text_logprobs, truncate=parsed.truncate)

@@ -17,7 +17,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.continuation import parse_continuation
+from gateway.adapters.continuation import parse_continuation, parse_in_conversation
 from gateway.adapters.resent import parse_resent, resent_prefix
 from gateway.adapters.responses import (
     Event,
@@ -89,11 +89,17 @@ async def prepared(runtime: Runtime, raw: bytes, spec: str) -> tuple[Turn, Respo
         turn_request = _turn_request(parsed, recognised=Recognised(resent.state, resent.covered, resent.prefix))
     else:
         body = parse_json(raw)
-        previous = await _stored(runtime, body)
-        parsed = parse_continuation(body, previous)
-        rollout = await begin_rollout(runtime, body)
-        index = partial(resent_prefix, raw, body, parsed) if previous is None and rollout is None else None
-        turn_request = _turn_request(parsed, previous=previous, rollout=rollout, resent=index)
+        in_conversation = await parse_in_conversation(runtime, body) if isinstance(body, dict) else None
+        if in_conversation is not None:
+            parsed, place = in_conversation
+            rollout = await begin_rollout(runtime, body)
+            turn_request = _turn_request(parsed, in_conversation=place, rollout=rollout)
+        else:
+            previous = await _stored(runtime, body)
+            parsed = parse_continuation(body, previous)
+            rollout = await begin_rollout(runtime, body)
+            index = partial(resent_prefix, raw, body, parsed) if previous is None and rollout is None else None
+            turn_request = _turn_request(parsed, previous=previous, rollout=rollout, resent=index)
     check_model(runtime, parsed.model)
     turn = await session.prepare(runtime, turn_request)
     return turn, new_writer(runtime, turn_request.response_id, parsed, spec), parsed

@@ -1,0 +1,110 @@
+"""The Conversations API's shapes: conversation objects, items, pages, and the `conversation`
+parameter of a response.
+
+Items are kept as the API shows them: what the client sent (or the response's output
+items), each given an id and a status, a message's string content as one text part. The
+model sees their canonical form (`history_of`), parsed as any Responses input is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gateway.adapters.responses_input import input_items
+from gateway.adapters.stored import page
+from gateway.adapters.validation import expect
+from gateway.core.conversation import Item, ToolCall
+from gateway.core.errors import APIError, invalid_request
+from gateway.core.ids import new_id
+
+MAX_NEW_ITEMS = 20  # items one create call may add (OpenAI's bound)
+_ID_PREFIXES = {"message": "msg", "reasoning": "rs", "function_call": "fc", "function_call_output": "fco",
+                "custom_tool_call": "ctc", "custom_tool_call_output": "ctco", "mcp_list_tools": "mcpl",
+                "mcp_call": "mcp", "mcp_approval_request": "mcpr", "mcp_approval_response": "mcpa"}
+
+
+def conversation_object(conversation_id: str, created_at: int, metadata: dict[str, str]) -> dict[str, Any]:
+    return {"id": conversation_id, "object": "conversation", "created_at": created_at, "metadata": metadata}
+
+
+def deleted_object(conversation_id: str) -> dict[str, Any]:
+    return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
+
+
+def metadata(raw: Any, param: str = "metadata") -> dict[str, str]:
+    """OpenAI's metadata: at most 16 string pairs, keys up to 64 characters, values up to 512."""
+    found = expect(raw, dict, param) or {}
+    if len(found) > 16:
+        raise invalid_request(f"'{param}' holds at most 16 pairs; got {len(found)}.", param=param)
+    for key, value in found.items():
+        if len(key) > 64 or not isinstance(value, str) or len(value) > 512:
+            raise invalid_request(f"Invalid '{param}.{key}': keys are strings of at most 64 characters, values "
+                                  f"strings of at most 512.", param=f"{param}.{key}")
+    return found
+
+
+def new_items(raw: Any, param: str, earlier: Sequence[Item], *, at_most: int | None = MAX_NEW_ITEMS
+              ) -> tuple[list[dict[str, Any]], list[Item]]:
+    """Items a client adds, as kept (ids, status, parts) and as the model sees them;
+    `earlier`: the conversation's history, whose calls their outputs may answer."""
+    found = expect(raw, list, param) or []
+    if at_most is not None and len(found) > at_most:
+        raise invalid_request(f"At most {at_most} items may be added at a time; got {len(found)}.", param=param)
+    shown = [_kept(expect(item, dict, f"{param}[{i}]", optional=False)) for i, item in enumerate(found)]
+    return shown, history_of(shown, earlier)
+
+
+def history_of(items: list[dict[str, Any]], earlier: Sequence[Item] = ()) -> list[Item]:
+    """The canonical items of `items` (as kept), after the history `earlier`."""
+    if not items:
+        return []
+    calls = {item.call_id: item.name for item in earlier if isinstance(item, ToolCall)}
+    return input_items(items, calls, [])
+
+
+def kept(items: list[Any]) -> list[dict[str, Any]]:
+    """Items (already validated as a response's input) as a conversation keeps them."""
+    return [_kept(item) for item in items]
+
+
+def items_page(conversation_id: str, items: list[dict[str, Any]], query: Mapping[str, str]) -> dict[str, Any]:
+    return page(items, query, f"conversation '{conversation_id}'")
+
+
+def item_in(conversation_id: str, items: list[dict[str, Any]], item_id: str) -> dict[str, Any]:
+    found = next((item for item in items if item["id"] == item_id), None)
+    if found is None:
+        raise APIError(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", status=404,
+                       param="item_id", code="item_not_found")
+    return found
+
+
+def conversation_id(body: dict[str, Any]) -> str | None:
+    """The `conversation` a response runs in (its id, or `{"id": …}`); OpenAI's 400 with
+    `previous_response_id`."""
+    raw = body.get("conversation")
+    if raw is None:
+        return None
+    if body.get("previous_response_id") is not None:
+        raise invalid_request("Mutually exclusive parameters: Ensure you are only providing one of: "
+                              "'previous_response_id' or 'conversation'.", param=None,
+                              code="mutually_exclusive_parameters")
+    if isinstance(raw, dict):
+        return expect(raw.get("id"), str, "conversation.id", optional=False)
+    return expect(raw, str, "conversation", optional=False)
+
+
+def _kept(item: dict[str, Any]) -> dict[str, Any]:
+    kind = item.get("type", "message")
+    kept = {"type": kind, **item}
+    kept.setdefault("id", new_id(_ID_PREFIXES.get(kind, "item")))
+    if kind == "message":
+        content = kept.get("content")
+        if isinstance(content, str):
+            part = "output_text" if kept.get("role") == "assistant" else "input_text"
+            kept["content"] = [{"type": part, "text": content,
+                                **({"annotations": []} if part == "output_text" else {})}]
+    if kind in ("message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output"):
+        kept.setdefault("status", "completed")
+    return kept
