@@ -4,6 +4,10 @@ A recording proxy between the gateway and vLLM captures what vLLM received and g
 The checks: every generated token reaches the later prompts exactly (where re-templating
 and re-tokenizing the same history does not), and GET /v1/rollouts/{id} is, token for
 token, the concatenation of what vLLM received and generated.
+
+Whether a random generation re-tokenizes differently is chance, so one turn is made to: a
+`logit_bias` of +100 on the one-letter token "a" has vLLM write it again and again, ids that
+re-encode as the fewer "aa…" tokens of the vocabulary.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ pytestmark = pytest.mark.vllm
 TOOLS = [{"type": "function", "function": {"name": "exec_command", "description": "Run a shell command",
                                            "parameters": {"type": "object",
                                                           "properties": {"cmd": {"type": "string"}}}}}]
+DRIFTING_STEP = 1  # the turn whose generation re-tokenizes differently, by construction
 FORMATS = {"qwen": ("vllm_qwen", "qwen_model_dir", "auto"), "harmony": ("vllm_harmony", "harmony_model_dir",
                                                                         "harmony")}
 
@@ -64,11 +69,15 @@ def test_five_turn_tool_rollout_is_exact_and_equals_what_vllm_saw(served):
                 {"role": "user", "content": "Find the failing test and fix it."}]
     base = {"model": model, "tools": TOOLS, "temperature": 1.0, "max_tokens": 24, "logprobs": True,
             "return_token_ids": True, "rollout_id": "real-rollout"}
+    letter = single_token(tokenizer, "a")
+    letters = [letter] * base["max_tokens"]
+    assert tokenizer.encode(tokenizer.decode(letters), add_special_tokens=False) != letters
     proxy.exchanges.clear()
     completions = []
     for step in range(5):
         last_history = list(messages)
-        completion = post(url, {**base, "messages": messages, "seed": 1234 + step})
+        drift = {"logit_bias": {str(letter): 100}} if step == DRIFTING_STEP else {}
+        completion = post(url, {**base, "messages": messages, "seed": 1234 + step, **drift})
         completions.append(completion)
         messages += as_client_would(completion, step)
 
@@ -89,11 +98,9 @@ def test_five_turn_tool_rollout_is_exact_and_equals_what_vllm_saw(served):
     text_only = [{k: v for k, v in m.items() if not k.endswith("token_ids")} for m in last_history]
     naive = post(url, {"model": model, "messages": text_only, "tools": TOOLS, "max_tokens": 1,
                        "return_token_ids": True})["prompt_token_ids"]
+    assert exchanges[DRIFTING_STEP].output == letters
     assert naive != final_prompt
-    drifted = [e.output for e in exchanges[:-1]
-               if tokenizer.encode(tokenizer.decode(e.output), add_special_tokens=False) != e.output]
-    assert drifted, "no random generation re-tokenized differently: the check above proves nothing"
-    assert any(not _contains(naive, generation) for generation in drifted)
+    assert not _contains(naive, letters)
 
     # The trajectory is the concatenation of what vLLM received and generated.
     got = httpx.get(f"{url}/v1/rollouts/real-rollout").json()
@@ -110,6 +117,11 @@ def test_five_turn_tool_rollout_is_exact_and_equals_what_vllm_saw(served):
         assert set(got["logprobs"][turn["start"]:turn["prompt_end"]]) == {None}
         assert turn["truncated"] == (exchange.finish_reason == "length")
     assert [turn["spliced"] for turn in got["turns"]] == [False, True, True, True, True]
+
+
+def single_token(tokenizer, text: str) -> int:
+    (token,) = tokenizer.encode(text, add_special_tokens=False)
+    return token
 
 
 def _contains(haystack: list[int], needle: list[int]) -> bool:
