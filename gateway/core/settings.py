@@ -19,6 +19,14 @@ class Settings:
     tool_parser: str = "auto"  # auto | hermes | qwen3_coder | qwen3_xml | none (vLLM's names)
     health_interval: float = 5.0  # seconds between health checks of a routable replica
     health_backoff_max: float = 30.0  # cap of the retry backoff of a failing replica
+    # Outlier detection (gateway/upstream/outlier.py), named after Envoy's.
+    outlier_consecutive_failures: int = 5  # failed requests in a row that eject a replica (0: never)
+    outlier_failure_percentage: float = 50.0  # failed share of an interval's requests that ejects (0: never)
+    outlier_failure_request_volume: int = 20  # requests in an interval before the percentage counts
+    outlier_interval: float = 10.0  # seconds: the failure-rate window and the ejection count's decay
+    outlier_base_ejection_time: float = 10.0  # seconds out after an ejection, × the replica's ejection count
+    outlier_max_ejection_time: float = 300.0
+    outlier_max_ejection_percent: float = 50.0  # of the pool outlier detection may eject at once
     resolve_interval: float = 10.0  # seconds between DNS lookups of hostname upstreams (0: once)
     drain_timeout: float = 30.0  # on SIGTERM, how long in-flight streams may run on
     max_body_bytes: int = 64 * 1024 * 1024

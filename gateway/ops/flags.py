@@ -99,6 +99,34 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                         default=float(_env("upstream_header_timeout", "30")),
                         help="seconds a replica may take to accept a generation (its response headers); "
                              "beyond, the replica is suspected and another one tried")
+    outliers = parser.add_argument_group(
+        "outlier detection", "when a failing replica leaves the pool (Envoy's outlier detection); when every "
+        "replica is out, requests go to the ejected ones anyway (panic routing) rather than all getting 503")
+    outliers.add_argument("--outlier-consecutive-failures", type=int,
+                          default=int(_env("outlier_consecutive_failures", "5")),
+                          help="failed requests in a row (5xx, a stream cut or malformed, an in-stream error) that "
+                               "eject a replica; 0: never")
+    outliers.add_argument("--outlier-failure-percentage", type=float,
+                          default=float(_env("outlier_failure_percentage", "50")),
+                          help="share of a replica's requests in an --outlier-interval that ejects it when failed; "
+                               "0: never")
+    outliers.add_argument("--outlier-failure-request-volume", type=int,
+                          default=int(_env("outlier_failure_request_volume", "20")),
+                          help="requests a replica must have served in the interval before the percentage counts")
+    outliers.add_argument("--outlier-interval", type=float, default=float(_env("outlier_interval", "10")),
+                          help="seconds: the failure-percentage window; a replica's ejection count drops by one "
+                               "per interval it stays in")
+    outliers.add_argument("--outlier-base-ejection-time", type=float,
+                          default=float(_env("outlier_base_ejection_time", "10")),
+                          help="seconds an ejected replica stays out at least, times its ejection count; then "
+                               "it is readmitted after its health check and a warmup generation")
+    outliers.add_argument("--outlier-max-ejection-time", type=float,
+                          default=float(_env("outlier_max_ejection_time", "300")),
+                          help="cap of the ejection time")
+    outliers.add_argument("--outlier-max-ejection-percent", type=float,
+                          default=float(_env("outlier_max_ejection_percent", "50")),
+                          help="share of the pool outlier detection may eject at once (a replica that refuses "
+                               "connections or stalls is ejected whatever the share)")
     parser.add_argument("--request-body-timeout", type=float, default=float(_env("request_body_timeout", "30")),
                         help="seconds a client may take to send its request body (408 beyond)")
     parser.add_argument("--header-timeout", type=float, default=float(_env("header_timeout", "10")),
@@ -179,7 +207,13 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         websocket_warning=args.websocket_warning, reasoning_secret=args.reasoning_secret,
         responses_spec=args.responses_spec,
         rollout_max_tokens=args.rollout_max_tokens, rollout_ttl=args.rollout_ttl,
-        resolve_interval=args.resolve_interval, drain_timeout=args.drain_timeout,
+        resolve_interval=args.resolve_interval,
+        outlier_consecutive_failures=args.outlier_consecutive_failures,
+        outlier_failure_percentage=args.outlier_failure_percentage,
+        outlier_failure_request_volume=args.outlier_failure_request_volume, outlier_interval=args.outlier_interval,
+        outlier_base_ejection_time=args.outlier_base_ejection_time,
+        outlier_max_ejection_time=args.outlier_max_ejection_time,
+        outlier_max_ejection_percent=args.outlier_max_ejection_percent, drain_timeout=args.drain_timeout,
         max_concurrent_requests=args.max_concurrent_requests, upstream_idle_timeout=args.upstream_idle_timeout,
         upstream_header_timeout=args.upstream_header_timeout, request_body_timeout=args.request_body_timeout,
         header_timeout=args.header_timeout, client_write_timeout=args.client_write_timeout,

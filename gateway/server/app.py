@@ -52,6 +52,7 @@ from gateway.sessions.responses import ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import SessionStore
 from gateway.upstream.health import HealthPolicy
+from gateway.upstream.outlier import OutlierPolicy
 from gateway.upstream.pool import Pool
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,14 @@ def build_runtime(settings: Settings, observer: StateObserver | None = None) -> 
         defaults=GenerationDefaults.load(settings.model),
         pool=Pool(settings.upstreams, api=settings.upstream_api, resolve_interval=settings.resolve_interval,
                   idle_timeout=settings.upstream_idle_timeout, header_timeout=settings.upstream_header_timeout,
-                  policy=HealthPolicy(interval=settings.health_interval, backoff_max=settings.health_backoff_max)),
+                  policy=HealthPolicy(interval=settings.health_interval, backoff_max=settings.health_backoff_max),
+                  outliers=OutlierPolicy(
+                      consecutive_failures=settings.outlier_consecutive_failures,
+                      failure_percentage=settings.outlier_failure_percentage,
+                      failure_request_volume=settings.outlier_failure_request_volume,
+                      interval=settings.outlier_interval, base_ejection_time=settings.outlier_base_ejection_time,
+                      max_ejection_time=settings.outlier_max_ejection_time,
+                      max_ejection_percent=settings.outlier_max_ejection_percent)),
         sessions=sessions, responses=responses, rollouts=rollouts,
         state_store=open_state(settings.state_url, sessions, responses, rollouts, observer=observer,
                                key_prefix=settings.state_key_prefix),

@@ -128,11 +128,24 @@ class LiveCollector(Collector):
         healthy = GaugeMetricFamily("gateway_replica_healthy", "1 while the replica takes requests", labels=["replica"])
         inflight = GaugeMetricFamily("gateway_replica_inflight", "Generations streaming from the replica",
                                      labels=["replica"])
+        ejections = CounterMetricFamily("gateway_replica_ejections", "Times the replica was ejected, by why: "
+                                        "consecutive_failures, failure_rate, unreachable, stalled, health_check",
+                                        labels=["replica", "reason"])
+        ejection_time = GaugeMetricFamily("gateway_replica_ejection_seconds", "How long the replica's last "
+                                          "ejection holds it out at least (grows with repeated ejections)",
+                                          labels=["replica"])
         for replica in runtime.pool.replicas:
             healthy.add_metric([replica.url], 1 if replica.healthy else 0)
             inflight.add_metric([replica.url], replica.inflight)
-        yield healthy
-        yield inflight
+            ejection_time.add_metric([replica.url], replica.outlier.last_ejection_time)
+            for reason, n in replica.outlier.ejections.items():
+                ejections.add_metric([replica.url, reason], n)
+        yield from (healthy, inflight, ejections, ejection_time)
+        outliers = runtime.pool.outliers
+        yield CounterMetricFamily("gateway_replica_ejections_overflow", "Ejections not made because "
+                                  "--outlier-max-ejection-percent of the pool was out already", value=outliers.overflow)
+        yield CounterMetricFamily("gateway_panic_routes", "Requests routed to an ejected replica because none "
+                                  "was routable (panic mode)", value=outliers.panic_routes)
         sessions = runtime.sessions
         stats = sessions.stats
         yield CounterMetricFamily("gateway_session_cache_hits", "Session lookups (prompt_cache_key) that found "

@@ -4,7 +4,8 @@ A replica is routable only after it answered /health, told us its model, and ser
 one-token warmup generation on the token endpoint the turns use (vLLM's /health is 200
 before the first request has compiled anything). A routable replica is checked every
 `interval`; a failing one (or one a request found unreachable) is ejected and re-admitted
-the same way, retried with capped exponential backoff.
+the same way, retried with capped exponential backoff; one that outlier detection ejected
+(gateway/upstream/outlier.py) not before its ejection time is over.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -51,6 +53,8 @@ async def admit(replica: Replica, api: str, policy: HealthPolicy) -> bool:
         return False
     if replica.state in ("starting", "ejected"):  # not dropped from DNS meanwhile
         replica.state = "ready"
+        if replica.detector is not None:
+            replica.detector.readmitted(replica)
     log.info("replica %s ready: model=%s max_model_len=%s api=%s", replica.url, replica.served_model,
              replica.max_model_len, replica.api)
     return True
@@ -73,8 +77,10 @@ async def watch(replica: Replica, api: str, policy: HealthPolicy) -> None:
         if replica.healthy:
             await _sleep(replica, policy.interval)
             if replica.healthy and not await check(replica, policy):
-                replica.eject("health check failed")
+                replica.eject("health check failed", kind="health_check")
             continue
+        if (held := replica.outlier.held_until - time.monotonic()) > 0:  # its ejection time, whatever wakes it
+            await asyncio.sleep(held)
         if await admit(replica, api, policy):
             delay = policy.backoff_min
             continue

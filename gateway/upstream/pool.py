@@ -17,6 +17,7 @@ from gateway.core.errors import UpstreamUnavailable
 from gateway.upstream import health, routing
 from gateway.upstream.discovery import Resolver
 from gateway.upstream.health import HealthPolicy
+from gateway.upstream.outlier import OutlierDetector, OutlierPolicy
 from gateway.upstream.replica import Replica
 from gateway.upstream.transport import Transport
 
@@ -26,7 +27,8 @@ log = logging.getLogger(__name__)
 class Pool:
     def __init__(self, upstreams: Sequence[str], *, api: str = "auto", policy: HealthPolicy | None = None,
                  resolve_interval: float = 10.0, load_factor: float = routing.LOAD_FACTOR,
-                 idle_timeout: float | None = 300.0, header_timeout: float | None = 30.0) -> None:
+                 idle_timeout: float | None = 300.0, header_timeout: float | None = 30.0,
+                 outliers: OutlierPolicy | None = None) -> None:
         """`idle_timeout`: seconds a generation may go without a byte from its replica;
         `header_timeout`: seconds a replica may take to accept one (its response headers)."""
         transport = Transport(limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
@@ -40,6 +42,7 @@ class Pool:
         self.resolve_interval = resolve_interval
         self.load_factor = load_factor
         self.replicas: list[Replica] = []
+        self.outliers = OutlierDetector(outliers)
         self._watchers: dict[Replica, asyncio.Task] = {}
         self._resolving: asyncio.Task | None = None
 
@@ -77,8 +80,10 @@ class Pool:
         return min(lengths) if lengths else None
 
     def pick(self, affinity: str | None = None, exclude: Sequence[Replica] = ()) -> Replica:
-        """The session's replica (bounded load) for an affinity key, else the least busy one."""
-        candidates = [r for r in self.replicas if r.healthy and r not in exclude]
+        """The session's replica (bounded load) for an affinity key, else the least busy one; when
+        none is routable, among the ejected ones (panic routing) rather than none."""
+        candidates = [r for r in self.replicas if r.healthy and r not in exclude] or \
+            self.outliers.panic([r for r in self.replicas if r not in exclude])
         if not candidates:
             raise UpstreamUnavailable("no healthy vLLM replica is available")
         return routing.pick(candidates, affinity, load_factor=self.load_factor)
@@ -92,7 +97,7 @@ class Pool:
         watcher after warmup); vanished ones drain, and leave once idle. Returns the new ones."""
         known = {r.url: r for r in self.replicas}
         added = [Replica(url=url, client=self.client, header_timeout=self.header_timeout,
-                         idle_timeout=self.idle_timeout) for url in urls if url not in known]
+                         idle_timeout=self.idle_timeout, detector=self.outliers) for url in urls if url not in known]
         for replica in self.replicas:
             if replica.url not in urls and replica.state != "draining":
                 log.info("replica %s left the upstream set; draining it", replica.url)
@@ -106,6 +111,7 @@ class Pool:
         for replica in gone:
             replica.connections.close()
         self.replicas = [r for r in self.replicas if r not in gone] + added
+        self.outliers.members = self.replicas
         if watch:
             for replica in added:
                 self._watch(replica)

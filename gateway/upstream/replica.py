@@ -13,6 +13,7 @@ import orjson
 
 from gateway.core.errors import UpstreamFailed, UpstreamRejected, UpstreamUnavailable
 from gateway.upstream.connection import ConnectError, Connections, Stale
+from gateway.upstream.outlier import OutlierDetector, OutlierRecord
 from gateway.upstream.protocol import (
     PATHS,
     UpstreamAPI,
@@ -46,6 +47,8 @@ class Replica:
     header_timeout: float | None = None  # seconds to wait for a generation's response headers
     idle_timeout: float | None = 300.0  # seconds a generation may go without a byte from the replica
     connections: Connections = field(init=False)  # the token streams' keep-alive connections
+    detector: OutlierDetector | None = None  # the pool's outlier detection (gateway/upstream/outlier.py)
+    outlier: OutlierRecord = field(default_factory=OutlierRecord)  # this replica's counts in it
 
     def __post_init__(self) -> None:
         self.connections = Connections(self.url, idle_timeout=self.idle_timeout)
@@ -55,11 +58,20 @@ class Replica:
         """Routable: probed, warmed up and passing its health checks."""
         return self.state == "ready"
 
-    def eject(self, reason: str) -> None:
+    def eject(self, reason: str, *, kind: str = "unreachable", hold: bool = False) -> None:
+        """Out of the pool until readmitted (`hold`: not before its ejection time either)."""
         if self.state == "ready":
-            log.warning("replica %s ejected: %s", self.url, reason)
             self.state = "ejected"
+            if self.detector is not None:
+                self.detector.ejected(self, reason, kind, hold)
+            else:
+                log.warning("replica %s ejected: %s", self.url, reason)
         self.wake.set()
+
+    def ended(self, failure: str | None) -> None:
+        """A request on this replica ended: `failure` says why it failed, None if it succeeded."""
+        if self.detector is not None:
+            self.detector.record(self, failure)
 
     async def open(self, prompt_ids: Sequence[int], sampling: dict[str, Any], request_id: str) -> UpstreamStream:
         """Send the request and wait for the replica to accept it (HTTP 200).
@@ -92,7 +104,7 @@ class Replica:
                     error = await stream.answered()
         except TimeoutError as exc:  # a replica that stalls is suspected like one that refuses connections
             stream.close_connection()
-            self.eject(f"no response headers within {self.header_timeout:g} s")
+            self.eject(f"no response headers within {self.header_timeout:g} s", kind="stalled", hold=True)
             raise UpstreamUnavailable(f"replica {self.url} sent no response headers within "
                                       f"{self.header_timeout:g} s", timed_out=True) from exc
         except ConnectError as exc:
@@ -105,12 +117,15 @@ class Replica:
             self.eject(f"unreachable: {error}")
             raise UpstreamUnavailable(f"replica {self.url} is unreachable: {error}") from error
         if error is not None and stream.status is None:
+            self.ended(f"closed before answering: {error}")
             raise UpstreamUnavailable(f"replica {self.url} failed before answering: {error}") from error
         if stream.status == 200:
             return stream
         stream.close_connection()
         text = stream.error_text()
         if stream.status in RETRYABLE_STATUS:
+            if stream.status != 429:  # busy is not failing
+                self.ended(f"answered {stream.status}")
             raise UpstreamUnavailable(f"replica {self.url} answered {stream.status}: {text}")
         detail = f"replica {self.url} rejected the request ({stream.status}): {text}"
         if stream.status in (400, 422):  # the request's fault: the client hears why

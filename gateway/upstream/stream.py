@@ -63,6 +63,7 @@ class UpstreamStream:
         self._hold: Awaitable[None] | None = None  # what the sink asked the relay to wait for
         self._sink_error: BaseException | None = None  # what the sink (or the replica) raised mid-relay
         self._relay_stopped = False
+        self._fault: str | None = None  # a malformed event or the replica's in-stream error
 
     # the connection's Receiver
     def on_headers(self, status: int) -> None:
@@ -109,7 +110,7 @@ class UpstreamStream:
     def _stream_error(self, error: Exception) -> UpstreamFailed:
         url = self.replica.url
         if isinstance(error, IdleTimeout):  # no byte for --upstream-idle-timeout: a stalled replica
-            self.replica.eject("a stream stalled")
+            self.replica.eject("a stream stalled", kind="stalled", hold=True)
             failed = UpstreamFailed(f"replica {url} sent nothing for the idle timeout: {error}", timed_out=True)
         else:
             self.replica.wake.set()  # a dead replica is found (and ejected) by the next health check
@@ -301,12 +302,14 @@ class UpstreamStream:
                         merged.extend(chunk)
                 usage = parse_usage(payload) or usage
             except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:  # orjson's errors too
+                self._fault = f"a malformed event: {exc!r}"
                 return self._with(merged, usage), UpstreamFailed(
                     f"replica {self.replica.url} sent a malformed event {data[:200]!r}: {exc!r}")
         return self._with(merged, usage), None
 
     def _mid_stream_error(self, detail: object) -> UpstreamFailed:
         message = detail.get("message") if isinstance(detail, dict) else str(detail)
+        self._fault = f"failed mid-stream: {message}"
         return UpstreamFailed(f"replica {self.replica.url} failed mid-stream: {message}")
 
     @staticmethod
@@ -331,6 +334,9 @@ class UpstreamStream:
         """Close the connection and abort an unfinished generation, to the end even when the caller
         is cancelled meanwhile (a client leaving while we clean up): the abort runs shielded."""
         if self._closing is None:
+            failure = self._failure()
+            if failure is not None or self._finished:  # neither when the client left first
+                self.replica.ended(failure)
             self.replica.inflight -= 1
             self.replica.streams.discard(self)
             self._payloads = []
@@ -342,6 +348,17 @@ class UpstreamStream:
                 self.close_connection()
                 self._closing = asyncio.get_running_loop().create_task(self.replica.abort(self.request_id))
         await asyncio.shield(self._closing)
+
+    def _failure(self) -> str | None:
+        """Why the replica failed this request (for outlier detection); None when it did not (it
+        finished, the client left first, or the gateway is shutting down)."""
+        if self._interrupted:
+            return None
+        if self._error is not None or self._fault is not None:
+            return str(self._error or self._fault)
+        if self._finished or not self._ended:
+            return None
+        return "closed the stream before it finished"
 
     def close_connection(self) -> None:
         connection, self.connection = self.connection, None

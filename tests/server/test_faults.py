@@ -25,7 +25,8 @@ BODY = {"model": "tiny-qwen3", "input": "hi"}
 def impatient(qwen_tokenizer_dir) -> Iterator[Stack]:
     """Short upstream timeouts: stalls end in a bounded time."""
     with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3", health_interval=0.1,
-                    health_backoff_max=0.2, upstream_idle_timeout=0.5, upstream_header_timeout=0.5) as stack:
+                    health_backoff_max=0.2, upstream_idle_timeout=0.5, upstream_header_timeout=0.5,
+                    outlier_base_ejection_time=0.1) as stack:
         yield stack
 
 
