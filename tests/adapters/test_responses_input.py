@@ -68,7 +68,7 @@ for _ in range(300):
          "input[0].call_id", "Missing required parameter"),
         ({"model": "m", "input": [{"type": "teleport"}]}, "input[0].type", "'teleport'"),
         ({"model": "m", "input": "x", "tool_choice": "sometimes"}, "tool_choice", "'sometimes'"),
-        # what a fuzzer found answering 500s (issue #23)
+        # what the fuzzer found answering 500s
         ({"model": "m", "input": [{"type": "reasoning", "content": "thought"}]}, "input[0].content",
          "expected an array, but got a string"),
         ({"model": "m", "input": [{"role": "user", "content": [{"type": {"a": 1}, "text": "x"}]}]},
