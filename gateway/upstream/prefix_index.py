@@ -1,0 +1,204 @@
+"""Which prompt prefixes a replica holds, as chained keys of block-sized chunks of token ids.
+
+A prompt is cut into `block_tokens`-sized chunks (a partial last chunk is never cached by
+vLLM, so it gets no key). Chunk i's key is a 64-bit XXH3 of its int32 bytes seeded with
+chunk i-1's key: a key names the whole prefix up to its chunk's end, as vLLM's own block
+hashes do, so "how much of this prompt does the replica hold" is "how many leading keys
+does it know". The first chunk's seed is the process's random seed (crafted prompts cannot
+aim at other prompts' keys; a collision only misroutes, it never mixes data).
+
+Anything vLLM keys a block by besides its tokens is mixed into the key of the block's
+first chunk, the same way on both sides: the `cache_salt` of the prompt's first block
+(tenants with different salts never match, as their blocks never match in vLLM), and a
+KV event's per-block extra keys (images' `(identifier, offset)` pairs, a LoRA's name):
+a block of image placeholders never matches the same placeholder ids of another image,
+nor of a text prompt. Keys are only comparable inside one process; every process builds
+its own indexes (from what it sent, or from the replicas' KV events).
+
+`SentIndex` is filled from what the gateway sent to a replica and ages out like vLLM's
+own cache: least recently used first, bounded by the replica's KV capacity in chunks, and
+a prompt's tail before its head (vLLM frees a finished request's blocks tail first, so
+its prefix outlives its ending). `BlockIndex` is fed by a replica's KV events
+(gateway/upstream/kv_events.py): exact, as long as the events keep coming.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgpack
+import numpy as np
+import xxhash
+
+BLOCK_TOKENS = 16  # vLLM's default --block-size on GPUs; it must divide the replicas' block size
+_SEED = int.from_bytes(os.urandom(8), "little")
+_hash = xxhash.xxh3_64_intdigest
+
+
+def chunk_keys(ids: Sequence[int] | np.ndarray, block_tokens: int = BLOCK_TOKENS, *,
+               cache_salt: str | None = None, seed: int | None = None) -> list[int]:
+    """The chained keys of `ids`' full chunks, first to last."""
+    data = _int32_bytes(ids)
+    return _chain(memoryview(data), block_tokens, _SEED if seed is None else seed,
+                  (cache_salt,) if cache_salt else None)
+
+
+def block_keys(token_ids: Sequence[int], block_tokens: int, seed: int,
+               extra: Sequence[Any] | None = None) -> list[int]:
+    """The keys of one vLLM block's chunks after the chain's key `seed` (the block's parent's
+    last key, or the process seed for a first block); `extra`: the block's extra keys."""
+    return _chain(memoryview(_int32_bytes(token_ids)), block_tokens, seed, extra)
+
+
+def root_seed() -> int:
+    """The seed of every chain's first chunk in this process."""
+    return _SEED
+
+
+def _chain(data: memoryview, block_tokens: int, seed: int, extra: Sequence[Any] | None) -> list[int]:
+    step = 4 * block_tokens
+    end = len(data) - len(data) % step
+    if end == 0:
+        return []
+    keys = []
+    if extra:  # into the first chunk's key, as vLLM mixes a block's extra keys into its hash
+        seed = _hash(bytes(data[:step]) + msgpack.packb(list(extra), use_bin_type=True), seed)
+        keys.append(seed)
+        start = step
+    else:
+        start = 0
+    for offset in range(start, end, step):
+        seed = _hash(data[offset:offset + step], seed)
+        keys.append(seed)
+    return keys
+
+
+def _int32_bytes(ids: Sequence[int] | np.ndarray) -> bytes:
+    if isinstance(ids, np.ndarray) and ids.dtype == np.int32:
+        return ids.tobytes()
+    return np.asarray(ids, dtype=np.int32).tobytes()
+
+
+def matched(keys: Sequence[int], held: Any) -> int:
+    """How many of `keys`, from the first, `held` contains (the held prefix, in chunks)."""
+    n = 0
+    for key in keys:
+        if key not in held:
+            break
+        n += 1
+    return n
+
+
+class SentIndex:
+    """The chunks of prompts sent to one replica, least recently used evicted first."""
+
+    def __init__(self, capacity: int) -> None:
+        """`capacity`: chunks the replica's KV cache holds (its blocks × block size / chunk size)."""
+        self.capacity = capacity
+        self._keys: OrderedDict[int, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._keys
+
+    def match(self, keys: Sequence[int]) -> int:
+        return matched(keys, self._keys)
+
+    def add(self, keys: Sequence[int]) -> None:
+        """Record a prompt sent: its chunks become the most recently used, its head most of all."""
+        held = self._keys
+        for key in reversed(keys):
+            held[key] = None
+            held.move_to_end(key)
+        while len(held) > self.capacity:
+            held.popitem(last=False)
+
+    def discard(self, keys: Iterable[int]) -> None:
+        for key in keys:
+            self._keys.pop(key, None)
+
+    def resize(self, capacity: int) -> None:
+        self.capacity = capacity
+        while len(self._keys) > capacity:
+            self._keys.popitem(last=False)
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+
+class BlockIndex:
+    """One replica's cached blocks as its KV events report them, re-keyed into our chunk keys.
+
+    A stored block whose parent we never saw (an event lost before we subscribed, beyond
+    the replay buffer) cannot be placed in a chain and is skipped; its descendants too.
+    """
+
+    def __init__(self, block_tokens: int = BLOCK_TOKENS, max_blocks: int = 4_000_000) -> None:
+        self.block_tokens = block_tokens
+        self.max_blocks = max_blocks  # memory bound beyond any real KV cache: new blocks are dropped past it
+        self._blocks: dict[bytes | int, list[int]] = {}  # vLLM's block hash → our chunk keys of that block
+        self._chunks: dict[int, int] = {}  # chunk key → blocks holding it
+        self.skipped = 0  # stored blocks that could not be placed (unknown parent, odd size)
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._chunks
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self._blocks)
+
+    def match(self, keys: Sequence[int]) -> int:
+        return matched(keys, self._chunks)
+
+    def stored(self, block_hashes: Sequence[bytes | int], parent: bytes | int | None, token_ids: Sequence[int],
+               block_size: int, extra_keys: Sequence[Sequence[Any] | None] | None = None) -> list[int]:
+        """`BlockStored`: consecutive blocks chained under `parent`; returns the new chunk keys."""
+        if parent is None:
+            seed = _SEED
+        elif (parent_keys := self._blocks.get(parent)) and parent_keys:
+            seed = parent_keys[-1]
+        else:
+            self.skipped += len(block_hashes)
+            return []
+        if block_size % self.block_tokens or len(token_ids) != block_size * len(block_hashes):
+            self.skipped += len(block_hashes)
+            return []
+        added: list[int] = []
+        for i, block_hash in enumerate(block_hashes):
+            extra = extra_keys[i] if extra_keys and i < len(extra_keys) else None
+            keys = block_keys(token_ids[i * block_size:(i + 1) * block_size], self.block_tokens, seed, extra)
+            seed = keys[-1]
+            if block_hash in self._blocks:
+                continue
+            if len(self._blocks) >= self.max_blocks:
+                self.skipped += 1
+                continue
+            self._blocks[block_hash] = keys
+            for key in keys:
+                self._chunks[key] = self._chunks.get(key, 0) + 1
+            added += keys
+        return added
+
+    def removed(self, block_hashes: Iterable[bytes | int]) -> None:
+        """`BlockRemoved`: the blocks left the replica's cache (their children may stay)."""
+        chunks = self._chunks
+        for block_hash in block_hashes:
+            for key in self._blocks.pop(block_hash, ()):
+                left = chunks[key] - 1
+                if left:
+                    chunks[key] = left
+                else:
+                    del chunks[key]
+
+    def clear(self) -> None:
+        """`AllBlocksCleared`, or the replica restarted."""
+        self._blocks.clear()
+        self._chunks.clear()
