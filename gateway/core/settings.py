@@ -28,6 +28,12 @@ class Settings:
     outlier_max_ejection_time: float = 300.0
     outlier_max_ejection_percent: float = 50.0  # of the pool outlier detection may eject at once
     resolve_interval: float = 10.0  # seconds between DNS lookups of hostname upstreams (0: once)
+    # Routing (gateway/upstream/router.py): prefix | session | least-loaded | round-robin.
+    routing: str = "prefix"
+    routing_load_factor: float = 1.25  # a replica over this × the mean load takes no more while others have room
+    prefix_block_tokens: int = 16  # prompt chunk the prefix index keys; must divide the replicas' --block-size
+    kv_events: list[str] = field(default_factory=list)  # `[UPSTREAM=]tcp://{host}:5557[,tcp://{host}:5558]`
+    replica_metrics_interval: float = 1.0  # seconds between reads of each replica's /metrics (0: never)
     drain_timeout: float = 30.0  # on SIGTERM, how long in-flight streams may run on
     max_body_bytes: int = 64 * 1024 * 1024
     log_level: str = "info"

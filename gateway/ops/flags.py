@@ -86,6 +86,29 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resolve-interval", type=float, default=float(_env("resolve_interval", "10")),
                         help="seconds between DNS lookups of an --upstream hostname (a headless Service: one "
                              "replica per address); 0 resolves once")
+    routing = parser.add_argument_group(
+        "routing", "which replica gets a prompt: by default the one whose KV cache holds the longest prefix of it, "
+        "within a load bound (README: Routing)")
+    routing.add_argument("--routing", choices=["prefix", "session", "least-loaded", "round-robin"],
+                         default=_env("routing", "prefix"),
+                         help="prefix: the longest cached prefix within the load bound (sessions follow their "
+                              "cache); session: sessions by consistent hashing, others to the least loaded; "
+                              "least-loaded; round-robin")
+    routing.add_argument("--routing-load-factor", type=float, default=float(_env("routing_load_factor", "1.25")),
+                         help="a replica holding more than this × the mean load (in flight and queued) gets no "
+                              "new request while another has room")
+    routing.add_argument("--prefix-block-tokens", type=int, default=int(_env("prefix_block_tokens", "16")),
+                         help="tokens per chunk of the prefix index; must divide the replicas' --block-size "
+                              "(vLLM: 16 on GPUs, 128 on CPUs); larger hashes less")
+    routing.add_argument("--kv-events", action="append", default=None,
+                         help="where a replica publishes its KV events, [UPSTREAM=]ENDPOINT[,REPLAY_ENDPOINT] "
+                              "(repeatable; {host} is the replica's host, e.g. tcp://{host}:5557,tcp://{host}:5558 "
+                              "for every replica; env GATEWAY_KV_EVENTS, ';'-separated); without, routing knows "
+                              "only the prompts it sent")
+    routing.add_argument("--replica-metrics-interval", type=float,
+                         default=float(_env("replica_metrics_interval", "1")),
+                         help="seconds between reads of each replica's /metrics (queue, KV usage and capacity); "
+                              "0: never")
     parser.add_argument("--drain-timeout", type=float, default=float(_env("drain_timeout", "30")),
                         help="on SIGTERM, seconds in-flight streams may run on before they are stopped")
     parser.add_argument("--max-concurrent-requests", type=int,
@@ -214,6 +237,10 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         outlier_base_ejection_time=args.outlier_base_ejection_time,
         outlier_max_ejection_time=args.outlier_max_ejection_time,
         outlier_max_ejection_percent=args.outlier_max_ejection_percent, drain_timeout=args.drain_timeout,
+        routing=args.routing, routing_load_factor=args.routing_load_factor,
+        prefix_block_tokens=args.prefix_block_tokens,
+        kv_events=args.kv_events or [s for s in (_env("kv_events") or "").split(";") if s],
+        replica_metrics_interval=args.replica_metrics_interval,
         max_concurrent_requests=args.max_concurrent_requests, upstream_idle_timeout=args.upstream_idle_timeout,
         upstream_header_timeout=args.upstream_header_timeout, request_body_timeout=args.request_body_timeout,
         header_timeout=args.header_timeout, client_write_timeout=args.client_write_timeout,

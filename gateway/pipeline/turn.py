@@ -147,7 +147,7 @@ class Turn:
         last_error: APIError | None = None
         for _ in range(len(pool.replicas)):
             try:
-                replica = pool.pick(self.affinity, exclude=tried)
+                replica = pool.pick(self.affinity, exclude=tried, prompt_ids=record.prompt_ids)
             except UpstreamUnavailable as exc:
                 raise last_error or exc
             try:

@@ -54,6 +54,7 @@ from gateway.sessions.session_store import SessionStore
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.outlier import OutlierPolicy
 from gateway.upstream.pool import Pool
+from gateway.upstream.router import Router
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,11 @@ def build_runtime(settings: Settings, observer: StateObserver | None = None) -> 
                       failure_request_volume=settings.outlier_failure_request_volume,
                       interval=settings.outlier_interval, base_ejection_time=settings.outlier_base_ejection_time,
                       max_ejection_time=settings.outlier_max_ejection_time,
-                      max_ejection_percent=settings.outlier_max_ejection_percent)),
+                      max_ejection_percent=settings.outlier_max_ejection_percent),
+                  load_factor=settings.routing_load_factor,
+                  router=Router(settings.routing, block_tokens=settings.prefix_block_tokens,
+                                load_factor=settings.routing_load_factor, kv_events=settings.kv_events,
+                                metrics_interval=settings.replica_metrics_interval)),
         sessions=sessions, responses=responses, rollouts=rollouts,
         state_store=open_state(settings.state_url, sessions, responses, rollouts, observer=observer,
                                key_prefix=settings.state_key_prefix),

@@ -19,13 +19,14 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.sessions.backend import StateObserver
+from gateway.upstream.router import MATCH_BUCKETS, Router
 
 # Agent turns run from milliseconds (a warm tool call) to many minutes (long reasoning).
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
@@ -146,6 +147,7 @@ class LiveCollector(Collector):
                                   "--outlier-max-ejection-percent of the pool was out already", value=outliers.overflow)
         yield CounterMetricFamily("gateway_panic_routes", "Requests routed to an ejected replica because none "
                                   "was routable (panic mode)", value=outliers.panic_routes)
+        yield from _routing(runtime.pool.router)
         sessions = runtime.sessions
         stats = sessions.stats
         yield CounterMetricFamily("gateway_session_cache_hits", "Session lookups (prompt_cache_key) that found "
@@ -189,3 +191,46 @@ async def metrics_endpoint(request: Request) -> Response:
     if runtime is not None and runtime.state.kind != "memory":  # the shared store's figures, not just this cache's
         request.app.state.shared_figures = await runtime.state.figures()
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _routing(router: Router) -> Iterator[Metric]:
+    """The router's decisions and what it knows of each replica's cache (gateway/upstream/router.py)."""
+    stats = router.stats
+    decisions = CounterMetricFamily("gateway_routing_decisions", "Replica choices, by reason: prefix (the longest "
+                                    "cached prefix), prefix-spilled (a longer one was on replicas over the load "
+                                    "bound), session, least-loaded, round-robin", labels=["reason"])
+    for reason, n in sorted(stats.decisions.items()):
+        decisions.add_metric([reason], n)
+    yield decisions
+    buckets, total = [], 0
+    for bound, n in zip([*MATCH_BUCKETS, float("inf")], stats.matched_buckets, strict=True):
+        total += n
+        buckets.append((str(bound) if bound == float("inf") else f"{bound:.1f}", total))
+    buckets[-1] = ("+Inf", total)
+    yield HistogramMetricFamily("gateway_routing_prefix_tokens", "Prompt tokens the chosen replica held in its "
+                                "cache (as the router knew it), per routing decision", buckets=buckets,
+                                sum_value=stats.matched_tokens)
+    yield CounterMetricFamily("gateway_routing_best_prefix_tokens", "The longest prefix any replica held, summed "
+                              "over decisions (against gateway_routing_prefix_tokens_sum: what load cost)",
+                              value=stats.best_tokens)
+    yield CounterMetricFamily("gateway_routing_below_best", "Decisions that went to a replica holding less of the "
+                              "prompt than another did (the load bound)", value=stats.below_best)
+    chunks = GaugeMetricFamily("gateway_prefix_index_chunks", "Prompt chunks the router knows a replica holds, by "
+                               "source: sent (prompts sent to it, not confirmed by events), events (its KV events)",
+                               labels=["replica", "source"])
+    live = GaugeMetricFamily("gateway_kv_events_live", "1 once the replica's KV events are being received",
+                             labels=["replica"])
+    batches = CounterMetricFamily("gateway_kv_event_batches", "KV event batches taken from the replica",
+                                  labels=["replica"])
+    trouble = CounterMetricFamily("gateway_kv_event_faults", "KV event stream faults, by kind: gap (batches "
+                                  "missed), restart (the publisher started over), malformed", labels=["replica", "kind"])
+    for url, view in router.views.items():
+        chunks.add_metric([url, "sent"], len(view.sent))
+        if view.events is not None and view.blocks is not None:
+            chunks.add_metric([url, "events"], len(view.blocks))
+            live.add_metric([url], 1 if view.live else 0)
+            batches.add_metric([url], view.events.stats.batches)
+            trouble.add_metric([url, "gap"], view.events.stats.gaps)
+            trouble.add_metric([url, "restart"], view.events.stats.restarts)
+            trouble.add_metric([url, "malformed"], view.events.stats.malformed)
+    yield from (chunks, live, batches, trouble)

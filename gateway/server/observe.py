@@ -26,6 +26,7 @@ from gateway.core import logs, tenancy
 from gateway.core.ids import new_id
 from gateway.pipeline.trace import Trace, current
 from gateway.server.metrics import Metrics
+from gateway.upstream.router import DECISIONS, Decision
 
 access_log = logging.getLogger("gateway.access")
 
@@ -45,7 +46,8 @@ def traced(api: str, metrics: Metrics, request_id: str, received: float) -> Iter
     trace = Trace(api, request_id, received)
     if (tenant := tenancy.current.get()) is not None:  # a WebSocket's (an HTTP request's is known later)
         trace.tenant = tenant.name
-    tokens = current.set(trace), logs.request_id.set(request_id)
+    decisions: list[Decision] = []  # the router's, for this request's turns (gateway/upstream/router.py)
+    tokens = current.set(trace), logs.request_id.set(request_id), DECISIONS.set(decisions)
     metrics.in_progress.labels(api).inc()
     try:
         yield trace
@@ -56,12 +58,13 @@ def traced(api: str, metrics: Metrics, request_id: str, received: float) -> Iter
         trace.status = 500
         raise
     finally:
-        finish(trace, metrics)
+        finish(trace, metrics, decisions[-1] if decisions else None)
         current.reset(tokens[0])
         logs.request_id.reset(tokens[1])
+        DECISIONS.reset(tokens[2])
 
 
-def finish(trace: Trace, metrics: Metrics) -> None:
+def finish(trace: Trace, metrics: Metrics, decision: Decision | None = None) -> None:
     """Count the request and log its access line: one synchronous step, so a scrape that sees
     `gateway_requests_in_progress` drop also sees everything else this request added."""
     api, record, outcome = trace.api, trace.record, trace.outcome
@@ -95,6 +98,9 @@ def finish(trace: Trace, metrics: Metrics) -> None:
                    "finish_reason": record.finish_reason, "ttft": round(ttft, 4) if ttft is not None else None,
                    "replica": record.replica, "retries": max(record.attempts - 1, 0),
                    "upstream_request_id": record.request_id}
+    if decision is not None:  # why that replica, and how much of the prompt it held (best: any replica)
+        fields |= {"route": decision.reason, "route_prefix_tokens": decision.matched,
+                   "route_best_prefix_tokens": decision.best}
     if outcome != "completed" and trace.error_code is not None:
         fields |= {"error_code": trace.error_code, "error": trace.error_message}
     access_log.info(" ".join(f"{key}={value}" for key, value in fields.items()), extra={"fields": fields})

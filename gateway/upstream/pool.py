@@ -1,8 +1,8 @@
 """The replica pool: which replicas exist, which are routable, and which gets a request.
 
 Membership comes from `discovery` (re-resolved every `resolve_interval` when an upstream
-is a DNS name), health from one `health.watch` task per replica, the choice from
-`routing.pick`.
+is a DNS name), health from one `health.watch` task per replica, the choice from the
+`Router` (gateway/upstream/router.py), which follows every member's cache and load.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from gateway.upstream.discovery import Resolver
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.outlier import OutlierDetector, OutlierPolicy
 from gateway.upstream.replica import Replica
+from gateway.upstream.router import Router
 from gateway.upstream.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ class Pool:
     def __init__(self, upstreams: Sequence[str], *, api: str = "auto", policy: HealthPolicy | None = None,
                  resolve_interval: float = 10.0, load_factor: float = routing.LOAD_FACTOR,
                  idle_timeout: float | None = 300.0, header_timeout: float | None = 30.0,
-                 outliers: OutlierPolicy | None = None) -> None:
+                 outliers: OutlierPolicy | None = None, router: Router | None = None) -> None:
         """`idle_timeout`: seconds a generation may go without a byte from its replica;
         `header_timeout`: seconds a replica may take to accept one (its response headers)."""
         transport = Transport(limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
@@ -41,6 +42,7 @@ class Pool:
         self.policy = policy or HealthPolicy()
         self.resolve_interval = resolve_interval
         self.load_factor = load_factor
+        self.router = router or Router(load_factor=load_factor)
         self.replicas: list[Replica] = []
         self.outliers = OutlierDetector(outliers)
         self._watchers: dict[Replica, asyncio.Task] = {}
@@ -50,6 +52,7 @@ class Pool:
         """Resolve and try to admit every replica once (so a healthy pool serves at once),
         then keep watching."""
         added = self.sync(await self.resolver.resolve(), watch=False)
+        self.router.start(self.client)
         await asyncio.gather(*(health.admit(r, self.api, self.policy) for r in added))
         for replica in added:
             self._watch(replica)
@@ -61,6 +64,7 @@ class Pool:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.router.close()
         for replica in self.replicas:
             replica.connections.close()
         await self.client.aclose()
@@ -79,14 +83,16 @@ class Pool:
         lengths = [r.max_model_len for r in self.replicas if r.max_model_len]
         return min(lengths) if lengths else None
 
-    def pick(self, affinity: str | None = None, exclude: Sequence[Replica] = ()) -> Replica:
-        """The session's replica (bounded load) for an affinity key, else the least busy one; when
-        none is routable, among the ejected ones (panic routing) rather than none."""
+    def pick(self, affinity: str | None = None, exclude: Sequence[Replica] = (), *,
+             prompt_ids: Sequence[int] | None = None, cache_salt: str | None = None) -> Replica:
+        """The replica for a prompt: the one holding most of it within the load bound, else the
+        session's (`affinity`), else the least busy (gateway/upstream/routing.py); when none is
+        routable, among the ejected ones (panic routing) rather than none."""
         candidates = [r for r in self.replicas if r.healthy and r not in exclude] or \
             self.outliers.panic([r for r in self.replicas if r not in exclude])
         if not candidates:
             raise UpstreamUnavailable("no healthy vLLM replica is available")
-        return routing.pick(candidates, affinity, load_factor=self.load_factor)
+        return self.router.pick(candidates, affinity, prompt_ids=prompt_ids, cache_salt=cache_salt)
 
     def interrupt(self) -> int:
         """Fail every open upstream stream (shutdown deadline); returns how many."""
@@ -110,6 +116,7 @@ class Pool:
         gone = [r for r in self.replicas if r.state == "draining" and not r.inflight]
         for replica in gone:
             replica.connections.close()
+            self.router.forget(replica.url)
         self.replicas = [r for r in self.replicas if r not in gone] + added
         self.outliers.members = self.replicas
         if watch:
@@ -117,6 +124,7 @@ class Pool:
                 self._watch(replica)
         for replica in added:
             log.info("replica %s joined", replica.url)
+            self.router.track(replica.url)
         return added
 
     def _watch(self, replica: Replica) -> None:

@@ -1,12 +1,19 @@
-"""Which replica gets a request.
+"""Which replica gets a request: the scoring rules, over what the router knows.
 
-A session (affinity key) goes to the replica that holds its prefix cache: replicas are
-ranked per key by rendezvous hashing (highest random weight), so a replica joining or
-leaving moves only the sessions it gains or held. The ranking is walked with bounded
-loads (Mirrokni, Thorup, Zadimoghaddam, "Consistent Hashing with Bounded Loads"): a
-replica already holding more than `load_factor` × the average in-flight count is
-skipped, so one hot session cannot pile onto one replica. Requests without a key go to
-the replica with the fewest requests in flight.
+`choose` (the default, prefix-aware): the replica holding the longest prefix of the prompt
+in its KV cache (gateway/upstream/prefix_index.py), among those within the load bound;
+equal prefixes go to the least loaded. A continuing session is a long prefix match, so it
+stays where its cache is without a rule of its own; its key only decides where a prompt
+that no replica holds any of goes. The bound is that of "Consistent Hashing with Bounded
+Loads" (Mirrokni, Thorup, Zadimoghaddam): a replica already holding `load_factor` × the
+average load (in flight and queued) takes no more while another has room, so a popular
+prefix spills over to a second replica instead of queueing on one, and max load stays
+within `load_factor` of the mean. A replica whose KV cache is full (it would preempt) is
+passed over while another is not.
+
+`pick` (`--routing session`, the rule before the cache was known): a session goes to its
+replica by rendezvous hashing (a replica joining or leaving moves only the sessions it gains
+or held), walked with the same bound; requests without a key go to the least busy replica.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 LOAD_FACTOR = 1.25
+KV_FULL = 0.98  # kv_cache_usage_perc from which a replica's cache counts as full
 
 
 class Routable(Protocol):
@@ -52,3 +60,30 @@ def ranked(affinity: str, candidates: Sequence[R]) -> list[R]:
 
 def _weight(key: str, url: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{key}|{url}".encode(), digest_size=8).digest(), "big")
+
+
+def choose(candidates: Sequence[R], matched: Sequence[int], loads: Sequence[int],
+           affinity: str | None = None, *, kv_usage: Sequence[float] | None = None, tie: int = 0,
+           load_factor: float = LOAD_FACTOR) -> tuple[R, str]:
+    """The replica for a prompt and why: `matched[i]` is how much of the prompt candidate i
+    holds (any unit; prefixes within `tie` of each other count as equal, and one no longer
+    than `tie` as nothing), `loads[i]` its requests in flight and queued. Among equals the
+    least loaded wins, then the session's own order (`affinity`), then the least used.
+    Reasons: "prefix" (the longest held prefix), "session" or "least-loaded" (nothing
+    held), "prefix-spilled" (a longer prefix is held by replicas over the bound)."""
+    n = len(candidates)
+    bound = math.ceil(load_factor * (sum(loads) + 1) / n)
+    room = [i for i in range(n) if loads[i] < bound]  # never empty: not every load can be ≥ the bound
+    if kv_usage is not None and (roomy := [i for i in room if kv_usage[i] < KV_FULL]):
+        room = roomy
+    best = max(matched[i] for i in room)
+    top = [i for i in room if matched[i] >= best - tie]
+    lightest = min((loads[i], kv_usage[i] if kv_usage is not None else 0.0) for i in top)
+    top = [i for i in top if (loads[i], kv_usage[i] if kv_usage is not None else 0.0) == lightest]
+    if affinity is not None:
+        chosen = ranked(affinity, [candidates[i] for i in top])[0]
+    else:
+        chosen = min((candidates[i] for i in top), key=lambda r: r.requests)
+    if best < max(matched) - tie:
+        return chosen, "prefix-spilled"
+    return chosen, "prefix" if best > tie else "session" if affinity is not None else "least-loaded"

@@ -1,0 +1,174 @@
+"""The scoring rule and the router over it: the longest cached prefix, within the load bound."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.upstream import replica_load, routing
+from gateway.upstream.prefix_index import chunk_keys
+from gateway.upstream.router import DECISIONS, Router
+
+C = 16
+
+
+@dataclass(eq=False)
+class Node:
+    url: str
+    inflight: int = 0
+    requests: int = 0
+    state: str = "ready"
+
+
+def nodes(n: int) -> list[Node]:
+    return [Node(f"http://10.0.0.{i}:8000") for i in range(n)]
+
+
+views = st.integers(1, 6).flatmap(lambda n: st.tuples(
+    st.lists(st.integers(0, 8), min_size=n, max_size=n), st.lists(st.integers(0, 9), min_size=n, max_size=n),
+    st.none() | st.text(min_size=1, max_size=6), st.sampled_from([1.0, 1.25, 2.0]), st.integers(0, 2)))
+
+
+@given(views)
+def test_the_longest_prefix_within_the_bound_wins_and_ties_go_to_the_least_loaded(view):
+    matched, loads, key, factor, tie = view
+    replicas = nodes(len(matched))
+    chosen, reason = routing.choose(replicas, matched, loads, key, tie=tie, load_factor=factor)
+    i = replicas.index(chosen)
+    bound = routing.capacity([Node("", inflight=load) for load in loads], factor)
+    room = [j for j in range(len(loads)) if loads[j] < bound]
+    assert i in room
+    best = max(matched[j] for j in room)
+    equals = [j for j in room if matched[j] >= best - tie]  # as good as the best, give or take `tie`
+    assert i in equals
+    assert loads[i] == min(loads[j] for j in equals)
+    if key is not None:  # among the least loaded of those, the session's own order decides
+        lightest = [replicas[j] for j in equals if loads[j] == loads[i]]
+        assert chosen is routing.ranked(key, lightest)[0]
+    if best < max(matched) - tie:
+        assert reason == "prefix-spilled"  # a longer prefix is on replicas over the bound
+    else:
+        assert reason == ("prefix" if best > tie else "session" if key is not None else "least-loaded")
+
+
+def test_a_full_kv_cache_is_passed_over_while_another_has_room():
+    a, b = nodes(2)
+    assert routing.choose([a, b], [5, 0], [0, 0], kv_usage=[0.99, 0.2]) == (b, "prefix-spilled")
+    assert routing.choose([a, b], [5, 0], [0, 0], kv_usage=[0.99, 0.99]) == (a, "prefix")
+
+
+def group_prompt(group: int, sample: int, shared: int = 40 * C) -> list[int]:
+    rng = random.Random(group)
+    return [rng.randrange(150_000) for _ in range(shared)] + [group, sample, *range(3 * C)]
+
+
+def test_grpo_groups_follow_their_prompt_and_load_stays_within_the_bound():
+    """Four groups of 8, interleaved, each sample its own key (rollout id), all in flight."""
+    router, replicas = Router(metrics_interval=0), nodes(2)
+    for r in replicas:
+        router.track(r.url)
+    placed: dict[int, list[Node]] = {}
+    order = [(g, s) for s in range(8) for g in range(4)]
+    for group, sample in order:
+        chosen = router.pick(replicas, f"rollout-{group}-{sample}", prompt_ids=group_prompt(group, sample))
+        chosen.inflight += 1
+        chosen.requests += 1
+        placed.setdefault(group, []).append(chosen)
+        total = sum(r.inflight for r in replicas)
+        assert max(r.inflight for r in replicas) <= routing.capacity(replicas) or total <= 2
+    spread = [len(set(map(id, members))) for members in placed.values()]
+    assert sorted(spread) == [1, 1, 1, 1]  # each group on one replica…
+    assert sorted(r.inflight for r in replicas) == [16, 16]  # …and the groups split evenly
+
+
+def test_a_hot_prefix_spills_to_a_second_replica_instead_of_queueing():
+    router, replicas = Router(metrics_interval=0), nodes(2)
+    for r in replicas:
+        router.track(r.url)
+    chosen = []
+    for sample in range(8):
+        replica = router.pick(replicas, None, prompt_ids=group_prompt(0, sample))
+        replica.inflight += 1
+        chosen.append(replica)
+    # The third sample finds its prefix's replica at the bound (⌈1.25 × 3 / 2⌉ = 2) and spills;
+    # from then on both hold the prefix, and the rest go to the less loaded.
+    assert [replicas.index(r) for r in chosen][:3] in ([0, 0, 1], [1, 1, 0])
+    assert router.stats.decisions["prefix-spilled"] == 1 and router.stats.below_best == 1
+    assert sorted(r.inflight for r in replicas) == [4, 4]
+
+
+def test_a_continuing_session_stays_where_its_prefix_is():
+    router, replicas = Router(metrics_interval=0), nodes(3)
+    for r in replicas:
+        router.track(r.url)
+    history = list(range(1000, 1000 + 20 * C))
+    first = router.pick(replicas, "session-1", prompt_ids=history)
+    assert router.stats.decisions == {"session": 1}  # nothing held yet: the key decides
+    for turn in range(5):
+        history += [7, turn] * C  # the answer and the next user message
+        assert router.pick(replicas, "session-1", prompt_ids=history) is first
+    assert router.stats.decisions == {"session": 1, "prefix": 5}
+    assert router.stats.matched_tokens == sum(len(range(1000, 1000 + 20 * C)) + 2 * C * t for t in range(5))
+
+
+def test_each_decision_is_reported_to_the_request_it_was_made_for():
+    router, replicas = Router(metrics_interval=0), nodes(2)
+    for r in replicas:
+        router.track(r.url)
+    decisions: list = []
+    token = DECISIONS.set(decisions)
+    try:
+        router.pick(replicas, None, prompt_ids=list(range(20 * C)))
+        router.pick(replicas, None, prompt_ids=list(range(20 * C + 3)))
+    finally:
+        DECISIONS.reset(token)
+    assert [(d.reason, d.matched, d.best) for d in decisions] == [("least-loaded", 0, 0), ("prefix", 20 * C, 20 * C)]
+
+
+def test_the_comparison_modes():
+    replicas = nodes(3)
+    rr = Router("round-robin", metrics_interval=0)
+    assert [rr.pick(replicas).url for _ in range(4)] == [replicas[i].url for i in (1, 2, 0, 1)]
+    replicas[0].inflight = 2
+    assert Router("least-loaded", metrics_interval=0).pick(replicas) is replicas[1]
+    assert Router("session", metrics_interval=0).pick(replicas, "k") is routing.pick(replicas, "k")
+
+
+# vLLM 0.32's /metrics, the lines the router reads (captured from the CPU build, two engines).
+METRICS = """\
+# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.
+process_start_time_seconds 1.79571117357e+09
+vllm:num_requests_running{engine="0",model_name="tiny"} 3.0
+vllm:num_requests_running{engine="1",model_name="tiny"} 1.0
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 2.0
+vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny",reason="capacity"} 2.0
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="tiny"} 0.5
+vllm:cache_config_info{block_size="128",enable_prefix_caching="True",engine="0",kv_cache_size_tokens="2097152",\
+num_gpu_blocks="16384"} 1.0
+"""
+
+
+def test_a_replicas_metrics_give_its_load_capacity_and_start():
+    load = replica_load.parse(METRICS)
+    assert (load.running, load.waiting, load.queued, load.kv_usage) == (4, 2, 6, 0.5)
+    assert (load.capacity_tokens, load.block_size, load.started_at) == (2_097_152, 128, 1.79571117357e9)
+    assert replica_load.parse(METRICS.replace('kv_cache_size_tokens="2097152",', "")).capacity_tokens == 2_097_152
+
+
+def test_the_reported_queue_counts_as_load_and_a_restart_forgets_the_cache():
+    router, replicas = Router(metrics_interval=0), nodes(2)
+    for r in replicas:
+        router.track(r.url)
+    prompt = list(range(40 * C))
+    home = router.pick(replicas, None, prompt_ids=prompt)
+    view = router.views[home.url]
+    router.update_load(home.url, replica_load.parse(METRICS))  # what its /metrics poll hands over
+    assert view.sent.capacity == 2_097_152 // C
+    # Six queued there (from other gateways): the bound sends the prompt elsewhere despite its prefix.
+    assert router.pick(replicas, None, prompt_ids=prompt) is not home
+    router.update_load(home.url, replica_load.parse(METRICS.replace("1.79571117357e+09", "1.8e+09")))
+    assert view.sent.match(chunk_keys(prompt, C)) == 0  # restarted: its cache is empty
