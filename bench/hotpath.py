@@ -3,7 +3,7 @@
 At engine pace a token costs the gateway one `read`, one `write` and the Python in between.
 The kernel's part depends on the machine (on a nested-virtualised VM a system call costs
 several microseconds); this measures the rest, deterministically: N Responses SSE streams are
-set up as `POST /v1/responses` sets them up (prepared turn, push relay, the body writer), their
+set up as `POST /v1/responses` sets them up (the turn as the route builds it, the exchange writer's push relay, the body writer), their
 upstream connections get fake transports, and the loop feeds each connection one vLLM
 `/inference/v1/generate` event per read, round-robin, as an engine step does. The client
 "write" only counts.
@@ -37,8 +37,9 @@ from bench.models import MODELS
 from gateway.core.settings import Settings
 from gateway.server.app import build_runtime
 from gateway.server.body_writer import BodyWriter
-from gateway.server.http import _emitter
-from gateway.server.routes.responses import _relay, prepared
+from gateway.adapters.responses_turn import from_http
+from gateway.server.http import _Emitter
+from gateway.server.routes.responses import _sse
 from gateway.upstream.connection import Connection
 from gateway.upstream.stream import UpstreamStream
 
@@ -90,7 +91,8 @@ async def _streams(n: int, written: list[int], fmt: str
     body = orjson.dumps({"model": model.name, "input": "Write about a fox.", "stream": True, "store": False})
     reads, tasks, clients = [], [], []
     for _ in range(n):
-        turn, writer, parsed = await prepared(runtime, body, "openai")
+        made = await from_http(runtime, body, "openai")
+        turn = made.turn
         await turn.render()
         connection = Connection(replica.connections)
         connection.connection_made(_Transport(written))  # type: ignore[arg-type]
@@ -104,8 +106,11 @@ async def _streams(n: int, written: list[int], fmt: str
         cycle = types.SimpleNamespace(disconnected=False, response_started=True, response_complete=False,
                                       chunked_encoding=True, transport=clients[-1],
                                       flow=types.SimpleNamespace(write_paused=False))
-        emit = _emitter(BodyWriter(cycle), None)  # type: ignore[arg-type]
-        tasks.append(asyncio.create_task(_relay(turn, writer, parsed, emit)))
+        emit = _Emitter(BodyWriter(cycle), None)  # type: ignore[arg-type]
+        emit.started = True  # the headers went out with response.created
+        output = made.output(lambda events, emit=emit: _sse(emit, events))
+        output.started(turn)
+        tasks.append(asyncio.create_task(turn.relay(output.events)))
         reads.append(connection.data_received)
     for _ in range(5):
         await asyncio.sleep(0)  # each relay now waits for its stream's reads

@@ -1,4 +1,5 @@
-"""Anthropic Messages output: the message object, or its SSE stream, for a started turn.
+"""Anthropic Messages output: the message object, or its SSE stream (`MessageEvents`, the
+exchange's writer), for a turn.
 
 The stream is the sequence the Messages API sends and the `anthropic` SDK's accumulator
 checks: `message_start`, `ping`, per content block `content_block_start` → deltas
@@ -21,12 +22,11 @@ import orjson
 
 from gateway.adapters import reasoning_blob
 from gateway.adapters.anthropic_input import MessagesRequest
-from gateway.adapters.responses import CONTEXT_WINDOW, coalesce, incomplete_reason
+from gateway.adapters.generation import CONTEXT_WINDOW, coalesce, incomplete_reason
 from gateway.core.conversation import Message, Reasoning, ToolCall
 from gateway.core.errors import APIError
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
-from gateway.pipeline import session, trace
-from gateway.pipeline.turn import Hold, Turn, held
+from gateway.pipeline.turn import Hold, Turn
 from gateway.tokenfix.record import TurnRecord
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -57,19 +57,33 @@ def message(turn: Turn, parsed: MessagesRequest, message_id: str) -> dict[str, A
             "stop_reason": stop_reason(turn), "stop_sequence": None, "usage": usage(record)}
 
 
-async def stream(turn: Turn, parsed: MessagesRequest, message_id: str,
-                 emit: Callable[[bytes], Hold]) -> None:
-    """The SSE body, pushed to `emit` (the events of each upstream read from the read itself:
-    `Turn.relay`); the turn is committed once it ended normally."""
-    record = turn.record
-    start = {"id": message_id, "type": "message", "role": "assistant", "model": parsed.model, "content": [],
-             "stop_reason": None, "stop_sequence": None,
-             "usage": {"input_tokens": record.input_tokens, "output_tokens": 0, "cache_read_input_tokens": 0,
-                       "cache_creation_input_tokens": 0}}
-    await held(emit(_event("message_start", message=start) + _event("ping")))
-    kinds: dict[int, str] = {}
+class MessageEvents:
+    """A streamed message as the exchange's writer: its SSE events pushed to `emit` (the events
+    of each upstream read from the read itself)."""
 
-    def encode(events: list[ParseEvent]) -> Iterator[bytes]:
+    keeps = True
+
+    def __init__(self, parsed: MessagesRequest, message_id: str, emit: Callable[[bytes], Hold]) -> None:
+        self.parsed = parsed
+        self.message_id = message_id
+        self.emit = emit
+        self._started = False
+        self._kinds: dict[int, str] = {}
+
+    def started(self, turn: Turn) -> Hold:
+        self._started = True
+        start = {"id": self.message_id, "type": "message", "role": "assistant", "model": self.parsed.model,
+                 "content": [], "stop_reason": None, "stop_sequence": None,
+                 "usage": {"input_tokens": turn.record.input_tokens, "output_tokens": 0,
+                           "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}}
+        return self.emit(_event("message_start", message=start) + _event("ping"))
+
+    def events(self, events: list[ParseEvent]) -> Hold:
+        data = b"".join(self._encode(events))
+        return self.emit(data) if data else None
+
+    def _encode(self, events: list[ParseEvent]) -> Iterator[bytes]:
+        kinds, show_thinking = self._kinds, self.parsed.show_thinking
         for event in coalesce(events):
             if isinstance(event, ItemStarted):
                 kinds[event.index] = event.kind
@@ -80,7 +94,7 @@ async def stream(turn: Turn, parsed: MessagesRequest, message_id: str,
                     yield _event("content_block_delta", index=event.index,
                                  delta={"type": "text_delta", "text": event.text})
                 elif kind == "reasoning":
-                    if parsed.show_thinking:
+                    if show_thinking:
                         yield _event("content_block_delta", index=event.index,
                                      delta={"type": "thinking_delta", "thinking": event.text})
                 else:
@@ -92,18 +106,17 @@ async def stream(turn: Turn, parsed: MessagesRequest, message_id: str,
                                  delta={"type": "signature_delta", "signature": reasoning_blob.seal(event.text)})
                 yield _event("content_block_stop", index=event.index)
 
-    try:
-        await turn.relay(lambda batch: emit(data) if (data := b"".join(encode(batch))) else None)
-    except APIError as exc:
-        session.forget(turn.request)
-        trace.failed(exc)
-        await held(emit(_event("error", error=error_body(exc)["error"])))
-        return
-    if record.finished:
-        await session.commit(turn)
-    final = usage(record)
-    await held(emit(_event("message_delta", delta={"stop_reason": stop_reason(turn), "stop_sequence": None},
-                              usage=final) + _event("message_stop")))
+    def answer(self, turn: Turn) -> None:
+        return None
+
+    def ended(self, turn: Turn) -> Hold:
+        return self.emit(_event("message_delta", delta={"stop_reason": stop_reason(turn), "stop_sequence": None},
+                                usage=usage(turn.record)) + _event("message_stop"))
+
+    def failed(self, turn: Turn, error: APIError) -> Hold:
+        if not self._started:
+            raise error  # nothing went out: an HTTP error, in Anthropic's shape
+        return self.emit(_event("error", error=error_body(error)["error"]))
 
 
 def stop_reason(turn: Turn) -> str:

@@ -1,24 +1,24 @@
-"""Chat Completions output: the completion object, or its stream of chunks, for a started turn.
+"""Chat Completions output: the completion object, or its stream of chunks (`ChatChunks`, the
+exchange's writer), for a turn.
 
 The same turn pipeline as the Responses API; this module only shapes what it produced.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import orjson
 
 from gateway.adapters import logprobs
 from gateway.adapters.chat_input import ChatRequest
-from gateway.adapters.responses import coalesce, nemo_fields
+from gateway.adapters.generation import coalesce, nemo_fields
 from gateway.core.conversation import Message, Reasoning, ToolCall
 from gateway.core.errors import APIError
 from gateway.formats.base import ItemDelta, ItemStarted, ParseEvent
 from gateway.pipeline import session
-from gateway.pipeline.turn import Hold, Turn, held
+from gateway.pipeline.turn import Hold, Turn
 
 
 def completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[str, Any]:
@@ -64,71 +64,69 @@ def completions(turns: list[Turn], parsed: ChatRequest, head: dict[str, Any], ro
     return body
 
 
-async def sample_chunks(turns: list[Turn], parsed: ChatRequest, head: dict[str, Any], rollout_id: str | None
-                        ) -> AsyncIterator[bytes]:
-    """The SSE body of `n` streamed samples, choice i's chunks as turn i makes them (interleaved,
-    as vLLM streams `n`), then one usage chunk for all and `[DONE]`."""
-    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-
-    async def pump(index: int, turn: Turn) -> None:
-        branch = session.branch_id(rollout_id, index) if rollout_id is not None else None
-        try:
-            await chunks(turn, parsed, head, queue.put_nowait, index=index, rollout_id=branch)
-        finally:
-            queue.put_nowait(None)
-
-    tasks = [asyncio.create_task(pump(i, turn)) for i, turn in enumerate(turns)]
-    try:
-        running = len(tasks)
-        while running:
-            data = await queue.get()
-            if data is None:
-                running -= 1
-            else:
-                yield data
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+def samples_ending(turns: Sequence[Turn], parsed: ChatRequest, head: dict[str, Any]) -> bytes:
+    """What ends the SSE body of `n` streamed samples, once every one ended: one usage chunk for
+    all (with `include_usage`) and `[DONE]`."""
+    ending = b""
     if parsed.include_usage:
         usages = [_usage(turn) for turn in turns]
         output = sum(usage["completion_tokens"] for usage in usages)
         usage = {**usages[0], "completion_tokens": output, "total_tokens": usages[0]["prompt_tokens"] + output,
                  "completion_tokens_details": {"reasoning_tokens": sum(
                      usage["completion_tokens_details"]["reasoning_tokens"] for usage in usages)}}
-        yield b"data: " + orjson.dumps({**head, "object": "chat.completion.chunk", "choices": [],
-                                        "usage": usage}) + b"\n\n"
-    yield b"data: [DONE]\n\n"
+        ending = b"data: " + orjson.dumps({**head, "object": "chat.completion.chunk", "choices": [],
+                                           "usage": usage}) + b"\n\n"
+    return ending + b"data: [DONE]\n\n"
 
 
-async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], emit: Callable[[bytes], Hold], *, index: int | None = None,
-                 rollout_id: str | None = None) -> None:
-    """The SSE body of a streamed completion, pushed to `emit` (the tokens of each upstream read
-    from the read itself: `Turn.relay`); the turn is committed once it ended normally.
-    `index`: choice `index` of `n` (sample_chunks ends the body, and only the first choice
-    continues the session); `rollout_id`: the rollout branch it is recorded in."""
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
-        choice = {"index": index or 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None, **extra}
-        body = {**head, "object": "chat.completion.chunk", "choices": [choice]}
-        return b"data: " + orjson.dumps(body) + b"\n\n"
+class ChatChunks:
+    """A streamed completion as the exchange's writer: its chunks pushed to `emit` (the tokens
+    of each upstream read from the read itself). `index`: choice `index` of `n` (then
+    `samples_ending` ends the body); `rollout_id`: the rollout branch it is recorded in."""
 
-    sent = 0  # output positions whose logprobs went out
+    keeps = True
 
-    def upto(end: int | None) -> dict[str, Any]:
+    def __init__(self, parsed: ChatRequest, head: dict[str, Any], emit: Callable[[bytes], Hold], *,
+                 index: int | None = None, rollout_id: str | None = None) -> None:
+        self.parsed = parsed
+        self.head = head
+        self.emit = emit
+        self.index = index
+        self.rollout_id = rollout_id
+        self._turn: Turn | None = None
+        self._sent = 0  # output positions whose logprobs went out
+        self._kinds: dict[int, str] = {}
+        self._tool_index: dict[int, int] = {}
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
+        choice = {"index": self.index or 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None,
+                  **extra}
+        return b"data: " + orjson.dumps({**self.head, "object": "chat.completion.chunk", "choices": [choice]}) \
+            + b"\n\n"
+
+    def _upto(self, end: int | None) -> dict[str, Any]:
         """The logprobs of the tokens since the last chunk's through `end` (None: all), as vLLM
         streams them: each chunk its own tokens, markup with the text that follows it."""
-        nonlocal sent
-        content = logprobs.entries(turn.runtime.format, turn.record, sent, end)
-        sent += len(content)
+        turn = self._turn
+        assert turn is not None
+        content = logprobs.entries(turn.runtime.format, turn.record, self._sent, end)
+        self._sent += len(content)
         return {"logprobs": {"content": content, "refusal": None}}
 
-    first: dict[str, Any] = {"role": "assistant", "content": ""}
-    opening = chunk(first) if rollout_id is None else chunk(first, rollout_id=rollout_id)
-    await held(emit(opening if not parsed.return_token_ids else _with_prompt_ids(opening, turn)))
-    kinds: dict[int, str] = {}
-    tool_index: dict[int, int] = {}
+    def started(self, turn: Turn) -> Hold:
+        self._turn = turn
+        first: dict[str, Any] = {"role": "assistant", "content": ""}
+        opening = self._chunk(first) if self.rollout_id is None else self._chunk(first, rollout_id=self.rollout_id)
+        if self.parsed.return_token_ids:
+            opening = _with_prompt_ids(opening, turn)
+        return self.emit(opening)
 
-    def encode(events: list[ParseEvent]) -> Iterator[bytes]:
+    def events(self, events: list[ParseEvent]) -> Hold:
+        data = b"".join(self._encode(events))  # tokens read together: one write
+        return self.emit(data) if data else None
+
+    def _encode(self, events: list[ParseEvent]) -> Iterator[bytes]:
+        kinds, tool_index, chunk = self._kinds, self._tool_index, self._chunk
         for event in coalesce(events):
             if isinstance(event, ItemStarted):
                 kinds[event.index] = event.kind
@@ -139,7 +137,7 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], emit: Ca
                                                  "function": {"name": event.name, "arguments": ""}}]})
             elif isinstance(event, ItemDelta):
                 kind = kinds[event.index]
-                extra = upto(event.span[1]) if parsed.logprobs and event.span is not None else {}
+                extra = self._upto(event.span[1]) if self.parsed.logprobs and event.span is not None else {}
                 if kind == "text":
                     yield chunk({"content": event.text}, **extra)
                 elif kind == "reasoning":
@@ -148,28 +146,29 @@ async def chunks(turn: Turn, parsed: ChatRequest, head: dict[str, Any], emit: Ca
                     yield chunk({"tool_calls": [{"index": tool_index[event.index],
                                                  "function": {"arguments": event.text}}]}, **extra)
 
-    try:  # tokens read together: one write
-        await turn.relay(lambda batch: emit(data) if (data := b"".join(encode(batch))) else None)
-    except APIError as exc:
-        await held(emit(b"data: " + orjson.dumps(exc.http_body()) + b"\n\n"))
-        if index is None:
-            await held(emit(b"data: [DONE]\n\n"))
-        return
-    if turn.record.finished:
-        await session.commit(turn, sample=index or 0)
-    extra: dict[str, Any] = {"stop_reason": turn.record.stop_reason}
-    if parsed.return_token_ids:
-        extra["token_ids"] = turn.record.output_ids
-    if parsed.logprobs:
-        extra.update(upto(None))  # what no delta took: the stop id, trailing markup
-    ending = [chunk({}, _finish_reason(turn), **extra)]
-    if index is None:  # else sample_chunks ends the body
-        if parsed.include_usage:
-            ending.append(b"data: " + orjson.dumps({**head, "object": "chat.completion.chunk", "choices": [],
-                                                    "usage": _usage(turn)}) + b"\n\n")
-        ending.append(b"data: [DONE]\n\n")
-    await held(emit(b"".join(ending)))
+    def answer(self, turn: Turn) -> None:
+        return None
 
+    def ended(self, turn: Turn) -> Hold:
+        parsed = self.parsed
+        extra: dict[str, Any] = {"stop_reason": turn.record.stop_reason}
+        if parsed.return_token_ids:
+            extra["token_ids"] = turn.record.output_ids
+        if parsed.logprobs:
+            extra.update(self._upto(None))  # what no delta took: the stop id, trailing markup
+        ending = [self._chunk({}, _finish_reason(turn), **extra)]
+        if self.index is None:  # else samples_ending ends the body
+            if parsed.include_usage:
+                ending.append(b"data: " + orjson.dumps({**self.head, "object": "chat.completion.chunk",
+                                                        "choices": [], "usage": _usage(turn)}) + b"\n\n")
+            ending.append(b"data: [DONE]\n\n")
+        return self.emit(b"".join(ending))
+
+    def failed(self, turn: Turn, error: APIError) -> Hold:
+        if self._turn is None:
+            raise error  # nothing went out: an HTTP error
+        data = b"data: " + orjson.dumps(error.http_body()) + b"\n\n"
+        return self.emit(data + b"data: [DONE]\n\n" if self.index is None else data)
 
 
 def _with_prompt_ids(first_chunk: bytes, turn: Turn) -> bytes:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.core.errors import invalid_request
+import orjson
+
+from gateway.core.errors import APIError, invalid_request
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
                list: "an array", dict: "an object"}
@@ -38,3 +40,18 @@ def _describe(value: Any) -> str:
     if value is None:
         return "null"
     return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def check_model(served: str, model: str) -> None:
+    """404 unless `model` is the one the gateway serves (every API's `model` field)."""
+    if model != served:
+        raise APIError(f"The model '{model}' does not exist; this gateway serves '{served}'.",
+                       status=404, code="model_not_found", param="model")
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body or frame as JSON; a 400 that says where it is not."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_request(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None

@@ -71,3 +71,4 @@ class TurnRequest:
     max_tokens_cap: bool = False
     spans: bool = False  # text deltas carry their tokens' output positions (per-part logprobs)
     truncate: bool = False  # `truncation: "auto"`: drop the oldest exchanges of a history too long to fit
+    sample: int = 0  # sample i > 0 of `n` (Chat Completions) leaves only its rollout branch behind

@@ -132,10 +132,11 @@ async def _prefix(runtime: Runtime, request: TurnRequest, client: TokenState | N
     return (session.state if session is not None else None), None
 
 
-async def commit(turn: Turn, response: dict[str, Any] | None = None, *, sample: int = 0) -> None:
+async def commit(turn: Turn, response: dict[str, Any] | None = None) -> None:
     """Record what a turn that ended normally leaves behind; `response`: the Response object
-    answered (Responses API), kept with a stored response. Sample `sample` > 0 of `n` leaves only
-    its rollout branch: the session continues the first."""
+    answered (Responses API), kept with a stored response. Sample i > 0 of `n` leaves only
+    its rollout branch: the session continues the first. gateway/pipeline/exchange.py is the
+    one caller."""
     runtime, request, record = turn.runtime, turn.request, turn.record
     state = record.token_state(runtime.format.turn_terminators)
     if record.truncated_items and state is not None:  # its tokens are of a shorter history than the client's
@@ -143,7 +144,7 @@ async def commit(turn: Turn, response: dict[str, Any] | None = None, *, sample: 
             await runtime.state.commit_rollout(request.rollout, record, state)
         state = None
         request = dataclasses.replace(request, cache_key=None, rollout=None)
-    if sample > 0:
+    if request.sample > 0:
         if request.rollout is not None and state is not None:
             await runtime.state.commit_rollout(request.rollout, record, state)
         return

@@ -1,11 +1,12 @@
 """One model call: render the prompt → a replica → parsed output, written down as it goes.
 
 `gateway/pipeline/session.py` decides what a turn continues and makes the `Turn`;
-`start()` renders the prompt (the one prompt decision, gateway/tokenfix/prompt.py) and
-gets a replica to accept it, so nothing has been sent to the client yet when that fails;
-`batches()` streams the parser's item events, `relay()` pushes them to a consumer from the
-upstream read itself (what engine pace needs); both take the output through `TurnOutput`
-(gateway/pipeline/output.py). Everything that happened goes into
+`async with turn` starts it — renders the prompt (the one prompt decision,
+gateway/tokenfix/prompt.py) and gets a replica to accept it, so nothing has been sent to the
+client yet when that fails — and closes it however the block is left (the replica's work is
+aborted if unfinished); `relay()` pushes the parser's item events to a consumer from the
+upstream read itself (what engine pace needs), through `TurnOutput` (gateway/pipeline/output.py).
+gateway/pipeline/exchange.py is the one place that runs a turn so. Everything that happened goes into
 `self.record` (gateway/tokenfix/record.py), which the transport hands on; the turn never
 changes its request, and nothing holds the turn to observe it.
 """
@@ -18,7 +19,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from gateway.core.conversation import Item, Message
 from gateway.core.errors import APIError, UpstreamUnavailable, context_length_exceeded
@@ -159,29 +160,11 @@ class Turn:
                 last_error = exc
         raise last_error or UpstreamUnavailable("no healthy vLLM replica is available")
 
-    async def batches(self) -> AsyncIterator[list[ParseEvent]]:
-        """Parsed item events, a list per batch of tokens the replica delivered at once (what was
-        read by then: relayed as one, never waited for). Leaving early (client gone) aborts the
-        upstream request."""
-        assert self._stream is not None, "start() first"
-        output = TurnOutput(self.record, self.runtime.format, self.request.spans, self.sampling.stop,
-                            self.sampling.constraint)
-        async with self._generating():
-            async for chunk in self._stream:
-                events = output.take(chunk)
-                if events:
-                    yield events
-                if output.stopped:
-                    return  # a stop string: leaving aborts the upstream request
-            events = output.finish()
-            if events:
-                yield events
-
     async def relay(self, on_events: Callable[[list[ParseEvent]], Hold]) -> None:
-        """`batches()` pushed: each read's events go to `on_events` from the read itself (no task
-        wakes for a token: gateway/upstream/stream.py), which returns None to go on or an
-        awaitable to wait for first (a slow client). Returns when the generation ended; raises
-        as `batches()` does, and leaving early (cancelled) aborts the upstream request."""
+        """The parsed item events, pushed: each read's events go to `on_events` from the read
+        itself (no task wakes for a token: gateway/upstream/stream.py), which returns None to go
+        on or an awaitable to wait for first (a slow client). Returns when the generation ended;
+        raises APIError when it failed, and leaving early (cancelled) aborts the upstream request."""
         stream = self._stream
         assert stream is not None, "start() first"
         output = TurnOutput(self.record, self.runtime.format, self.request.spans, self.sampling.stop,
@@ -215,7 +198,7 @@ class Turn:
         record = self.record
         try:
             yield
-        except _ConsumerFailed as failed:  # as when a consumer of `batches()` stops iterating
+        except _ConsumerFailed as failed:  # the consumer's own failure (a client gone mid-write)
             record.ended_early = "cancelled"
             raise failed.__cause__ from None  # type: ignore[misc]
         except APIError:
@@ -233,18 +216,23 @@ class Turn:
             record.ended_at = time.perf_counter()
             await self.aclose()
 
+    async def __aenter__(self) -> Self:
+        """`start()`; the turn is closed however the block is left (gateway/pipeline/exchange.py)."""
+        try:
+            await self.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
     async def aclose(self) -> None:
         """Release the generation: close its upstream request and abort the replica's work if it
         is unfinished. Every way out calls it (idempotent, and safe under cancellation)."""
         if self._stream is not None:
             await self._stream.aclose()
-
-    async def events(self) -> AsyncIterator[ParseEvent]:
-        """`batches()` one event at a time."""
-        async with contextlib.aclosing(self.batches()) as batches:
-            async for batch in batches:
-                for event in batch:
-                    yield event
 
 
 class _ConsumerFailed(Exception):

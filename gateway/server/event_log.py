@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.server.http import sse_event
+from gateway.server.http import Emit, sse_event
 
 MAX_FINISHED = 256
 
@@ -35,14 +34,16 @@ class EventLog:
         self.done = True
         self._wake()
 
-    async def follow(self, after: int = -1) -> AsyncIterator[bytes]:
-        """The SSE bytes of the events numbered above `after`, one chunk per batch, until the end."""
+    async def follow(self, emit: Emit, after: int = -1) -> None:
+        """The SSE bytes of the events numbered above `after` to `emit`, one write per batch,
+        until the end."""
         at = next((i for i, event in enumerate(self.events) if event["sequence_number"] > after), len(self.events))
         while True:
             grew = self._grew
             if at < len(self.events):
                 batch, at = self.events[at:], len(self.events)
-                yield b"".join([sse_event(event) for event in batch])
+                if (hold := emit(b"".join([sse_event(event) for event in batch]))) is not None:
+                    await hold
             elif self.done:
                 return
             else:

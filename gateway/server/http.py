@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from functools import partial
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -15,6 +14,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.adapters.anthropic_output import error_body
+from gateway.adapters.validation import parse_json
 from gateway.core.errors import APIError, invalid_request
 from gateway.pipeline import trace
 from gateway.pipeline.turn import Hold
@@ -32,6 +32,18 @@ class JSONResponse(Response):
 
 async def read_json(request: Request, max_bytes: int = MAX_BODY_BYTES, timeout: float | None = None) -> Any:
     return parse_json(await read_body(request, max_bytes, timeout))
+
+
+def model_route(answer: Callable[[Request, bytes], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """A route that generates: its body read within `--max-request-bytes` and
+    `--request-body-timeout`, and its answer cancelled when the client leaves (which aborts the
+    generation), for every API alike."""
+    async def route(request: Request) -> Response:
+        settings = request.app.state.settings
+        raw = await read_body(request, settings.max_body_bytes, settings.request_body_timeout)
+        async with cancelled_on_disconnect(request):
+            return await answer(request, raw)
+    return route
 
 
 async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES, timeout: float | None = None) -> bytes:
@@ -57,13 +69,6 @@ async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES, timeout: 
     return bytes(chunks)
 
 
-def parse_json(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise invalid_request(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
-
-
 def sse_event(event: dict[str, Any]) -> bytes:
     """One SSE event: its `event: <type>\ndata: ` prefix rendered once per type, orjson once."""
     type_ = event["type"]
@@ -81,33 +86,30 @@ Emit = Callable[[bytes], Hold]
 
 
 class SSEResponse:
-    """A `text/event-stream` response: each chunk of `body` goes out as one write.
+    """A `text/event-stream` response whose body a relay pushes, from wherever its chunks come
+    (an upstream read): `relay(emit)` writes each chunk with `emit`.
 
     What Starlette's StreamingResponse does, minus the anyio task group and wrappers it sets
-    up per response: the stream runs in the request's own task, and a watcher task cancels it
+    up per response: the relay runs in the request's own task, and a watcher task cancels it
     when the client disconnects (so the upstream generation is aborted even while no token
-    comes to write). `body` is an async iterator of chunks, or a relay: a coroutine function
-    that pushes chunks to the `Emit` it is given, from wherever they come (an upstream read).
-    Once the headers are out, chunks are written straight to the transport where the server
-    allows it (gateway/server/body_writer.py), else sent through ASGI.
+    comes to write). The headers go out with the first chunk: a relay that fails before writing
+    anything (a prompt no replica accepts) raises, and is answered as an ordinary HTTP error.
+    Chunks are written straight to the transport where the server allows it
+    (gateway/server/body_writer.py), else sent through ASGI.
     """
 
-    def __init__(self, body: AsyncGenerator[bytes, None] | Callable[[Emit], Awaitable[None]],
-                 cleanup: Callable[[], Awaitable[None]] | None = None) -> None:
-        """`cleanup`: awaited however the response ends, even if `body` never started (the
-        client left before the headers): it releases the generation."""
-        self.body = body
-        self.cleanup = cleanup
+    def __init__(self, relay: Callable[[Emit], Awaitable[None]]) -> None:
+        self.relay = relay
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
         assert task is not None
         gone = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task))
+        emit = _Emitter(BodyWriter.of(scope), send)
         try:
-            # a fresh list: middlewares add headers to it (x-request-id)
-            await send({"type": "http.response.start", "status": 200, "headers": list(_SSE_HEADERS)})
-            relay = self.body if callable(self.body) else partial(_pump, self.body)
-            await relay(_emitter(BodyWriter.of(scope), send))
+            await self.relay(emit)
+            if not emit.started:
+                await emit.start()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not gone.done() or gone.cancelled():
@@ -115,30 +117,37 @@ class SSEResponse:
             task.uncancel()
         finally:
             gone.cancel()
-            if not callable(self.body):
-                await self.body.aclose()  # also when it never started (the client left before the headers)
-            if self.cleanup is not None:
-                await self.cleanup()
 
 
-async def _pump(body: AsyncGenerator[bytes, None], emit: Emit) -> None:
-    async for chunk in body:
-        if (hold := emit(chunk)) is not None:
-            await hold
+class _Emitter:
+    """A streamed body's `Emit`: the first chunk sends the headers with it."""
 
+    __slots__ = ("_send", "_writer", "started")
 
-def _emitter(writer: BodyWriter | None, send: Send) -> Emit:
-    def sent(chunk: bytes) -> Awaitable[None]:
-        return send({"type": "http.response.body", "body": chunk, "more_body": True})
+    def __init__(self, writer: BodyWriter | None, send: Send) -> None:
+        self._writer = writer
+        self._send = send
+        self.started = False
 
-    if writer is None:
-        return sent
-
-    def written(chunk: bytes) -> Hold:
-        if not writer.write(chunk):
-            return sent(chunk)
+    def __call__(self, chunk: bytes) -> Hold:
+        if not self.started:
+            return self._first(chunk)
+        writer = self._writer
+        if writer is None or not writer.write(chunk):
+            return self._sent(chunk)
         return writer.drain() if writer.paused else None
-    return written
+
+    async def start(self) -> None:
+        self.started = True
+        # a fresh list: middlewares add headers to it (x-request-id)
+        await self._send({"type": "http.response.start", "status": 200, "headers": list(_SSE_HEADERS)})
+
+    async def _first(self, chunk: bytes) -> None:
+        await self.start()
+        await self._sent(chunk)
+
+    def _sent(self, chunk: bytes) -> Awaitable[None]:
+        return self._send({"type": "http.response.body", "body": chunk, "more_body": True})
 
 
 _SSE_HEADERS = ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"),
@@ -151,9 +160,8 @@ async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task) -> None:
     task.cancel()
 
 
-def sse_response(body: AsyncGenerator[bytes, None] | Callable[[Emit], Awaitable[None]],
-                 cleanup: Callable[[], Awaitable[None]] | None = None) -> SSEResponse:
-    return SSEResponse(body, cleanup)
+def sse_response(relay: Callable[[Emit], Awaitable[None]]) -> SSEResponse:
+    return SSEResponse(relay)
 
 
 class ClientGone(APIError):
@@ -190,7 +198,7 @@ def error_response(exc: APIError, path: str | None = None) -> JSONResponse:
 async def api_error_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
     trace.error(exc)  # the access log line says why
-    return error_response(exc)
+    return error_response(exc, request.url.path)
 
 
 async def http_error_handler(request: Request, exc: Exception) -> Response:

@@ -1,8 +1,9 @@
 """WebSocket mode on /v1/responses: one socket, many responses, history kept server-side.
 
-A thin transport shell around the same pipeline as POST /v1/responses (`Turn` +
-`relay_response`): each `response.create` frame becomes a `ResponsesRequest`, runs on
-its `stream_id` lane, and every Responses event goes out as one JSON text frame. The
+A thin transport shell around the same exchange as POST /v1/responses: each
+`response.create` frame becomes a turn (gateway/adapters/responses_turn.py, the builder HTTP
+uses too), runs on its `stream_id` lane through gateway/pipeline/exchange.py, and every
+Responses event goes out as one JSON text frame. The
 latest response of each lane is cached with its exact token ids, so a continuation
 (`previous_response_id` + only the new items) prompts the model with exactly the tokens
 it saw and produced, plus the rendered new items.
@@ -13,35 +14,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected, WebSocketState
 
-from gateway.adapters.continuation import parse_continuation, parse_in_conversation
-from gateway.adapters.responses import Event, check_model, failed_events, new_writer, relay_response
-from gateway.adapters.responses_events import ResponseWriter
-from gateway.adapters.responses_input import ResponsesRequest
-from gateway.adapters.rollout_fields import begin_rollout
-from gateway.adapters.validation import expect
+from gateway.adapters.responses_events import Event
+from gateway.adapters.responses_turn import ResponseTurn, from_socket
 from gateway.core import logs
 from gateway.core.errors import APIError, shutting_down
 from gateway.core.ids import new_id
 from gateway.core.settings import Settings
-from gateway.pipeline import session, trace
-from gateway.pipeline.request import Lane, TurnRequest
+from gateway.pipeline import exchange, session, trace
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Hold
-from gateway.sessions.responses import CachedResponse, ResponseCache
-from gateway.ws.error_events import (
-    connection_limit_reached,
-    error_event,
-    invalid_json,
-    previous_response_not_found,
-    processing_error,
-)
+from gateway.sessions.responses import ResponseCache
+from gateway.ws.error_events import connection_limit_reached, error_event, invalid_json, processing_error
 from gateway.ws.frames import frame_writer
 from gateway.ws.lanes import Lanes
 from gateway.ws.request import CreateRequest, frame_stream_id, read_create
@@ -154,24 +144,14 @@ class ResponsesSocket:
     async def _create(self, request: CreateRequest) -> None:
         lane = request.stream_id
         try:
-            in_conversation = await parse_in_conversation(self.runtime, request.body)
-            previous = await self._previous(request.body) if in_conversation is None else None
-            parsed, place = in_conversation or (parse_continuation(request.body, previous), None)
-            check_model(self.runtime, parsed.model)
-            rollout = await begin_rollout(self.runtime, request.body)
+            made = await from_socket(self.runtime, request.body, self.settings.responses_spec, cache=self.cache,
+                                     stream_id=lane, connection_id=self.connection_id)
         except APIError as exc:  # a failed continuation: nothing may continue the lane's response (the spec's rule)
             self.cache.evict(lane)
             await self._send_error(exc, lane)
             return
-        turn_request = TurnRequest(parsed.conversation, parsed.sampling, response_id=new_id("resp"),
-                                   cache_key=parsed.prompt_cache_key, previous=previous, in_conversation=place,
-                                   rollout=rollout,
-                                   generated=parsed.generated, store=parsed.store,
-                                   lane=Lane(self.cache, lane), affinity=self.connection_id,
-                                   spans=parsed.text_logprobs, truncate=parsed.truncate)
-        writer = new_writer(self.runtime, turn_request.response_id, parsed, self.settings.responses_spec)
         if not request.generate:
-            await self._warm_up(turn_request, writer, lane)
+            await self._warm_up(made, lane)
             return
         try:
             await self.budget.acquire()
@@ -179,42 +159,18 @@ class ResponsesSocket:
             await self._send_error(exc, lane)
             return
         try:
-            await self._generate(turn_request, writer, parsed, lane)
+            await exchange.run(made.turn, made.output(self._emitter(lane)))
+        except APIError as exc:  # refused before it started (the lane's response is forgotten)
+            await self._send_error(exc, lane)
         finally:
             await self.budget.release()
 
-    async def _previous(self, body: dict[str, Any]) -> CachedResponse | None:
-        response_id = expect(body.get("previous_response_id"), str, "previous_response_id")
-        if response_id is None:
-            return None
-        previous = await session.previous_response(self.runtime, response_id, self.cache)
-        if previous is None:
-            raise previous_response_not_found(response_id)
-        return previous
-
-    async def _generate(self, turn_request: TurnRequest, writer: ResponseWriter, parsed: ResponsesRequest,
-                        lane: str | None) -> None:
-        turn = await session.prepare(self.runtime, turn_request)
-        try:
-            try:
-                await turn.start()
-            except APIError as exc:
-                session.forget(turn_request)
-                if exc.code == "context_length_exceeded":  # as over SSE: a failed response, not a retryable error
-                    await self._send_all(failed_events(writer, exc), lane)
-                else:
-                    await self._send_error(exc, lane)
-                return
-            await relay_response(turn, writer, parsed, self._emitter(lane))
-        finally:
-            await turn.aclose()  # however it ends: socket gone, cancelled, failed
-
-    async def _warm_up(self, turn_request: TurnRequest, writer: ResponseWriter, lane: str | None) -> None:
+    async def _warm_up(self, made: ResponseTurn, lane: str | None) -> None:
         """`generate: false`: remember the conversation for the next request, generate nothing."""
-        prompt_tokens = await session.warm_up(self.runtime, turn_request)
+        prompt_tokens = await session.warm_up(self.runtime, made.turn.request)
         usage = {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt_tokens}
-        for event in [*writer.start(), writer.completed(usage)]:
+        for event in [*made.writer.start(), made.writer.completed(usage)]:
             await self._send(event, lane)
 
     # -- lifetime ----------------------------------------------------------------------
@@ -285,11 +241,6 @@ class ResponsesSocket:
                             timeout)
                 self.close_code = POLICY_VIOLATION
                 return
-
-    async def _send_all(self, batches: AsyncIterator[list[Event]], stream_id: str | None) -> None:
-        async for batch in batches:
-            for event in batch:
-                await self._send(event, stream_id)
 
     async def _send_error(self, exc: APIError, stream_id: str | None = None) -> None:
         trace.error(exc)

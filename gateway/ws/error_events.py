@@ -32,11 +32,6 @@ def unknown_event_type(kind: Any) -> APIError:
                            param="type", code="unknown_event_type")
 
 
-def previous_response_not_found(response_id: str) -> APIError:
-    return invalid_request(f"Previous response with id '{response_id}' not found on this connection; send the "
-                           f"full input instead.", param="previous_response_id", code="previous_response_not_found")
-
-
 def concurrent_request(reason: str) -> APIError:
     return invalid_request(f"Too many concurrent requests on this connection: {reason}.", code="concurrent_request")
 

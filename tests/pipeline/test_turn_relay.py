@@ -1,4 +1,4 @@
-"""`Turn.relay` (push) against a scripted replica: the same events and record as `batches()`;
+"""`Turn.relay` (push) against a scripted replica: the item events and record of the generation;
 what the consumer raises, or what it asked to wait for raises, comes out as it was (a client
 gone is not the gateway failing) and the generation is aborted; a parser bug below is the
 turn's own clean failure."""
@@ -12,11 +12,11 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.adapters.responses_turn import from_http
 from gateway.core.errors import APIError
 from gateway.core.settings import Settings
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.server.app import build_runtime
-from gateway.server.routes.responses import prepared
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.waiting import wait_for
 
@@ -34,31 +34,26 @@ def _run(model_dir: str, scripts: list[Script], drive: Any) -> tuple[Any, FakeVL
             await runtime.pool.start()
             try:
                 body = orjson.dumps({"model": "tiny-qwen3", "input": "hi", "stream": True, "store": False})
-                turn, _, _ = await prepared(runtime, body, "openai")
-                await turn.start()
-                return await drive(turn)
+                async with (await from_http(runtime, body, "openai")).turn as turn:
+                    return await drive(turn)
             finally:
                 await runtime.pool.close()
         return asyncio.run(scenario()), fake
 
 
-def test_relay_gives_the_events_and_record_of_batches(qwen_tokenizer_dir):
-    async def pulled(turn):
-        return [e for batch in [b async for b in turn.batches()] for e in batch], turn.record
-
+def test_relay_gives_the_item_events_and_record(qwen_tokenizer_dir):
     async def pushed(turn):
         got = []
         await turn.relay(lambda events: got.extend(events))
         return got, turn.record
 
-    (pull_events, pull_record), _ = _run(str(qwen_tokenizer_dir), [Script(TOKENS)], pulled)
-    (push_events, push_record), _ = _run(str(qwen_tokenizer_dir), [Script(TOKENS)], pushed)
-    assert type(push_events[0]) is ItemStarted and type(push_events[-1]) is ItemDone
-    assert "".join(e.text for e in push_events if type(e) is ItemDelta) == push_events[-1].text == "Hello world"
-    assert push_events == pull_events
-    assert push_record.output_ids == pull_record.output_ids == TOKENS
-    assert push_record.finish_reason == "stop" and push_record.ended_early is None
-    assert push_record.output_items == pull_record.output_items
+    (events, record), _ = _run(str(qwen_tokenizer_dir), [Script(TOKENS)], pushed)
+    assert type(events[0]) is ItemStarted and type(events[-1]) is ItemDone
+    assert {type(e) for e in events[1:-1]} == {ItemDelta}
+    assert "".join(e.text for e in events if type(e) is ItemDelta) == events[-1].text == "Hello world"
+    assert record.output_ids == TOKENS
+    assert record.finish_reason == "stop" and record.ended_early is None
+    assert [item.text for item in record.output_items] == ["Hello world"]
 
 
 @pytest.mark.parametrize("where", ["on_events", "its hold"])

@@ -19,6 +19,7 @@ from tests.support.stack import Stack, fake_stack
 IM_END = 151645
 TOKENS = [9707, 1879, 13, 358, 1079, IM_END]
 BODY = {"model": "tiny-qwen3", "input": "hi"}
+MODEL_PATHS = ["/v1/responses", "/v1/chat/completions", "/v1/messages"]
 
 
 @pytest.fixture(scope="module")
@@ -159,24 +160,31 @@ def test_a_client_leaving_before_the_headers_frees_its_slot(patient):
     assert_served(patient)  # one slot: a 429 if it were still held
 
 
-def test_a_json_client_leaving_mid_generation_aborts_it(patient):
+def _body(path: str, **fields) -> dict:
+    """A minimal request of the API at `path`."""
+    if path == "/v1/responses":
+        return {**BODY, **fields}
+    return {"model": "tiny-qwen3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100, **fields}
+
+
+@pytest.mark.parametrize("path", MODEL_PATHS)
+def test_a_json_client_leaving_mid_generation_aborts_it(patient, path):
+    """Every API's routes are made alike (gateway/server/http.py `model_route`): the disconnect
+    watcher is there by construction."""
     patient.fake.queue(Script(TOKENS, stall_after=1))
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(patient.url + "/v1/responses", json=BODY, timeout=0.5)
+        httpx.post(patient.url + path, json=_body(path), timeout=0.5)
     wait_for(lambda: len(patient.fake.aborted) == 1, timeout=2)
     settled(patient)
     assert_served(patient)
 
 
-@pytest.mark.parametrize("path", ["/v1/responses", "/v1/chat/completions", "/v1/messages"])
+@pytest.mark.parametrize("path", MODEL_PATHS)
 def test_a_streaming_client_leaving_mid_generation_aborts_it(patient, path):
     """Each streaming API relays from the upstream read (Turn.relay): a client that leaves while
     the replica still generates ends the generation, and its slot comes back."""
     patient.fake.queue(Script(TOKENS, stall_after=2))
-    messages = [{"role": "user", "content": "hi"}]
-    body = {"model": "tiny-qwen3", "stream": True,
-            **({"input": "hi"} if path == "/v1/responses" else {"messages": messages, "max_tokens": 100})}
-    with httpx.stream("POST", patient.url + path, json=body, timeout=10) as response:
+    with httpx.stream("POST", patient.url + path, json=_body(path, stream=True), timeout=10) as response:
         assert response.status_code == 200
         seen = b""
         for data in response.iter_bytes():
@@ -207,13 +215,19 @@ def test_a_websocket_closed_mid_stream_aborts_its_generation(patient):
     assert_served(patient)
 
 
-def test_a_body_that_never_arrives_is_a_408_and_frees_its_slot(patient):
+@pytest.mark.parametrize("path", MODEL_PATHS)
+def test_a_body_that_never_arrives_is_a_408_and_frees_its_slot(patient, path):
     host, port = patient.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as raw:
-        raw.sendall(b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        raw.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
                     b"content-length: 100\r\n\r\n{")
         answer = raw.recv(65536).decode()
-    assert answer.startswith("HTTP/1.1 408") and '"code":"request_timeout"' in answer
+    assert answer.startswith("HTTP/1.1 408")
+    error = json.loads(answer.split("\r\n\r\n", 1)[1])
+    if path == "/v1/messages":  # in Anthropic's shape
+        assert error["type"] == "error" and "did not arrive" in error["error"]["message"]
+    else:
+        assert error["error"]["code"] == "request_timeout"
     assert_served(patient)
 
 

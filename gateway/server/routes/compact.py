@@ -5,7 +5,7 @@ The body is a Responses body without the sampling options (`model`, `input`,
 `previous_response_id`, `instructions`, `prompt_cache_key`, and the tools and reasoning
 options Codex's compaction client may send). It runs as the same request
 with a `compaction_trigger` appended (gateway/adapters/compaction.py): one summary turn through
-the ordinary pipeline, continuing the session's exact tokens. The answer holds the history's user
+the ordinary exchange, continuing the session's exact tokens. The answer holds the history's user
 messages, then the one `compaction` item that carries the summary.
 """
 
@@ -18,10 +18,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.adapters.compaction import TRIGGER, kept_messages
+from gateway.adapters.responses_turn import from_http
+from gateway.adapters.validation import parse_json
 from gateway.core.errors import invalid_request
-from gateway.pipeline.runtime import Runtime
-from gateway.server.http import JSONResponse, cancelled_on_disconnect, parse_json, read_body
-from gateway.server.routes.responses import final_response, prepared
+from gateway.pipeline import exchange
+from gateway.server.http import JSONResponse, model_route
 
 # A compact body: OpenAI's and Open Responses' fields, and what Codex's compaction client may add
 # (its tools and reasoning options: kept, the summary turn's prompt then continues the session's).
@@ -30,27 +31,25 @@ _FIELDS = frozenset({"model", "input", "previous_response_id", "instructions", "
 _HINTS = frozenset({"prompt_cache_retention", "prompt_cache_options"})  # caching hints: accepted, not needed here
 
 
-async def compact_response(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    settings = request.app.state.settings
-    raw = await read_body(request, settings.max_body_bytes, settings.request_body_timeout)
+async def _compact(request: Request, raw: bytes) -> Response:
     body = parse_json(raw)
     if not isinstance(body, dict):
         raise invalid_request("The request body must be a JSON object.")
-    async with cancelled_on_disconnect(request):
-        turn, writer, parsed = await prepared(runtime, orjson.dumps(_create_body(body)), settings.responses_spec)
-        try:
-            await turn.start()
-            response = await final_response(turn, writer, parsed)
-        finally:
-            await turn.aclose()
+    made = await from_http(request.app.state.runtime, orjson.dumps(_create_body(body)),
+                           request.app.state.settings.responses_spec)
+    output = made.output()
+    await exchange.run(made.turn, output)
+    response = output.response()
     return JSONResponse({
         "id": response["id"],
         "object": "response.compaction",
         "created_at": response["created_at"],
-        "output": [*kept_messages(parsed.conversation.items), *response["output"]],
+        "output": [*kept_messages(made.parsed.conversation.items), *response["output"]],
         "usage": response["usage"],
     })
+
+
+compact_response = model_route(_compact)
 
 
 def _create_body(body: dict[str, Any]) -> dict[str, Any]:

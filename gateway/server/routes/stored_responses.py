@@ -16,21 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+import functools
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.responses import response_events
-from gateway.adapters.responses_events import ResponseWriter
-from gateway.adapters.responses_input import ResponsesRequest
+from gateway.adapters.responses_events import Event
+from gateway.adapters.responses_turn import ResponseTurn
 from gateway.adapters.stored import input_items_page
 from gateway.core.errors import APIError
-from gateway.pipeline import session
+from gateway.pipeline import exchange, session
 from gateway.pipeline.runtime import Runtime
-from gateway.pipeline.turn import Turn
+from gateway.pipeline.turn import Hold
 from gateway.server.admission import Admission
-from gateway.server.event_log import EventLogs
+from gateway.server.event_log import EventLog, EventLogs
 from gateway.server.http import JSONResponse, sse_response
 from gateway.sessions.responses import CachedResponse
 
@@ -48,7 +47,7 @@ async def get_response(request: Request) -> Response:
         raise APIError(f"Response '{found.response_id}' cannot be streamed: only the events of a background "
                        f"response are kept, by the gateway process that runs it, for a while after it ends.",
                        status=400, param="stream", code="response_not_streamable")
-    return sse_response(log.follow(after))
+    return sse_response(functools.partial(log.follow, after=after))
 
 
 def _starting_after(raw: str | None) -> int:
@@ -92,16 +91,15 @@ async def cancel_response(request: Request) -> Response:
     return JSONResponse((await _found(request)).response)
 
 
-async def run_in_background(runtime: Runtime, turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest,
-                            admission: Admission) -> Response:
+async def run_in_background(runtime: Runtime, made: ResponseTurn, admission: Admission) -> Response:
     """Start the turn as a task; answer the `queued` response now, or with `stream`, the
     events as they come (the client leaving does not stop the task)."""
-    queued = writer.response("queued")
-    await session.store_snapshot(runtime, turn.request, queued)
+    writer = made.writer
+    await session.store_snapshot(runtime, made.turn.request, writer.response("queued"))
     response_id = writer.response_id
     log = _logs.open(response_id)
     admission.hold()  # the task takes over the request's slot until it ends
-    task = asyncio.create_task(_background(runtime, turn, writer, parsed))
+    task = asyncio.create_task(_background(runtime, made, log))
     _running[response_id] = task
 
     def ended(_: asyncio.Task[None]) -> None:
@@ -110,30 +108,34 @@ async def run_in_background(runtime: Runtime, turn: Turn, writer: ResponseWriter
         admission.release()
 
     task.add_done_callback(ended)
-    if parsed.stream:
-        return sse_response(log.follow())
-    return JSONResponse(queued)
+    if made.parsed.stream:
+        return sse_response(log.follow)
+    return JSONResponse(writer.response("queued"))
 
 
-async def _background(runtime: Runtime, turn: Turn, writer: ResponseWriter, parsed: ResponsesRequest) -> None:
-    final: dict[str, Any] = {}
-    log = _logs.get(writer.response_id)
-    assert log is not None, "opened by run_in_background"
+async def _background(runtime: Runtime, made: ResponseTurn, log: EventLog) -> None:
+    """The exchange, its events into `log`; the stored state follows it: `in_progress` once a
+    replica accepted the prompt, then the final response (a completed one is stored by the
+    exchange's commit), `failed` or `cancelled`."""
+    request, writer = made.turn.request, made.writer
+
+    def logged(events: list[Event]) -> Hold:
+        log.add(events)
+        if events[0]["type"] == "response.created":  # started: still inside the turn, so a cancel here closes it
+            return session.store_snapshot(runtime, request, writer.response("in_progress"))
+        return None
+
+    output = made.output(logged)
     try:
-        await turn.start()
-        await session.store_snapshot(runtime, turn.request, writer.response("in_progress"))
-        async with contextlib.aclosing(response_events(turn, writer, parsed)) as events:
-            async for batch in events:
-                log.add(batch)
-                final = batch[-1]
+        await exchange.run(made.turn, output)
     except asyncio.CancelledError:
-        await session.store_snapshot(runtime, turn.request, writer.response("cancelled"))
+        await session.store_snapshot(runtime, request, writer.response("cancelled"))
         return
-    except APIError as exc:
-        final = writer.failed(exc.code or "server_error", exc.message)
-        log.add([final])
-    if final.get("type") == "response.failed":  # a completed one was stored by the commit
-        await session.store_snapshot(runtime, turn.request, final["response"])
+    except APIError as exc:  # refused before it started
+        output.last = writer.failed(exc.code or "server_error", exc.message)
+        log.add([output.last])
+    if output.last is not None and output.last["type"] == "response.failed":
+        await session.store_snapshot(runtime, request, output.last["response"])
 
 
 async def _found(request: Request) -> CachedResponse:

@@ -1,0 +1,109 @@
+"""A `response.create` as a turn: the one builder POST /v1/responses and WebSocket mode share.
+
+The body names where the turn's exact earlier tokens are (gateway/pipeline/session.py chooses
+among them): a full history resent under its `prompt_cache_key` (recognised from the raw
+bytes, over HTTP), a `conversation`, the response `previous_response_id` names (the socket's
+latest, else a `store: true` one), a rollout. The transports differ only in what they pass: HTTP its raw
+body, a socket its parsed frame, cache and lane.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from gateway.adapters.continuation import parse_continuation, parse_in_conversation
+from gateway.adapters.resent import parse_resent, resent_prefix
+from gateway.adapters.responses import CompactionEvents, Emit, ResponseEvents, new_writer
+from gateway.adapters.responses_events import ResponseWriter
+from gateway.adapters.responses_input import ResponsesRequest, parse_request
+from gateway.adapters.rollout_fields import begin_rollout
+from gateway.adapters.validation import check_model, expect, parse_json
+from gateway.core.errors import invalid_request
+from gateway.core.ids import new_id
+from gateway.pipeline import session
+from gateway.pipeline.request import Lane, Recognised, TurnRequest
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn
+from gateway.sessions.responses import CachedResponse, ResponseCache
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseTurn:
+    """What a `response.create` asked for: its turn (not started), its writer, the parsed body."""
+
+    turn: Turn
+    writer: ResponseWriter
+    parsed: ResponsesRequest
+
+    def output(self, emit: Emit | None = None) -> ResponseEvents:
+        """The exchange's writer for it: its events handed to `emit`, or kept for a JSON answer."""
+        kind = CompactionEvents if self.parsed.compact else ResponseEvents
+        return kind(self.writer, self.parsed, emit)
+
+
+async def from_http(runtime: Runtime, raw: bytes, spec: str) -> ResponseTurn:
+    """The turn of a POST /v1/responses body."""
+    resent = await parse_resent(raw, runtime)  # a whole history again: only what follows the covered part is parsed
+    if resent is not None:
+        parsed = resent.parsed
+        request = _turn_request(parsed, recognised=Recognised(resent.state, resent.covered, resent.prefix))
+        return await _prepared(runtime, request, parsed, spec)
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        parse_request(body)  # its 400
+        raise TypeError("parse_request takes only an object")
+    parsed, sources = await _continued(runtime, body, None)
+    rollout = await begin_rollout(runtime, body)
+    index = partial(resent_prefix, raw, body, parsed) if not any(sources.values()) and rollout is None else None
+    return await _prepared(runtime, _turn_request(parsed, rollout=rollout, resent=index, **sources), parsed, spec)
+
+
+async def from_socket(runtime: Runtime, body: dict[str, Any], spec: str, *, cache: ResponseCache,
+                      stream_id: str | None, connection_id: str) -> ResponseTurn:
+    """The turn of a WebSocket `response.create` on lane `stream_id`: it becomes the lane's latest
+    response, and the connection's turns share a replica."""
+    parsed, sources = await _continued(runtime, body, cache)
+    rollout = await begin_rollout(runtime, body)
+    request = _turn_request(parsed, rollout=rollout, lane=Lane(cache, stream_id), affinity=connection_id, **sources)
+    return await _prepared(runtime, request, parsed, spec)
+
+
+async def _prepared(runtime: Runtime, request: TurnRequest, parsed: ResponsesRequest, spec: str) -> ResponseTurn:
+    check_model(runtime.model_name, parsed.model)
+    writer = new_writer(runtime, request.response_id or new_id("resp"), parsed, spec)
+    return ResponseTurn(await session.prepare(runtime, request), writer, parsed)
+
+
+def _turn_request(parsed: ResponsesRequest, **sources: Any) -> TurnRequest:
+    return TurnRequest(parsed.conversation, parsed.sampling, response_id=new_id("resp"),
+                       cache_key=parsed.prompt_cache_key, generated=parsed.generated, store=parsed.store,
+                       spans=parsed.text_logprobs, truncate=parsed.truncate, **sources)
+
+
+async def _continued(runtime: Runtime, body: dict[str, Any], cache: ResponseCache | None
+                     ) -> tuple[ResponsesRequest, dict[str, Any]]:
+    """The parsed body, and what it continues: a conversation (`conversation`) or a response
+    (`previous_response_id`)."""
+    in_conversation = await parse_in_conversation(runtime, body)
+    if in_conversation is not None:
+        parsed, place = in_conversation
+        return parsed, {"in_conversation": place}
+    previous = await _previous(runtime, body, cache)
+    return parse_continuation(body, previous), {"previous": previous}
+
+
+async def _previous(runtime: Runtime, body: dict[str, Any], cache: ResponseCache | None) -> CachedResponse | None:
+    """The response `previous_response_id` names: the connection's latest of any lane, else a
+    `store: true` one."""
+    response_id = expect(body.get("previous_response_id"), str, "previous_response_id")
+    if response_id is None:
+        return None
+    previous = await session.previous_response(runtime, response_id, cache)
+    if previous is None:
+        where = " on this connection; send the full input instead" if cache is not None else (
+            ": only responses created with store=true on this gateway can be continued")
+        raise invalid_request(f"Previous response with id '{response_id}' not found{where}.",
+                              param="previous_response_id", code="previous_response_not_found")
+    return previous
