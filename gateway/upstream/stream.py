@@ -6,21 +6,18 @@ anywhere (inside a UTF-8 character, inside `data: [DONE]`, between the two newli
 are only ever split at a newline, and the unfinished line waits for the next read. Each
 read's payloads become one TokenChunk with all their tokens (and the Usage, if one came).
 
-Two ways to take them:
-- `relay(sink)` (push): the chunks of each read go to `sink` at once, from the read's own
-  callback. At engine pace a stream gets one token per read, and this is what makes such a
-  token cheap: no task wakes up, no async generator resumes, for it. The sink returns None to
-  go on, or an awaitable (a slow client's drain) that the relay waits for, the connection's
-  reading paused meanwhile, before it hands on more.
-- iterating (pull): the turn wakes for what was read and takes everything read so far, so a
-  relay that falls behind catches up in batches (one parse, one client write for many
-  tokens) instead of token by token, and nothing ever waits for more tokens.
+`relay(sink)` hands them on: the chunks of each read go to `sink` at once, from the read's own
+callback. At engine pace a stream gets one token per read, and this is what makes such a
+token cheap: no task wakes up, no async generator resumes, for it. The sink returns None to
+go on, or an awaitable (a slow client's drain) that the relay waits for, the connection's
+reading paused meanwhile, before it hands on more; what was read meanwhile then goes on in one
+batch (one parse, one client write for many tokens), so a relay that falls behind catches up.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import orjson
@@ -41,7 +38,7 @@ Sink = Callable[[list[TokenChunk | Usage]], Awaitable[None] | None]
 
 class UpstreamStream:
     """A generation's response. `Replica.open` returns it once the replica accepted (HTTP 200);
-    iterate for chunks; `aclose()` aborts the generation if it is unfinished."""
+    `relay` hands on its chunks; `aclose()` aborts the generation if it is unfinished."""
 
     def __init__(self, replica: Replica, request_id: str) -> None:
         self.replica = replica
@@ -57,7 +54,7 @@ class UpstreamStream:
         self._ended = False  # the response ended, broke or was interrupted
         self._interrupted = False
         self._error: Exception | None = None  # why the response broke, if it did
-        self._wake: asyncio.Future | None = None  # the iterator (or relay) waiting for payloads
+        self._wake: asyncio.Future | None = None  # the relay waiting for payloads
         self._closing: asyncio.Future | None = None
         self._sink: Sink | None = None  # where reads go at once, while `relay` runs
         self._hold: Awaitable[None] | None = None  # what the sink asked the relay to wait for
@@ -93,7 +90,7 @@ class UpstreamStream:
             if self._sink is not None and self._hold is None and self._sink_error is None:
                 self._deliver()
                 return
-            self._wake_iterator()
+            self._wake_relay()
             if len(payloads) >= MAX_UNTAKEN and self.connection is not None:  # the client reads slower
                 self._paused = True
                 self.connection.pause()
@@ -105,7 +102,7 @@ class UpstreamStream:
             self._error = self._stream_error(error)
         if not self._answer.done():
             self._answer.set_result(error)
-        self._wake_iterator()
+        self._wake_relay()
 
     def _stream_error(self, error: Exception) -> UpstreamFailed:
         url = self.replica.url
@@ -132,26 +129,6 @@ class UpstreamStream:
         return b"".join(self._error_body).decode(errors="replace")[:500]
 
     # the turn's side
-    async def __aiter__(self) -> AsyncIterator[TokenChunk | Usage]:
-        loop = asyncio.get_running_loop()
-        while True:
-            if not self._payloads and not self._ended:
-                self._wake = loop.create_future()
-                try:
-                    await self._wake
-                finally:
-                    self._wake = None
-            payloads, self._payloads = self._payloads, []
-            self._resume_reading()
-            if not payloads:
-                break  # the response ended and everything read was taken
-            items, error = self._decode(payloads)
-            for item in items:
-                yield item
-            if error is not None:
-                raise error
-        self._raise_unless_finished()
-
     def _raise_unless_finished(self) -> None:
         """The response ended: fine after `data: [DONE]`, else why it did not finish."""
         if self._finished:
@@ -164,7 +141,7 @@ class UpstreamStream:
 
     async def relay(self, sink: Sink) -> None:
         """Hand every read's chunks to `sink` as they arrive, until the response ends (or
-        `stop_relay()`); raises what iteration would (a broken stream, an in-stream error, an
+        `stop_relay()`); raises why it did not finish (a broken stream, an in-stream error, an
         interrupt) and whatever the sink raised."""
         loop = asyncio.get_running_loop()
         self._sink = sink
@@ -200,7 +177,7 @@ class UpstreamStream:
         """The sink has all it wants (a stop string): `relay` returns after this read."""
         self._relay_stopped = True
         self._sink = None
-        self._wake_iterator()
+        self._wake_relay()
 
     def _deliver(self) -> None:
         """Hand what was read to the sink, from the read's callback (or the relay, after a hold)."""
@@ -210,7 +187,7 @@ class UpstreamStream:
             hold = self._sink(items) if items and self._sink is not None else None
         except Exception as exc:  # noqa: BLE001 - raised where the relay waits, in the request's task
             self._sink_error = exc
-            self._wake_iterator()
+            self._wake_relay()
             return
         if hold is not None:  # what was handed on is written first, then the replica's error raised
             self._hold = hold
@@ -220,7 +197,7 @@ class UpstreamStream:
         if error is not None:
             self._sink_error = error
         if hold is not None or error is not None:
-            self._wake_iterator()
+            self._wake_relay()
 
     def _resume_reading(self) -> None:
         """What was held back (MAX_UNTAKEN, a hold) is taken: the connection reads again."""
@@ -319,16 +296,16 @@ class UpstreamStream:
             items.append(usage)
         return items
 
-    def _wake_iterator(self) -> None:
+    def _wake_relay(self) -> None:
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
 
     def interrupt(self) -> None:
-        """Stop waiting for tokens: iteration raises, and `aclose()` aborts upstream."""
+        """Stop waiting for tokens: `relay` raises, and `aclose()` aborts upstream."""
         self._interrupted = True
         self.close_connection()
         self._ended = True
-        self._wake_iterator()
+        self._wake_relay()
 
     async def aclose(self) -> None:
         """Close the connection and abort an unfinished generation, to the end even when the caller

@@ -12,6 +12,7 @@ from gateway.upstream.health import HealthPolicy
 from gateway.upstream.pool import Pool
 from gateway.upstream.replica import Replica
 from tests.support.raw_replica import CLOSE, RawReplica, answer, chunk, closed_port_url, ok_head, sse
+from tests.upstream.taken import taken
 
 URL = "http://10.0.0.1:8000"
 MODELS = {"object": "list", "data": [{"id": "tiny-qwen3", "object": "model", "max_model_len": 4096}]}
@@ -103,8 +104,7 @@ async def test_a_broken_stream_triggers_a_health_check_but_a_busy_answer_does_no
         assert replica.healthy and not replica.wake.is_set()
         stream = await replica.open([1], {}, "r2")
         with pytest.raises(Exception, match="stream broke"):
-            async for _ in stream:
-                pass
+            await taken(stream)
         await stream.aclose()
     assert replica.wake.is_set() and replica.healthy  # ejected only if the health check fails
     assert replica.inflight == 0 and not replica.streams

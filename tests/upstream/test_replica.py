@@ -8,6 +8,7 @@ from gateway.core.errors import UpstreamFailed, UpstreamUnavailable
 from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.replica import Replica
 from tests.support.raw_replica import CLOSE, LAST_CHUNK, RawReplica, answer, chunk, closed_port_url, ok_head, sse
+from tests.upstream.taken import taken
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")  # the loop the async fixtures run in
 
@@ -28,8 +29,7 @@ async def collect(replica: Replica, sampling=None, request_id="req-1"):
     stream = await replica.open([1, 2, 3], sampling or {"max_tokens": 4}, request_id)
     out = []
     try:
-        async for chunk_ in stream:
-            out.append(chunk_)
+        await taken(stream, out)
     finally:
         await stream.aclose()
     return out
@@ -106,8 +106,7 @@ async def test_a_replica_closing_mid_chunk_fails_the_stream_after_its_tokens(cli
     stream = await replica.open([1], {}, "r")
     seen = []
     with pytest.raises(UpstreamFailed, match="stream broke"):
-        async for item in stream:
-            seen.append(item)
+        await taken(stream, seen)
     await stream.aclose()
     assert seen == [TokenChunk([7])]
     assert replica.wake.is_set() and replica.healthy  # a health check decides

@@ -21,6 +21,7 @@ from gateway.upstream.replica import Replica
 from gateway.upstream.stream import MAX_UNTAKEN, UpstreamStream
 from tests.support.raw_replica import LAST_CHUNK, RawReplica, chunk, ok_head, sse
 from tests.support.waiting import async_wait_for
+from tests.upstream.taken import taken
 
 on_fixture_loop = pytest.mark.asyncio(loop_scope="session")  # the loop the async fixtures run in
 
@@ -67,7 +68,7 @@ async def relay(pieces: list[bytes]) -> tuple[list[bytes], list, int]:
             before = stream.n_untaken
             connection.data_received(piece)
             payloads += stream._payloads[before:]  # split, not yet taken
-        items = [item async for item in stream]
+        items = await taken(stream)
         return payloads, items, owner.n_idle
 
 
@@ -98,7 +99,7 @@ async def test_one_byte_writes_over_a_real_socket():
         raw.queue([RESPONSE[i:i + 1] for i in range(len(RESPONSE))])
         replica = Replica(raw.url, client, api="completions")
         stream = await replica.open([1], {}, "r")
-        items = [item async for item in stream]
+        items = await taken(stream)
         await stream.aclose()
     assert [t for c in items if isinstance(c, TokenChunk) for t in c.token_ids] == [88875, 2, 3, 151645]
     assert items[-1] == Usage(2, 4) and not raw.aborts
@@ -111,7 +112,7 @@ async def test_a_second_request_reuses_the_kept_alive_connection():
         replica = Replica(raw.url, client, api="completions")
         for request_id in ("r1", "r2"):
             stream = await replica.open([1], {}, request_id)
-            assert [item async for item in stream] == EXPECTED
+            assert await taken(stream) == EXPECTED
             await stream.aclose()
         assert [body["request_id"] for _, body in raw.requests] == ["r1", "r2"]
         assert raw.connections == 1 and replica.connections.opened == 1
@@ -133,7 +134,7 @@ async def test_a_slow_reader_stops_the_reading_and_gets_every_token_after():
         held = stream.n_untaken
         assert MAX_UNTAKEN <= held < 2 * MAX_UNTAKEN
         ids = []
-        async for item in stream:
+        for item in await taken(stream):
             ids += item.token_ids
         await stream.aclose()
         assert ids == list(range(n_tokens)) and not connection.paused
