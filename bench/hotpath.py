@@ -14,7 +14,7 @@ upstream connections get fake transports, and the loop feeds each connection one
 Instructions are what to compare between two versions of the hot path on a noisy machine:
 callgrind counts the timed loop only (instrumentation is switched on around it), the same
 for the same code whatever else runs. It reaches into three private names (the route's
-`_relay`, the SSE response's `_emitter`, the turn's stream) to skip the sockets.
+`_sse`, the SSE response's `_Emitter`, the turn's stream) to skip the sockets.
 """
 
 from __future__ import annotations

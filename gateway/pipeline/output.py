@@ -1,9 +1,8 @@
 """A turn's output as the replica streams it: recorded, parsed, cut at a stop string.
 
-`Turn.batches()` (pull) and `Turn.relay()` (push) both hand each chunk of token ids to
-`TurnOutput.take`, which writes the ids, logprobs and finish into the turn's record, feeds
-them through the format's parser (and the request's stop strings), and collects the finished
-items as the turn's canonical output; so the two ways of streaming record exactly the same.
+`Turn.relay()` hands each chunk of token ids to `TurnOutput.take`, which writes the ids,
+logprobs and finish into the turn's record, feeds them through the format's parser (and the
+request's stop strings), and collects the finished items as the turn's canonical output.
 """
 
 from __future__ import annotations
