@@ -29,8 +29,8 @@ from collections.abc import Sequence
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall
 from gateway.formats.base import ChatFormat, ItemDone, ItemStarted, output_item
-from gateway.tokenfix.splice import count_terminators
 from gateway.tokenfix.state import TokenState
+from gateway.tokenfix.terminators import count_terminators
 
 
 def mismatch(chat_format: ChatFormat, conversation: Conversation, state: TokenState) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.base import ChatFormat, Covered
-from gateway.tokenfix.splice import count_terminators
+from gateway.tokenfix.terminators import count_terminators
 
 
 class HistoryHash:
