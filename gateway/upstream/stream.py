@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 
 from gateway.core.errors import UpstreamFailed, shutting_down
 from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.connection import Connection, IdleTimeout
-from gateway.upstream.protocol import parse_choice, parse_usage
-
-if TYPE_CHECKING:
-    from gateway.upstream.replica import Replica
+from gateway.upstream.protocol import UpstreamAPI, parse_choice, parse_usage
 
 MAX_UNTAKEN = 1024  # payloads read ahead of a slow client before the connection stops reading
 
@@ -36,11 +33,26 @@ MAX_UNTAKEN = 1024  # payloads read ahead of a slow client before the connection
 Sink = Callable[[list[TokenChunk | Usage]], Awaitable[None] | None]
 
 
+class Owner(Protocol):
+    """What a stream reports to and asks of the replica it came from (gateway/upstream/replica.py's
+    `Replica`): the replica's side of one generation."""
+
+    url: str
+    api: UpstreamAPI
+    inflight: int  # generations picked for it and not finished
+    streams: set[UpstreamStream]
+    wake: asyncio.Event  # set: health-check it now
+
+    def eject(self, reason: str, *, kind: str = ..., hold: bool = ...) -> None: ...
+    def ended(self, failure: str | None) -> None: ...
+    async def abort(self, request_id: str) -> None: ...
+
+
 class UpstreamStream:
     """A generation's response. `Replica.open` returns it once the replica accepted (HTTP 200);
     `relay` hands on its chunks; `aclose()` aborts the generation if it is unfinished."""
 
-    def __init__(self, replica: Replica, request_id: str) -> None:
+    def __init__(self, replica: Owner, request_id: str) -> None:
         self.replica = replica
         self.request_id = request_id
         self.status: int | None = None
