@@ -54,7 +54,7 @@ from gateway.pipeline import conversations, trace
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
-from gateway.sessions.backend import FALLBACK
+from gateway.sessions.observer import FALLBACK
 from gateway.sessions.responses import CachedResponse, ResponseCache
 from gateway.sessions.rollouts import Pending
 from gateway.sessions.session_store import Session

@@ -46,8 +46,8 @@ from gateway.server.routes.rollouts import delete_rollout, export_rollouts, get_
 from gateway.server.routes.stored_responses import cancel_response, delete_response, get_response, list_input_items
 from gateway.server.routes.websocket import responses_websocket
 from gateway.server.tenant_limits import TenantLimitMiddleware, TenantLimits
-from gateway.sessions.backend import StateObserver, open_state
-from gateway.sessions.conversations import open_conversations
+from gateway.sessions.backend import open_conversations, open_state
+from gateway.sessions.observer import StateObserver
 from gateway.sessions.responses import ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import SessionStore

@@ -25,7 +25,7 @@ from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.sessions.backend import StateObserver
+from gateway.sessions.observer import StateObserver
 from gateway.upstream.router import MATCH_BUCKETS, Router
 
 # Agent turns run from milliseconds (a warm tool call) to many minutes (long reasoning).

@@ -9,24 +9,21 @@ true` responses, RL rollouts — behind one small async interface, so the sessio
   process and pod, so any of them continues any session exactly, and a restart loses nothing.
 
 Reads that fail (the shared store unreachable, restarted, full) answer "nothing found" and
-say why in `FALLBACK`, so a turn renders in full, flagged, instead of failing; only a
+say why in `FALLBACK` (gateway/sessions/observer.py), so a turn renders in full, flagged, instead of failing; only a
 rollout, whose trajectory must not silently restart, answers an error.
 """
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from typing import Any, Protocol
 
+from gateway.sessions.conversations import ConversationStore, MemoryConversations
+from gateway.sessions.observer import StateObserver
 from gateway.sessions.responses import CachedResponse, ResponseStore
 from gateway.sessions.rollouts import Pending, RolloutStore
 from gateway.sessions.session_store import Session, SessionStore
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
-
-# Why the current request's last lookup found nothing although there may have been something
-# (unreachable | full | lost), set by the shared backend; per request (task), never shared.
-FALLBACK: ContextVar[str | None] = ContextVar("state_fallback", default=None)
 
 
 class StateStore(Protocol):
@@ -119,23 +116,6 @@ class MemoryState:
         pass
 
 
-class StateObserver:
-    """What a shared backend reports (gateway/server/metrics.py counts it); does nothing here."""
-
-    def round_trip(self, op: str, seconds: float) -> None:
-        """One store operation (`op`: session_read, session_write, …) took `seconds`."""
-
-    def moved(self, direction: str, n_bytes: int) -> None:
-        """`n_bytes` of state were read (`direction`="read") or written ("write")."""
-
-    def session_read(self, how: str) -> None:
-        """`how`: "local" (the header said this process's tokens are current), "suffix" (only
-        the missing tail was read), "full" (the whole log), "miss"."""
-
-    def fallback(self, reason: str) -> None:
-        """A turn could not use the shared state (`reason`: unreachable, full, conflict, lost)."""
-
-
 def open_state(url: str | None, sessions: SessionStore, responses: ResponseStore, rollouts: RolloutStore, *,
                observer: StateObserver | None = None, key_prefix: str = "gw:") -> StateStore:
     """The backend `url` names (`redis://`, `rediss://`, `unix://`), or the in-process one for None.
@@ -149,3 +129,13 @@ def open_state(url: str | None, sessions: SessionStore, responses: ResponseStore
 
     return RedisState(url, sessions, responses, rollouts, observer=observer or StateObserver(),
                       key_prefix=key_prefix)
+
+
+def open_conversations(url: str | None, *, key_prefix: str = "gw:", observer: StateObserver | None = None
+                       ) -> ConversationStore:
+    """The backend `url` names (as `--state-url`), or the in-process one for None."""
+    if not url:
+        return MemoryConversations()
+    from gateway.sessions.redis_conversations import RedisConversations  # the redis client only where used
+
+    return RedisConversations(url, key_prefix=key_prefix, observer=observer)

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.core.conversation import Item
-from gateway.sessions.backend import StateObserver
 from gateway.tokenfix.state import TokenState
 
 
@@ -78,13 +77,3 @@ class MemoryConversations:
 
     async def close(self) -> None:
         pass
-
-
-def open_conversations(url: str | None, *, key_prefix: str = "gw:", observer: StateObserver | None = None
-                       ) -> ConversationStore:
-    """The backend `url` names (as `--state-url`), or the in-process one for None."""
-    if not url:
-        return MemoryConversations()
-    from gateway.sessions.redis_conversations import RedisConversations  # the redis client only where used
-
-    return RedisConversations(url, key_prefix=key_prefix, observer=observer)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from gateway.core.errors import APIError
 from gateway.sessions import codec
-from gateway.sessions.backend import StateObserver
 from gateway.sessions.conversations import StoredConversation
+from gateway.sessions.observer import StateObserver
 from gateway.sessions.redis_link import RedisLink, StoreDown
 
 TTL = 30 * 24 * 3600.0  # seconds a conversation lives after its last write

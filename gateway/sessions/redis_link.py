@@ -19,7 +19,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from gateway.sessions.backend import FALLBACK, StateObserver
+from gateway.sessions.observer import FALLBACK, StateObserver
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -24,7 +24,7 @@ from array import array
 from typing import Any
 
 from gateway.sessions import codec
-from gateway.sessions.backend import FALLBACK, StateObserver
+from gateway.sessions.observer import FALLBACK, StateObserver
 from gateway.sessions.redis_link import RedisLink, StoreDown
 from gateway.sessions.redis_rollouts import RedisRollouts
 from gateway.sessions.responses import CachedResponse, ResponseStore

@@ -15,7 +15,8 @@ from redis.exceptions import OutOfMemoryError
 
 from gateway.core.conversation import Conversation, Message, Tool, ToolCall
 from gateway.core.errors import APIError
-from gateway.sessions.backend import StateObserver, StateStore, open_state
+from gateway.sessions.backend import StateStore, open_state
+from gateway.sessions.observer import StateObserver
 from gateway.sessions.responses import CachedResponse, ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import ResentPrefix, Session, SessionStore
