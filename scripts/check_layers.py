@@ -1,4 +1,9 @@
-"""Every import in gateway/ points down the layers (docs/architecture.md); prints the ones that do not."""
+"""Every import in gateway/ points down the layers (docs/architecture.md), and no modules import
+each other in a circle; prints what breaks either rule.
+
+Every import counts: at module level, inside a function, or under `if TYPE_CHECKING:`. A circle
+between modules of one layer is as much a knot for a reader as one across layers.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,9 @@ from pathlib import Path
 RANK = {"ops": 7, "server": 6, "adapters": 5, "ws": 5, "pipeline": 4, "sessions": 3, "tokenfix": 2,
         "formats": 1, "upstream": 1, "core": 0}
 IMPORT = re.compile(r"^\s*(?:from|import) gateway\.(\w+)", re.MULTILINE)
+# `from gateway.a.b import c, d` or `import gateway.a.b`, anywhere in a file.
+MODULE_IMPORT = re.compile(r"^[ \t]*from (gateway(?:\.\w+)*) import (?:\(([\w\s,]+)\)|([\w \t,]+))"
+                           r"|^[ \t]*import (gateway(?:\.\w+)+)", re.MULTILINE)
 
 
 def upward_imports(root: Path) -> list[tuple[str, str]]:
@@ -24,8 +32,70 @@ def upward_imports(root: Path) -> list[tuple[str, str]]:
     return found
 
 
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module → the gateway modules it imports (a name imported from a package that is a module
+    of its own counts as that module)."""
+    modules = {_name(root, path): path for path in (root / "gateway").rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for package, wrapped, names, plain in MODULE_IMPORT.findall(path.read_text()):
+            names = wrapped or names
+            if plain:
+                targets = [plain]
+            else:
+                targets = [f"{package}.{each.strip()}" if f"{package}.{each.strip()}" in modules else package
+                           for each in names.split(",") if each.strip()]
+            graph[name].update(target for target in targets if target in modules and target != name)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    sys.setrecursionlimit(10_000)
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def _name(root: Path, path: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 if __name__ == "__main__":
-    bad = upward_imports(Path(__file__).resolve().parents[1])
+    root = Path(__file__).resolve().parents[1]
+    bad = upward_imports(root)
     for path, target in bad:
         print(f"{path} imports gateway.{target}, a layer above it")
-    sys.exit(1 if bad else 0)
+    knots = circles(import_graph(root))
+    for group in knots:
+        print(f"import circle: {' ↔ '.join(group)}")
+    sys.exit(1 if bad or knots else 0)
