@@ -169,3 +169,11 @@ def gemma4_format():
     from tests.support.gemma4 import gemma4_tokenizer_dir
 
     return load_hf_format(gemma4_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def deepseek_v4_chat_format(deepseek_v4_tokenizer):
+    """DeepSeek-V4 with thinking off: output starts after the prompt's `</think>`."""
+    from gateway.formats.hf import HFChatFormat
+
+    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v4", enable_thinking=False)

@@ -4,16 +4,14 @@ and arguments as written (vLLM's `deepseek_v31` parser), streamed as they arrive
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.hf import HFChatFormat
 from tests.support.deepseek import KNOWN_IDS
+from tests.support.family_contract import OutputContract
 from tests.support.parse_events import feed, items, marked_ids
 
 EOS = KNOWN_IDS["<｜end▁of▁sentence｜>"]
@@ -118,24 +116,6 @@ def test_markers_spelled_in_text_pieces_are_arguments(deepseek_format, deepseek_
     assert parse(deepseek_format, ids) == [("tool_call", "shell", value)]
 
 
-@pytest.mark.parametrize("split", ["canonical", "bytes"])
-def test_any_split_gives_the_same_items(deepseek_format, deepseek_tokenizer, split):
-    ids = ids_of(deepseek_tokenizer, AGENT_TURN, split=split)
-    assert parse(deepseek_format, ids, [1] * len(ids)) == AGENT_ITEMS
-    rng = random.Random(13)
-    for _ in range(30):
-        assert parse(deepseek_format, ids, [rng.randint(0, 7) for _ in ids]) == AGENT_ITEMS
-
-
-def test_every_split_point_of_a_call(deepseek_format, deepseek_tokenizer):
-    """The whole turn in two feeds, cut at every token boundary (multi-byte characters split)."""
-    turn = "ok " + section(call("shell", '{"command": ["a"], "workdir": "é/東京 x"}')) + "<｜end▁of▁sentence｜>"
-    ids = ids_of(deepseek_tokenizer, turn, split="bytes")
-    expected = [("text", None, "ok "), ("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')]
-    for cut in range(len(ids) + 1):
-        assert parse(deepseek_format, ids, [cut]) == expected
-
-
 MALFORMED = [
     # (output, items)
     (section(call("no_such_tool", "{}")),  # names are checked against the request's tools
@@ -162,13 +142,6 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(("output", "expected"), MALFORMED)
-def test_malformed_markup_degrades(deepseek_format, deepseek_tokenizer, output, expected):
-    ids = ids_of(deepseek_tokenizer, output)
-    assert parse(deepseek_format, ids) == expected
-    assert parse(deepseek_format, ids, [1] * len(ids)) == expected
-
-
 def test_output_cut_mid_arguments_keeps_what_was_streamed(deepseek_format, deepseek_tokenizer):
     ids = ids_of(deepseek_tokenizer, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>shell<｜tool▁sep｜>{\"workdir\": \"/srv")
     parser = deepseek_format.parser(TOOLS)
@@ -181,12 +154,17 @@ def test_output_cut_mid_arguments_keeps_what_was_streamed(deepseek_format, deeps
 FRAGMENTS = [*MARKUP, "shell", "read_file", "workdir", "\n", " ", "<", '{"a": 1}', "é", "東京", "x", "}"]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(pieces=st.lists(st.sampled_from(FRAGMENTS), max_size=30), split=st.sampled_from(["canonical", "bytes"]),
-       seed=st.integers(0, 2**16))
-def test_any_output_parses_without_error_and_keeps_the_contract(deepseek_format, deepseek_tokenizer, pieces, split,
-                                                                 seed):
-    ids = ids_of(deepseek_tokenizer, "".join(pieces), split=split)
-    whole = parse(deepseek_format, ids)
-    rng = random.Random(seed)
-    assert parse(deepseek_format, ids, [rng.randint(0, 4) for _ in ids]) == whole
+# The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
+CONTRACT = OutputContract(
+    "deepseek",
+    format="deepseek_format",
+    tokenizer="deepseek_tokenizer",
+    markup=MARKUP,
+    tools=TOOLS,
+    agent_turn=AGENT_TURN,
+    agent_items=AGENT_ITEMS,
+    split_turn=("ok " + section(call("shell", '{"command": ["a"], "workdir": "é/東京 x"}')) + "<｜end▁of▁sentence｜>"),
+    split_items=[("text", None, "ok "), ("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')],
+    malformed=MALFORMED,
+    fragments=FRAGMENTS,
+)

@@ -3,15 +3,12 @@ values read and typed as vLLM's `deepseek_v4` / `deepseek_v32` parsers read them
 
 from __future__ import annotations
 
-import random
-
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from gateway.core.conversation import Item, Message, Reasoning, Tool, ToolCall
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from tests.support.deepseek_v4 import KNOWN_IDS
+from tests.support.family_contract import OutputContract
 from tests.support.parse_events import feed, items, marked_ids
 
 EOS = KNOWN_IDS["<｜end▁of▁sentence｜>"]
@@ -60,14 +57,6 @@ def parse_items(fmt, ids: list[int]) -> list[Item]:
     return found
 
 
-@pytest.fixture(scope="module")
-def chat(deepseek_v4_tokenizer):
-    """V4 with thinking off: output starts after the prompt's `</think>`."""
-    from gateway.formats.hf import HFChatFormat
-
-    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v4", enable_thinking=False)
-
-
 AGENT_TURN = ("Running them in 東京's repo 🗼." + block(
     invoke("shell", ("command", "false", '["pytest", "-q"]'), ("workdir", "true", "/srv/app"),
            ("timeout_ms", "false", "60000")),
@@ -86,15 +75,15 @@ def test_the_format_speaks_dsml(deepseek_v4_format, deepseek_v32_format):
         assert fmt.turn_openers == frozenset()
 
 
-def test_single_call_streams_one_parameter_at_a_time(chat, deepseek_v4_tokenizer):
+def test_single_call_streams_one_parameter_at_a_time(deepseek_v4_chat_format, deepseek_v4_tokenizer):
     ids = ids_of(deepseek_v4_tokenizer, block(invoke("shell", ("workdir", "true", "/a b"), ("timeout_ms", "false", "5"))))
-    assert feed(chat.parser(TOOLS), ids, [1] * len(ids)) == [
+    assert feed(deepseek_v4_chat_format.parser(TOOLS), ids, [1] * len(ids)) == [
         ItemStarted(0, "tool_call", name="shell"), ItemDelta(0, "{"), ItemDelta(0, '"workdir": "/a b"'),
         ItemDelta(0, ', "timeout_ms": 5'), ItemDelta(0, "}"), ItemDone(0, '{"workdir": "/a b", "timeout_ms": 5}')]
 
 
-def test_text_and_parallel_calls(chat, deepseek_v4_tokenizer):
-    assert parse(chat, ids_of(deepseek_v4_tokenizer, AGENT_TURN)) == AGENT_ITEMS
+def test_text_and_parallel_calls(deepseek_v4_chat_format, deepseek_v4_tokenizer):
+    assert parse(deepseek_v4_chat_format, ids_of(deepseek_v4_tokenizer, AGENT_TURN)) == AGENT_ITEMS
 
 
 def test_reasoning_then_a_call_in_thinking_mode(deepseek_v4_format, deepseek_v4_tokenizer):
@@ -127,45 +116,27 @@ def test_v32_writes_function_calls(deepseek_v32_format, deepseek_v4_tokenizer):
     ((("workdir", "true", "a"), ("workdir", "true", "b")), '{"workdir": "a"}'),  # a key twice: the first
     ((("workdir", "true", ' x\n"y"\\ '),), '{"workdir": " x\\n\\"y\\"\\\\ "}'),
 ])
-def test_values_are_typed_by_the_tool_schema(chat, deepseek_v4_tokenizer, params, arguments):
+def test_values_are_typed_by_the_tool_schema(deepseek_v4_chat_format, deepseek_v4_tokenizer, params, arguments):
     ids = ids_of(deepseek_v4_tokenizer, block(invoke("shell", *params)))
-    assert parse(chat, ids) == [("tool_call", "shell", arguments)]
+    assert parse(deepseek_v4_chat_format, ids) == [("tool_call", "shell", arguments)]
 
 
-def test_without_tools_any_name_is_a_call_and_values_keep_the_attribute(chat, deepseek_v4_tokenizer):
+def test_without_tools_any_name_is_a_call_and_values_keep_the_attribute(deepseek_v4_chat_format, deepseek_v4_tokenizer):
     ids = ids_of(deepseek_v4_tokenizer, block(invoke("anything", ("n", "false", "5"), ("s", "true", "5"))))
-    assert parse(chat, ids, tools=()) == [("tool_call", "anything", '{"n": 5, "s": "5"}')]
+    assert parse(deepseek_v4_chat_format, ids, tools=()) == [("tool_call", "anything", '{"n": 5, "s": "5"}')]
 
 
-def test_markup_spelled_in_text_pieces_is_text(chat, deepseek_v4_tokenizer):
+def test_markup_spelled_in_text_pieces_is_text(deepseek_v4_chat_format, deepseek_v4_tokenizer):
     """Only the `｜DSML｜` id makes a tag: the same letters in text pieces are text, in an answer or a value."""
     spelled = '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="shell">'
     pieces = deepseek_v4_tokenizer._encode_without_added_tokens(spelled)
     assert KNOWN_IDS["｜DSML｜"] not in pieces
-    assert parse(chat, pieces) == [("text", None, spelled)]
+    assert parse(deepseek_v4_chat_format, pieces) == [("text", None, spelled)]
     ids = [*ids_of(deepseek_v4_tokenizer, '\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="shell">\n'
                                           '<｜DSML｜parameter name="workdir" string="true">'),
            *deepseek_v4_tokenizer._encode_without_added_tokens("a</｜DSML｜parameter></｜DSML｜invoke>"),
            *ids_of(deepseek_v4_tokenizer, "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>")]
-    assert parse(chat, ids) == [("tool_call", "shell", '{"workdir": "a</｜DSML｜parameter></｜DSML｜invoke>"}')]
-
-
-@pytest.mark.parametrize("split", ["canonical", "bytes"])
-def test_any_split_gives_the_same_items(chat, deepseek_v4_tokenizer, split):
-    ids = ids_of(deepseek_v4_tokenizer, AGENT_TURN, split=split)
-    assert parse(chat, ids, [1] * len(ids)) == AGENT_ITEMS
-    rng = random.Random(13)
-    for _ in range(30):
-        assert parse(chat, ids, [rng.randint(0, 7) for _ in ids]) == AGENT_ITEMS
-
-
-def test_every_split_point_of_a_call(chat, deepseek_v4_tokenizer):
-    """The whole turn in two feeds, cut at every token boundary (tags and multi-byte characters split)."""
-    turn = "ok <" + block(invoke("shell", ("command", "false", '["a"]'), ("workdir", "true", "é/東京 x"))) + "<｜end▁of▁sentence｜>"
-    ids = ids_of(deepseek_v4_tokenizer, turn, split="bytes")
-    expected = [("text", None, "ok <"), ("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')]
-    for cut in range(len(ids) + 1):
-        assert parse(chat, ids, [cut]) == expected
+    assert parse(deepseek_v4_chat_format, ids) == [("tool_call", "shell", '{"workdir": "a</｜DSML｜parameter></｜DSML｜invoke>"}')]
 
 
 MALFORMED = [
@@ -197,24 +168,24 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(("output", "expected"), MALFORMED)
-def test_malformed_markup_degrades(chat, deepseek_v4_tokenizer, output, expected):
-    ids = ids_of(deepseek_v4_tokenizer, output)
-    assert parse(chat, ids) == expected
-    assert parse(chat, ids, [1] * len(ids)) == expected
-
-
 FRAGMENTS = [*MARKUP, "<", "</", "tool_calls>", "function_calls>", 'invoke name="', "shell", '">', "invoke>",
              "parameter", ' name="workdir"', ' string="true"', ' string="false"', ">", "parameter>", "\n", " ", "5",
              '"', "é", "東京", "x", "[1", "]"]
 
 
-@settings(max_examples=400, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(pieces=st.lists(st.sampled_from(FRAGMENTS), max_size=40), split=st.sampled_from(["canonical", "bytes"]),
-       seed=st.integers(0, 2**16))
-def test_any_output_parses_without_error_and_keeps_the_contract(deepseek_v4_format, deepseek_v4_tokenizer, pieces,
-                                                                 split, seed):
-    ids = ids_of(deepseek_v4_tokenizer, "".join(pieces), split=split)
-    whole = parse(deepseek_v4_format, ids)
-    rng = random.Random(seed)
-    assert parse(deepseek_v4_format, ids, [rng.randint(0, 4) for _ in ids]) == whole
+# The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
+CONTRACT = OutputContract(
+    "dsml_v4",
+    format="deepseek_v4_chat_format",
+    tokenizer="deepseek_v4_tokenizer",
+    markup=MARKUP,
+    tools=TOOLS,
+    agent_turn=AGENT_TURN,
+    agent_items=AGENT_ITEMS,
+    split_turn=("ok <" + block(invoke("shell", ("command", "false", '["a"]'), ("workdir", "true", "é/東京 x"))) + "<｜end▁of▁sentence｜>"),
+    split_items=[("text", None, "ok <"), ("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')],
+    malformed=MALFORMED,
+    fragments=FRAGMENTS,
+    fuzz_format="deepseek_v4_format",
+    examples=400,
+)

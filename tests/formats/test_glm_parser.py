@@ -4,15 +4,13 @@ arguments typed by the tool's schema as vLLM's `glm45`/`glm47` parsers type them
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.glm import convert_arg_value
+from tests.support.family_contract import OutputContract
 from tests.support.glm import KNOWN_IDS
 from tests.support.parse_events import feed, items, marked_ids
 
@@ -168,24 +166,6 @@ def test_tags_spelled_in_text_pieces_are_value(glm_format, glm_tokenizer):
     assert parse(glm_format, ids) == [("tool_call", "shell", json.dumps({"workdir": value}))]
 
 
-@pytest.mark.parametrize("split", ["canonical", "bytes"])
-def test_any_split_gives_the_same_items(glm_format, glm_tokenizer, split):
-    ids = ids_of(glm_tokenizer, AGENT_TURN, split=split)
-    assert parse(glm_format, ids, [1] * len(ids)) == AGENT_ITEMS
-    rng = random.Random(13)
-    for _ in range(30):
-        assert parse(glm_format, ids, [rng.randint(0, 7) for _ in ids]) == AGENT_ITEMS
-
-
-def test_every_split_point_of_a_call(glm_format, glm_tokenizer):
-    """The whole turn in two feeds, cut at every token boundary (multi-byte characters split)."""
-    turn = "\n<think></think>\n" + call("shell", ("command", '["a"]'), ("workdir", "é/東京 x")) + "<|observation|>"
-    ids = ids_of(glm_tokenizer, turn, split="bytes")
-    expected = [("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')]
-    for cut in range(len(ids) + 1):
-        assert parse(glm_format, ids, [cut]) == expected
-
-
 MALFORMED = [
     # (output after the empty think block, items)
     (call("no_such_tool", ("x", "1")),  # vLLM validates names against the request's tools
@@ -210,13 +190,6 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(("output", "expected"), MALFORMED)
-def test_malformed_markup_degrades(glm_format, glm_tokenizer, output, expected):
-    ids = ids_of(glm_tokenizer, "\n<think></think>\n" + output)
-    assert parse(glm_format, ids) == expected
-    assert parse(glm_format, ids, [1] * len(ids)) == expected
-
-
 def test_output_cut_mid_value_closes_the_streamed_arguments(glm_format, glm_tokenizer):
     ids = ids_of(glm_tokenizer, "\n<think></think>\n<tool_call>shell\n<arg_key>workdir</arg_key>\n<arg_value>/srv")
     parser = glm_format.parser(TOOLS)
@@ -231,14 +204,19 @@ FRAGMENTS = ["<tool_call>", "</tool_call>", "<think>", "</think>", "<arg_key>", 
              " ", "<", "true", '{"a": 1}', "é", "東京", "x", "null"]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(pieces=st.lists(st.sampled_from(FRAGMENTS), max_size=30), split=st.sampled_from(["canonical", "bytes"]),
-       seed=st.integers(0, 2**16))
-def test_any_output_parses_without_error_and_keeps_the_contract(glm_format, glm_tokenizer, pieces, split, seed):
-    ids = ids_of(glm_tokenizer, "".join(pieces), split=split)
-    whole = parse(glm_format, ids)
-    rng = random.Random(seed)
-    assert parse(glm_format, ids, [rng.randint(0, 4) for _ in ids]) == whole
-    for kind, _, text in whole:
-        if kind == "tool_call":
-            json.loads(text)
+# The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
+CONTRACT = OutputContract(
+    "glm",
+    format="glm_format",
+    tokenizer="glm_tokenizer",
+    markup=MARKUP,
+    tools=TOOLS,
+    agent_turn=AGENT_TURN,
+    agent_items=AGENT_ITEMS,
+    split_turn=("\n<think></think>\n" + call("shell", ("command", '["a"]'), ("workdir", "é/東京 x")) + "<|observation|>"),
+    split_items=[("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')],
+    malformed=MALFORMED,
+    fragments=FRAGMENTS,
+    prefix="\n<think></think>\n",
+    json_arguments=True,
+)

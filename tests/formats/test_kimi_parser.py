@@ -4,14 +4,11 @@ written, streamed as they arrive."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
+from tests.support.family_contract import OutputContract
 from tests.support.kimi import KNOWN_IDS
 from tests.support.parse_events import feed, items, marked_ids
 
@@ -88,23 +85,6 @@ def test_reasoning_text_and_parallel_calls(kimi_format, kimi_tokenizer):
     assert parse(kimi_format, ids_of(kimi_tokenizer, AGENT_TURN)) == AGENT_ITEMS
 
 
-@pytest.mark.parametrize("split", ["canonical", "bytes"])
-def test_any_split_gives_the_same_items(kimi_format, kimi_tokenizer, split):
-    ids = ids_of(kimi_tokenizer, AGENT_TURN, split=split)
-    assert parse(kimi_format, ids, [1] * len(ids)) == AGENT_ITEMS
-    rng = random.Random(13)
-    for _ in range(30):
-        assert parse(kimi_format, ids, [rng.randint(0, 7) for _ in ids]) == AGENT_ITEMS
-
-
-def test_every_split_point_of_a_call(kimi_format, kimi_tokenizer):
-    turn = "<think>é</think>" + section(call("functions.shell:3", '{"workdir": "é/東京 x"}')) + "<|im_end|>"
-    ids = ids_of(kimi_tokenizer, turn, split="bytes")
-    expected = [("reasoning", None, "é"), ("tool_call", "shell", '{"workdir": "é/東京 x"}')]
-    for cut in range(len(ids) + 1):
-        assert parse(kimi_format, ids, [cut]) == expected
-
-
 MALFORMED = [
     # (output, items)
     (section(call("functions.no_such_tool:0", "{}")),  # names are checked against the request's tools
@@ -124,13 +104,6 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(("output", "expected"), MALFORMED)
-def test_malformed_markup_degrades(kimi_format, kimi_tokenizer, output, expected):
-    ids = ids_of(kimi_tokenizer, output)
-    assert parse(kimi_format, ids) == expected
-    assert parse(kimi_format, ids, [1] * len(ids)) == expected
-
-
 def test_without_tools_any_name_is_a_call(kimi_format, kimi_tokenizer):
     ids = ids_of(kimi_tokenizer, section(call("functions.anything:7", "{}")))
     assert parse(kimi_format, ids, tools=()) == [("tool_call", "anything", "{}")]
@@ -140,11 +113,17 @@ FRAGMENTS = [*MARKUP, "functions.shell:0", "functions.read_file:1", "shell", "\n
              "東京", "x", "}"]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(pieces=st.lists(st.sampled_from(FRAGMENTS), max_size=30), split=st.sampled_from(["canonical", "bytes"]),
-       seed=st.integers(0, 2**16))
-def test_any_output_parses_without_error_and_keeps_the_contract(kimi_format, kimi_tokenizer, pieces, split, seed):
-    ids = ids_of(kimi_tokenizer, "".join(pieces), split=split)
-    whole = parse(kimi_format, ids)
-    rng = random.Random(seed)
-    assert parse(kimi_format, ids, [rng.randint(0, 4) for _ in ids]) == whole
+# The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
+CONTRACT = OutputContract(
+    "kimi",
+    format="kimi_format",
+    tokenizer="kimi_tokenizer",
+    markup=MARKUP,
+    tools=TOOLS,
+    agent_turn=AGENT_TURN,
+    agent_items=AGENT_ITEMS,
+    split_turn=("<think>é</think>" + section(call("functions.shell:3", '{"workdir": "é/東京 x"}')) + "<|im_end|>"),
+    split_items=[("reasoning", None, "é"), ("tool_call", "shell", '{"workdir": "é/東京 x"}')],
+    malformed=MALFORMED,
+    fragments=FRAGMENTS,
+)

@@ -3,14 +3,11 @@ kept verbatim and typed by the tool's schema as vLLM's `minimax_m2` parser types
 
 from __future__ import annotations
 
-import random
-
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from gateway.core.conversation import Item, Message, Reasoning, Tool, ToolCall
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
+from tests.support.family_contract import OutputContract
 from tests.support.minimax import KNOWN_IDS
 from tests.support.parse_events import feed, items, marked_ids
 
@@ -103,23 +100,6 @@ def test_block_markers_spelled_in_text_pieces_are_text(minimax_format, minimax_t
     assert parse(minimax_format, [KNOWN_IDS["</think>"], *pieces]) == [("text", None, spelled)]
 
 
-@pytest.mark.parametrize("split", ["canonical", "bytes"])
-def test_any_split_gives_the_same_items(minimax_format, minimax_tokenizer, split):
-    ids = ids_of(minimax_tokenizer, AGENT_TURN, split=split)
-    assert parse(minimax_format, ids, [1] * len(ids)) == AGENT_ITEMS
-    rng = random.Random(17)
-    for _ in range(30):
-        assert parse(minimax_format, ids, [rng.randint(0, 7) for _ in ids]) == AGENT_ITEMS
-
-
-def test_every_split_point_of_a_call(minimax_format, minimax_tokenizer):
-    turn = "</think>ok <" + block(invoke("shell", ("command", '["a"]'), ("workdir", "é/東京 x"))) + "[e~["
-    ids = ids_of(minimax_tokenizer, turn, split="bytes")
-    expected = [("text", None, "ok <"), ("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')]
-    for cut in range(len(ids) + 1):
-        assert parse(minimax_format, ids, [cut]) == expected
-
-
 MALFORMED = [
     (block(invoke("no_such_tool", ("a", "b"))),
      [("text", None, '<invoke name="no_such_tool">\n<parameter name="a">b</parameter>\n</invoke>')]),
@@ -136,23 +116,24 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(("output", "expected"), MALFORMED)
-def test_malformed_markup_degrades(minimax_format, minimax_tokenizer, output, expected):
-    ids = ids_of(minimax_tokenizer, "</think>" + output)
-    assert parse(minimax_format, ids) == expected
-    assert parse(minimax_format, ids, [1] * len(ids)) == expected
-
-
 FRAGMENTS = [*MARKUP, "<", "</", 'invoke name="', "shell", '">', "</invoke>", '<parameter name="workdir">',
              "</parameter>", "\n", " ", "5", "é", "東京", "x", "[1", "]"]
 
 
-@settings(max_examples=400, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(pieces=st.lists(st.sampled_from(FRAGMENTS), max_size=40), split=st.sampled_from(["canonical", "bytes"]),
-       seed=st.integers(0, 2**16))
-def test_any_output_parses_without_error_and_keeps_the_contract(minimax_format, minimax_tokenizer, pieces, split,
-                                                                 seed):
-    ids = ids_of(minimax_tokenizer, "".join(pieces), split=split)
-    whole = parse(minimax_format, ids)
-    rng = random.Random(seed)
-    assert parse(minimax_format, ids, [rng.randint(0, 4) for _ in ids]) == whole
+# The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
+CONTRACT = OutputContract(
+    "minimax",
+    format="minimax_format",
+    tokenizer="minimax_tokenizer",
+    markup=MARKUP,
+    tools=TOOLS,
+    agent_turn=AGENT_TURN,
+    agent_items=AGENT_ITEMS,
+    split_turn=("</think>ok <" + block(invoke("shell", ("command", '["a"]'), ("workdir", "é/東京 x"))) + "[e~["),
+    split_items=[("text", None, "ok <"), ("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')],
+    malformed=MALFORMED,
+    fragments=FRAGMENTS,
+    prefix="</think>",
+    examples=400,
+    seed=17,
+)

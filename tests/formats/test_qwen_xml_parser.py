@@ -4,15 +4,13 @@ arguments typed by the tool's schema as vLLM's `qwen3_coder` parser types them."
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.qwen_xml import convert_param_value
+from tests.support.family_contract import OutputContract
 from tests.support.parse_events import feed, items, marked_ids
 
 IM_END, ENDOFTEXT = 248046, 248044
@@ -180,25 +178,6 @@ def test_markup_inside_a_value_is_value(qwen36_format, qwen36_tokenizer, written
         ("tool_call", "shell", json.dumps({"workdir": value, "login": True}, ensure_ascii=False))]
 
 
-@pytest.mark.parametrize("split", ["canonical", "bytes"])
-def test_any_split_gives_the_same_items(qwen36_format, qwen36_tokenizer, split):
-    ids = ids_of(qwen36_tokenizer, AGENT_TURN, split=split)
-    assert parse(qwen36_format, ids, [1] * len(ids)) == AGENT_ITEMS  # one id at a time
-    rng = random.Random(13)
-    for _ in range(30):
-        sizes = [rng.randint(0, 7) for _ in range(len(ids))]
-        assert parse(qwen36_format, ids, sizes) == AGENT_ITEMS
-
-
-def test_every_split_point_of_a_call(qwen36_format, qwen36_tokenizer):
-    """The whole turn in two feeds, cut at every byte-level token boundary."""
-    turn = "</think>\n\n" + call("shell", ("command", '["a"]'), ("workdir", "é/</parameter>x")) + "<|im_end|>"
-    ids = ids_of(qwen36_tokenizer, turn, split="bytes")
-    expected = [("tool_call", "shell", '{"command": ["a"], "workdir": "é/</parameter>x"}')]
-    for cut in range(len(ids) + 1):
-        assert parse(qwen36_format, ids, [cut]) == expected
-
-
 MALFORMED = [
     # (output after </think>, items)
     ("<tool_call>\n<function=no_such_tool>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>",
@@ -230,13 +209,6 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(("output", "expected"), MALFORMED)
-def test_malformed_markup_degrades(qwen36_format, qwen36_tokenizer, output, expected):
-    ids = ids_of(qwen36_tokenizer, "</think>\n\n" + output)
-    assert parse(qwen36_format, ids) == expected
-    assert parse(qwen36_format, ids, [1] * len(ids)) == expected
-
-
 def test_output_cut_mid_call_closes_the_streamed_arguments(qwen36_format, qwen36_tokenizer):
     ids = ids_of(qwen36_tokenizer, "</think>\n\n<tool_call>\n<function=shell>\n<parameter=workdir>\n/srv")
     parser = qwen36_format.parser(TOOLS)
@@ -251,14 +223,19 @@ FRAGMENTS = ["<tool_call>", "</tool_call>", "<think>", "</think>", "<|im_end|>",
              "</function>", "\n", " ", ">", "<", "true", "{\"a\": 1}", "é", "東京", "x", "null"]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(pieces=st.lists(st.sampled_from(FRAGMENTS), max_size=30), split=st.sampled_from(["canonical", "bytes"]),
-       seed=st.integers(0, 2**16))
-def test_any_output_parses_without_error_and_keeps_the_contract(qwen36_format, qwen36_tokenizer, pieces, split, seed):
-    ids = ids_of(qwen36_tokenizer, "".join(pieces), split=split)
-    whole = parse(qwen36_format, ids)
-    rng = random.Random(seed)
-    assert parse(qwen36_format, ids, [rng.randint(0, 4) for _ in ids]) == whole
-    for kind, _, text in whole:
-        if kind == "tool_call":
-            json.loads(text)  # the streamed arguments are always one JSON object
+# The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
+CONTRACT = OutputContract(
+    "xml",
+    format="qwen36_format",
+    tokenizer="qwen36_tokenizer",
+    markup=MARKUP,
+    tools=TOOLS,
+    agent_turn=AGENT_TURN,
+    agent_items=AGENT_ITEMS,
+    split_turn=("</think>\n\n" + call("shell", ("command", '["a"]'), ("workdir", "é/</parameter>x")) + "<|im_end|>"),
+    split_items=[("tool_call", "shell", '{"command": ["a"], "workdir": "é/</parameter>x"}')],
+    malformed=MALFORMED,
+    fragments=FRAGMENTS,
+    prefix="</think>\n\n",
+    json_arguments=True,
+)

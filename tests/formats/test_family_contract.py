@@ -1,0 +1,84 @@
+"""The output contract every model family's parser keeps (tests/support/family_contract.py),
+checked once for each family's declaration; each family's own module keeps only what is its own."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.formats import (
+    test_deepseek_parser,
+    test_dsml_parser,
+    test_glm_parser,
+    test_kimi_parser,
+    test_minimax_parser,
+    test_qwen_xml_parser,
+)
+from tests.support.family_contract import OutputContract
+
+CONTRACTS = [module.CONTRACT for module in (test_deepseek_parser, test_dsml_parser, test_glm_parser,
+                                            test_kimi_parser, test_minimax_parser, test_qwen_xml_parser)]
+MALFORMED = [(contract, output, expected) for contract in CONTRACTS for output, expected in contract.malformed]
+
+
+@pytest.fixture
+def family(request: pytest.FixtureRequest):
+    """(contract, its format, its tokenizer) for the parametrised contract."""
+    contract: OutputContract = request.param
+    return contract, request.getfixturevalue(contract.format), request.getfixturevalue(contract.tokenizer)
+
+
+@pytest.mark.parametrize("split", ["canonical", "bytes"])
+@pytest.mark.parametrize("family", CONTRACTS, ids=str, indirect=True)
+def test_any_split_gives_the_same_items(family, split):
+    contract, chat_format, tokenizer = family
+    ids = contract.ids(tokenizer, contract.agent_turn, split=split)
+    assert contract.parse(chat_format, ids) == contract.agent_items
+    assert contract.parse(chat_format, ids, [1] * len(ids)) == contract.agent_items
+    rng = random.Random(contract.seed)
+    for _ in range(30):
+        assert contract.parse(chat_format, ids, [rng.randint(0, 7) for _ in ids]) == contract.agent_items
+
+
+@pytest.mark.parametrize("family", CONTRACTS, ids=str, indirect=True)
+def test_every_split_point_of_a_call(family):
+    """The whole turn in two feeds, cut at every token boundary (tags and multi-byte characters split)."""
+    contract, chat_format, tokenizer = family
+    ids = contract.ids(tokenizer, contract.split_turn, split="bytes")
+    for cut in range(len(ids) + 1):
+        assert contract.parse(chat_format, ids, [cut]) == contract.split_items
+
+
+@pytest.mark.parametrize(("family", "output", "expected"), [pytest.param(*case, id=f"{case[0]}-{n}")
+                                                            for n, case in enumerate(MALFORMED)],
+                         indirect=["family"])
+def test_malformed_markup_degrades(family, output, expected):
+    contract, chat_format, tokenizer = family
+    ids = contract.ids(tokenizer, contract.prefix + output)
+    assert contract.parse(chat_format, ids) == expected
+    assert contract.parse(chat_format, ids, [1] * len(ids)) == expected
+
+
+@pytest.mark.parametrize("contract", CONTRACTS, ids=str)
+def test_any_output_parses_without_error_and_keeps_the_contract(contract, request):
+    chat_format = request.getfixturevalue(contract.fuzz_format or contract.format)
+    tokenizer = request.getfixturevalue(contract.tokenizer)
+
+    @settings(max_examples=contract.examples, derandomize=True, deadline=None)
+    @given(pieces=st.lists(st.sampled_from(contract.fragments), max_size=40),
+           split=st.sampled_from(["canonical", "bytes"]), seed=st.integers(0, 2**16))
+    def check(pieces, split, seed):
+        ids = contract.ids(tokenizer, "".join(pieces), split=split)
+        whole = contract.parse(chat_format, ids)
+        rng = random.Random(seed)
+        assert contract.parse(chat_format, ids, [rng.randint(0, 4) for _ in ids]) == whole
+        if contract.json_arguments:
+            for kind, _, text in whole:
+                if kind == "tool_call":
+                    json.loads(text)  # the streamed arguments are one JSON object
+
+    check()

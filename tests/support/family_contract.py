@@ -1,0 +1,48 @@
+"""What every model family's output parser is held to, as data each family's test module declares
+(`CONTRACT = OutputContract(...)`) and tests/formats/test_family_contract.py checks for all of
+them: a model turn parses to the same items however its ids are cut into feeds, a call whose
+ids split tags and multi-byte characters parses at every cut, malformed markup degrades to
+text, and arbitrary output never raises and never depends on the feeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.core.conversation import Tool
+from tests.support.parse_events import feed, items, marked_ids
+
+Items = list[tuple[str, str | None, str]]
+
+
+@dataclass(frozen=True)
+class OutputContract:
+    family: str  # the family's name, as `HFChatFormat.tool_calls` reports it
+    format: str  # the fixture holding the format whose parser is checked
+    tokenizer: str  # the fixture holding its tokenizer
+    markup: Mapping[str, int]  # marker text -> its added token id, for spelling output as ids
+    tools: Sequence[Tool]  # the request's tools
+    agent_turn: str  # a whole model turn (reasoning, text, parallel calls, its end) …
+    agent_items: Items  # … and its items
+    split_turn: str  # a call turn with multi-byte characters, fed in two at every cut …
+    split_items: Items  # … and its items
+    malformed: Sequence[tuple[str, Items]]  # (output after `prefix`, its items)
+    fragments: Sequence[str]  # what arbitrary output is made of
+    prefix: str = ""  # what the model writes before the malformed cases (e.g. closing its reasoning)
+    json_arguments: bool = False  # a call's streamed arguments are always one JSON object (typed values)
+    fuzz_format: str | None = None  # another fixture's format for the arbitrary output (default: `format`)
+    examples: int = 300  # arbitrary outputs tried
+    seed: int = 13  # of the random feed sizes of the agent turn
+
+    def __str__(self) -> str:
+        return self.family
+
+    def ids(self, tokenizer: Any, text: str, *, split: str = "canonical") -> list[int]:
+        """`text` as ids: markers as their added tokens, the rest encoded canonically or (`bytes`) one
+        byte-level token per byte, which splits every tag and multi-byte character across tokens."""
+        return marked_ids(tokenizer, text, self.markup, split=split)
+
+    def parse(self, chat_format: Any, ids: Sequence[int], sizes: Sequence[int] | None = None) -> Items:
+        return items(feed(chat_format.parser(self.tools), ids, sizes))
