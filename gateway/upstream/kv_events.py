@@ -83,8 +83,8 @@ class KVEventSubscriber:
         sub.setsockopt(zmq.SUBSCRIBE, self.topic)
         sub.connect(self.endpoint)
         try:
-            if self.replay_endpoint is not None:  # what was cached before we subscribed
-                await self._replay(self.last_seq + 1)
+            if self.replay_endpoint is not None and await self._replay(self.last_seq + 1):
+                self._dedupe_through = self.last_seq  # what was cached before we subscribed
             while True:
                 frames = await sub.recv_multipart()
                 if len(frames) != 3:
@@ -112,8 +112,8 @@ class KVEventSubscriber:
         self._take(seq, payload)
 
     async def _replay(self, start: int, until: int | None = None) -> bool:
-        """Ask for the buffered batches from `start` on and take them; False if the replay
-        endpoint did not answer. Live batches it covered are skipped afterwards."""
+        """Ask for the buffered batches from `start` on (before `until`) and take them; False
+        if the replay endpoint did not answer."""
         dealer = self._context.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.connect(self.replay_endpoint)
@@ -135,7 +135,6 @@ class KVEventSubscriber:
             return False
         finally:
             dealer.close(linger=0)
-        self._dedupe_through = self.last_seq
         return True
 
     def _take(self, seq: int, payload: bytes, *, replayed: bool = False) -> None:

@@ -3,8 +3,9 @@
 The router weighs a prefix against load, and sizes its record of what it sent by the
 replica's KV capacity; vLLM's Prometheus page has both (summed over a replica's engines):
 
-- `vllm:num_requests_running`, `vllm:num_requests_waiting`: requests from every gateway
-  process and pod, where the gateway's own in-flight count knows only its own;
+- `vllm:num_requests_waiting`: requests queued (from every gateway process and pod) because
+  the replica is saturated, beyond the gateway's own in-flight count; and
+  `vllm:num_requests_running`;
 - `vllm:kv_cache_usage_perc`: how full the KV cache is (a full one preempts and evicts);
 - `vllm:cache_config_info`'s labels `kv_cache_size_tokens` (else `num_gpu_blocks` ×
   `block_size`): the tokens the cache holds, the bound of the sent-prompt index;
@@ -41,10 +42,6 @@ class ReplicaLoad:
     capacity_tokens: int | None = None  # KV cache size, in tokens
     block_size: int | None = None
     started_at: float | None = None
-
-    @property
-    def queued(self) -> int:
-        return self.running + self.waiting
 
 
 def parse(text: str) -> ReplicaLoad:

@@ -203,10 +203,11 @@ class Router:
         return replica
 
     def _load(self, replica: Routed) -> int:
-        """In flight from this process, or queued at the replica from every process: the larger."""
+        """In flight from this process, plus what waits in the replica's queue (from every
+        process). Not vLLM's running count: read up to a second ago, it still holds requests
+        this process saw finish, and an idle replica would look busy to the next turn."""
         view = self.views.get(replica.url)
-        reported = view.load.queued if view is not None and view.load.known else 0
-        return max(replica.inflight, reported)
+        return replica.inflight + (view.load.waiting if view is not None else 0)
 
     def update_load(self, url: str, load: ReplicaLoad) -> None:
         """A replica's /metrics reading: its queue, KV usage and capacity; a new start time

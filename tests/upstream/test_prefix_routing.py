@@ -154,7 +154,7 @@ num_gpu_blocks="16384"} 1.0
 
 def test_a_replicas_metrics_give_its_load_capacity_and_start():
     load = replica_load.parse(METRICS)
-    assert (load.running, load.waiting, load.queued, load.kv_usage) == (4, 2, 6, 0.5)
+    assert (load.running, load.waiting, load.kv_usage) == (4, 2, 0.5)
     assert (load.capacity_tokens, load.block_size, load.started_at) == (2_097_152, 128, 1.79571117357e9)
     assert replica_load.parse(METRICS.replace('kv_cache_size_tokens="2097152",', "")).capacity_tokens == 2_097_152
 
@@ -168,7 +168,7 @@ def test_the_reported_queue_counts_as_load_and_a_restart_forgets_the_cache():
     view = router.views[home.url]
     router.update_load(home.url, replica_load.parse(METRICS))  # what its /metrics poll hands over
     assert view.sent.capacity == 2_097_152 // C
-    # Six queued there (from other gateways): the bound sends the prompt elsewhere despite its prefix.
+    # Two waiting in its queue (from other gateways): the bound sends the prompt elsewhere despite its prefix.
     assert router.pick(replicas, None, prompt_ids=prompt) is not home
     router.update_load(home.url, replica_load.parse(METRICS.replace("1.79571117357e+09", "1.8e+09")))
     assert view.sent.match(chunk_keys(prompt, C)) == 0  # restarted: its cache is empty
