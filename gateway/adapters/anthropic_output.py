@@ -25,8 +25,9 @@ from gateway.adapters.anthropic_input import MessagesRequest
 from gateway.adapters.generation import CONTEXT_WINDOW, coalesce, incomplete_reason
 from gateway.core.conversation import Message, Reasoning, ToolCall
 from gateway.core.errors import APIError
+from gateway.core.push import Hold
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
-from gateway.pipeline.turn import Hold, Turn
+from gateway.pipeline.turn import Turn
 from gateway.tokenfix.record import TurnRecord
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -58,15 +59,15 @@ def message(turn: Turn, parsed: MessagesRequest, message_id: str) -> dict[str, A
 
 
 class MessageEvents:
-    """A streamed message as the exchange's writer: its SSE events pushed to `emit` (the events
+    """A streamed message as the exchange's writer: its SSE events pushed to `sink` (the events
     of each upstream read from the read itself)."""
 
     keeps = True
 
-    def __init__(self, parsed: MessagesRequest, message_id: str, emit: Callable[[bytes], Hold]) -> None:
+    def __init__(self, parsed: MessagesRequest, message_id: str, sink: Callable[[bytes], Hold]) -> None:
         self.parsed = parsed
         self.message_id = message_id
-        self.emit = emit
+        self.sink = sink
         self._started = False
         self._kinds: dict[int, str] = {}
 
@@ -76,11 +77,11 @@ class MessageEvents:
                  "content": [], "stop_reason": None, "stop_sequence": None,
                  "usage": {"input_tokens": turn.record.input_tokens, "output_tokens": 0,
                            "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}}
-        return self.emit(_event("message_start", message=start) + _event("ping"))
+        return self.sink(_event("message_start", message=start) + _event("ping"))
 
     def events(self, events: list[ParseEvent]) -> Hold:
         data = b"".join(self._encode(events))
-        return self.emit(data) if data else None
+        return self.sink(data) if data else None
 
     def _encode(self, events: list[ParseEvent]) -> Iterator[bytes]:
         kinds, show_thinking = self._kinds, self.parsed.show_thinking
@@ -110,13 +111,13 @@ class MessageEvents:
         return None
 
     def ended(self, turn: Turn) -> Hold:
-        return self.emit(_event("message_delta", delta={"stop_reason": stop_reason(turn), "stop_sequence": None},
+        return self.sink(_event("message_delta", delta={"stop_reason": stop_reason(turn), "stop_sequence": None},
                                 usage=usage(turn.record)) + _event("message_stop"))
 
     def failed(self, turn: Turn, error: APIError) -> Hold:
         if not self._started:
             raise error  # nothing went out: an HTTP error, in Anthropic's shape
-        return self.emit(_event("error", error=error_body(error)["error"]))
+        return self.sink(_event("error", error=error_body(error)["error"]))
 
 
 def stop_reason(turn: Turn) -> str:

@@ -16,9 +16,10 @@ from gateway.adapters.chat_input import ChatRequest
 from gateway.adapters.generation import coalesce, nemo_fields
 from gateway.core.conversation import Message, Reasoning, ToolCall
 from gateway.core.errors import APIError
+from gateway.core.push import Hold
 from gateway.formats.base import ItemDelta, ItemStarted, ParseEvent
 from gateway.pipeline import session
-from gateway.pipeline.turn import Hold, Turn
+from gateway.pipeline.turn import Turn
 
 
 def completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[str, Any]:
@@ -80,17 +81,17 @@ def samples_ending(turns: Sequence[Turn], parsed: ChatRequest, head: dict[str, A
 
 
 class ChatChunks:
-    """A streamed completion as the exchange's writer: its chunks pushed to `emit` (the tokens
+    """A streamed completion as the exchange's writer: its chunks pushed to `sink` (the tokens
     of each upstream read from the read itself). `index`: choice `index` of `n` (then
     `samples_ending` ends the body); `rollout_id`: the rollout branch it is recorded in."""
 
     keeps = True
 
-    def __init__(self, parsed: ChatRequest, head: dict[str, Any], emit: Callable[[bytes], Hold], *,
+    def __init__(self, parsed: ChatRequest, head: dict[str, Any], sink: Callable[[bytes], Hold], *,
                  index: int | None = None, rollout_id: str | None = None) -> None:
         self.parsed = parsed
         self.head = head
-        self.emit = emit
+        self.sink = sink
         self.index = index
         self.rollout_id = rollout_id
         self._turn: Turn | None = None
@@ -119,11 +120,11 @@ class ChatChunks:
         opening = self._chunk(first) if self.rollout_id is None else self._chunk(first, rollout_id=self.rollout_id)
         if self.parsed.return_token_ids:
             opening = _with_prompt_ids(opening, turn)
-        return self.emit(opening)
+        return self.sink(opening)
 
     def events(self, events: list[ParseEvent]) -> Hold:
         data = b"".join(self._encode(events))  # tokens read together: one write
-        return self.emit(data) if data else None
+        return self.sink(data) if data else None
 
     def _encode(self, events: list[ParseEvent]) -> Iterator[bytes]:
         kinds, tool_index, chunk = self._kinds, self._tool_index, self._chunk
@@ -162,13 +163,13 @@ class ChatChunks:
                 ending.append(b"data: " + orjson.dumps({**self.head, "object": "chat.completion.chunk",
                                                         "choices": [], "usage": _usage(turn)}) + b"\n\n")
             ending.append(b"data: [DONE]\n\n")
-        return self.emit(b"".join(ending))
+        return self.sink(b"".join(ending))
 
     def failed(self, turn: Turn, error: APIError) -> Hold:
         if self._turn is None:
             raise error  # nothing went out: an HTTP error
         data = b"data: " + orjson.dumps(error.http_body()) + b"\n\n"
-        return self.emit(data + b"data: [DONE]\n\n" if self.index is None else data)
+        return self.sink(data + b"data: [DONE]\n\n" if self.index is None else data)
 
 
 def _with_prompt_ids(first_chunk: bytes, turn: Turn) -> bytes:

@@ -1,7 +1,7 @@
 """A Responses API response as the exchange's writer: the events of one turn, for any transport.
 
 HTTP (SSE or JSON), WebSocket mode and background responses all run a turn through
-gateway/pipeline/exchange.py with a `ResponseEvents`; they differ only in `emit`, which frames
+gateway/pipeline/exchange.py with a `ResponseEvents`; they differ only in `sink`, which frames
 the events (SSE, WebSocket text frames, a background response's log) or drops them (a JSON
 answer reads `answer()` at the end). `CompactionEvents` is the summary turn of a
 `compaction_trigger`: generated whole, answered as one `compaction` item, never kept.
@@ -9,7 +9,6 @@ answer reads `answer()` at the end). `CompactionEvents` is the summary turn of a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from gateway.adapters import compaction, logprobs
@@ -17,12 +16,11 @@ from gateway.adapters.generation import coalesce, incomplete_reason, nemo_fields
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.core.errors import APIError
+from gateway.core.push import Hold, Sink
 from gateway.formats.base import ParseEvent
 from gateway.pipeline.runtime import Runtime
-from gateway.pipeline.turn import Hold, Turn
+from gateway.pipeline.turn import Turn
 from gateway.tokenfix.record import TurnRecord
-
-Emit = Callable[[list[Event]], Hold]
 
 # A generation that failed, as a non-streaming answer's status (the failure's own code kept).
 _FAILED_STATUS = {"upstream_timeout": 504, "server_shutting_down": 503}
@@ -45,18 +43,18 @@ def _dropped(events: list[Event]) -> Hold:
 
 class ResponseEvents:
     """created … completed | incomplete | failed for one turn, each upstream read's events
-    handed to `emit` together. Without `emit` (a JSON answer) the events are only tracked, and
+    handed to `sink` together. Without `sink` (a JSON answer) the events are only tracked, and
     `response()` is the answer. A failure before any output is raised (an HTTP error, a
     WebSocket error event), except a prompt too long for the context window when streaming:
     that is a failed response, which Codex acts on."""
 
     keeps = True
 
-    def __init__(self, writer: ResponseWriter, parsed: ResponsesRequest, emit: Emit | None = None) -> None:
+    def __init__(self, writer: ResponseWriter, parsed: ResponsesRequest, sink: Sink[list[Event]] | None = None) -> None:
         self.writer = writer
         self.parsed = parsed
-        self.emit = emit or _dropped
-        self.streamed = emit is not None
+        self.sink = sink or _dropped
+        self.streamed = sink is not None
         self.last: Event | None = None  # the final event, once there is one
         self._started = False
 
@@ -66,11 +64,11 @@ class ResponseEvents:
         if self.parsed.text_logprobs and turn.record.logprobs is not None:
             chat_format, record = turn.runtime.format, turn.record
             writer.logprobs = lambda span: logprobs.entries(chat_format, record, *span)
-        return self.emit(writer.start())
+        return self.sink(writer.start())
 
     def events(self, parse_events: list[ParseEvent]) -> Hold:
         events = item_events(self.writer, parse_events)
-        return self.emit(events) if events else None
+        return self.sink(events) if events else None
 
     def answer(self, turn: Turn) -> dict[str, Any] | None:
         self.last = final_event(turn.record, self.writer, self.parsed, incomplete_reason(turn))
@@ -78,17 +76,17 @@ class ResponseEvents:
 
     def ended(self, turn: Turn) -> Hold:
         assert self.last is not None, "answer() first"
-        return self.emit([self.last])
+        return self.sink([self.last])
 
     def failed(self, turn: Turn, error: APIError) -> Hold:
         writer = self.writer
         if self._started:
             self.last = writer.failed(error.code or "server_error", error.message, usage(turn.record))
-            return self.emit([self.last])
+            return self.sink([self.last])
         if not self.streamed or error.code != "context_length_exceeded":
             raise error  # an HTTP error: Codex retries 429/5xx and fails at once on 400
         self.last = writer.failed(error.code, error.message)
-        return self.emit([*writer.start(), self.last])
+        return self.sink([*writer.start(), self.last])
 
     def response(self) -> dict[str, Any]:
         """The Response object of a turn run to its end; a failed one is an APIError."""
@@ -122,7 +120,7 @@ class CompactionEvents(ResponseEvents):
 
     def ended(self, turn: Turn) -> Hold:
         assert self.last is not None, "answer() first"
-        return self.emit([*self._summary, self.last])
+        return self.sink([*self._summary, self.last])
 
 
 def item_events(writer: ResponseWriter, parse_events: list[ParseEvent]) -> list[Event]:

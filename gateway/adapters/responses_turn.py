@@ -15,13 +15,14 @@ from typing import Any
 
 from gateway.adapters.continuation import parse_continuation, parse_in_conversation
 from gateway.adapters.resent import parse_resent, resent_prefix
-from gateway.adapters.responses import CompactionEvents, Emit, ResponseEvents, new_writer
-from gateway.adapters.responses_events import ResponseWriter
+from gateway.adapters.responses import CompactionEvents, ResponseEvents, new_writer
+from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest, parse_request
 from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import check_model, expect, parse_json
 from gateway.core.errors import invalid_request
 from gateway.core.ids import new_id
+from gateway.core.push import Sink
 from gateway.pipeline import session
 from gateway.pipeline.request import Lane, Recognised, TurnRequest
 from gateway.pipeline.runtime import Runtime
@@ -37,10 +38,10 @@ class ResponseTurn:
     writer: ResponseWriter
     parsed: ResponsesRequest
 
-    def output(self, emit: Emit | None = None) -> ResponseEvents:
-        """The exchange's writer for it: its events handed to `emit`, or kept for a JSON answer."""
+    def output(self, sink: Sink[list[Event]] | None = None) -> ResponseEvents:
+        """The exchange's writer for it: its events handed to `sink`, or kept for a JSON answer."""
         kind = CompactionEvents if self.parsed.compact else ResponseEvents
-        return kind(self.writer, self.parsed, emit)
+        return kind(self.writer, self.parsed, sink)
 
 
 async def from_http(runtime: Runtime, raw: bytes, spec: str) -> ResponseTurn:

@@ -24,6 +24,7 @@ from typing import Any, Self, TypeVar
 from gateway.core.conversation import Item, Message
 from gateway.core.errors import APIError, UpstreamUnavailable, context_length_exceeded
 from gateway.core.ids import new_id
+from gateway.core.push import Hold, Sink, held
 from gateway.core.sampling import SamplingOptions, resolve
 from gateway.formats.base import Covered, ParseEvent
 from gateway.formats.length import too_long
@@ -37,16 +38,6 @@ from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.replica import UpstreamStream
 
 log = logging.getLogger(__name__)
-
-# A push consumer's answer (`Turn.relay`'s `on_events`, a transport's write): None to go on, or
-# an awaitable (a slow client's drain) to wait for before handing it more.
-Hold = Awaitable[None] | None
-
-
-async def held(hold: Hold) -> None:
-    """Wait for what a push consumer asked to wait for, if anything."""
-    if hold is not None:
-        await hold
 
 # Renders of items with more text than this run off the event loop.
 _INLINE_RENDER_CHARS = 16_384
@@ -160,8 +151,8 @@ class Turn:
                 last_error = exc
         raise last_error or UpstreamUnavailable("no healthy vLLM replica is available")
 
-    async def relay(self, on_events: Callable[[list[ParseEvent]], Hold]) -> None:
-        """The parsed item events, pushed: each read's events go to `on_events` from the read
+    async def relay(self, sink: Sink[list[ParseEvent]]) -> None:
+        """The parsed item events, pushed: each read's events go to `sink` from the read
         itself (no task wakes for a token: gateway/upstream/stream.py), which returns None to go
         on or an awaitable to wait for first (a slow client). Returns when the generation ended;
         raises APIError when it failed, and leaving early (cancelled) aborts the upstream request."""
@@ -172,12 +163,12 @@ class Turn:
 
         def handed_on(events: list[ParseEvent]) -> Hold:
             try:
-                hold = on_events(events)
+                hold = sink(events)
             except Exception as exc:
                 raise _ConsumerFailed from exc
             return None if hold is None else _Consumers(hold)
 
-        def sink(chunks: list[TokenChunk | Usage]) -> Hold:
+        def take(chunks: list[TokenChunk | Usage]) -> Hold:
             events: list[ParseEvent] = []
             for chunk in chunks:
                 events += output.take(chunk)
@@ -187,7 +178,7 @@ class Turn:
             return handed_on(events) if events else None
 
         async with self._generating():
-            await stream.relay(sink)
+            await stream.relay(take)
             if not output.stopped and (events := output.finish()):
                 await held(handed_on(events))
 
@@ -236,7 +227,7 @@ class Turn:
 
 
 class _ConsumerFailed(Exception):
-    """What `relay`'s `on_events` raised, or what it asked to wait for (a client gone while
+    """What `relay`'s `sink` raised, or what it asked to wait for (a client gone while
     writing, say): raised as it was, not as the turn's own failure."""
 
 

@@ -15,7 +15,8 @@ import asyncio
 from collections import OrderedDict
 from typing import Any
 
-from gateway.server.http import Emit, sse_event
+from gateway.core.push import Sink
+from gateway.server.http import sse_event
 
 MAX_FINISHED = 256
 
@@ -34,15 +35,15 @@ class EventLog:
         self.done = True
         self._wake()
 
-    async def follow(self, emit: Emit, after: int = -1) -> None:
-        """The SSE bytes of the events numbered above `after` to `emit`, one write per batch,
+    async def follow(self, sink: Sink[bytes], after: int = -1) -> None:
+        """The SSE bytes of the events numbered above `after` to `sink`, one write per batch,
         until the end."""
         at = next((i for i, event in enumerate(self.events) if event["sequence_number"] > after), len(self.events))
         while True:
             grew = self._grew
             if at < len(self.events):
                 batch, at = self.events[at:], len(self.events)
-                if (hold := emit(b"".join([sse_event(event) for event in batch]))) is not None:
+                if (hold := sink(b"".join([sse_event(event) for event in batch]))) is not None:
                     await hold
             elif self.done:
                 return

@@ -16,8 +16,8 @@ from starlette.types import Receive, Scope, Send
 from gateway.adapters.anthropic_output import error_body
 from gateway.adapters.validation import parse_json
 from gateway.core.errors import APIError, invalid_request
+from gateway.core.push import Hold, Sink
 from gateway.pipeline import trace
-from gateway.pipeline.turn import Hold
 from gateway.server.body_writer import BodyWriter
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -81,13 +81,11 @@ def sse_event(event: dict[str, Any]) -> bytes:
 _SSE_PREFIXES: dict[str, bytes] = {}  # a few dozen event types, ever
 
 
-# A streaming response's write: None once written, or an awaitable to wait for before more.
-Emit = Callable[[bytes], Hold]
 
 
 class SSEResponse:
     """A `text/event-stream` response whose body a relay pushes, from wherever its chunks come
-    (an upstream read): `relay(emit)` writes each chunk with `emit`.
+    (an upstream read): `relay(sink)` writes each chunk with `sink`.
 
     What Starlette's StreamingResponse does, minus the anyio task group and wrappers it sets
     up per response: the relay runs in the request's own task, and a watcher task cancels it
@@ -98,18 +96,18 @@ class SSEResponse:
     (gateway/server/body_writer.py), else sent through ASGI.
     """
 
-    def __init__(self, relay: Callable[[Emit], Awaitable[None]]) -> None:
+    def __init__(self, relay: Callable[[Sink[bytes]], Awaitable[None]]) -> None:
         self.relay = relay
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
         assert task is not None
         gone = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task))
-        emit = _Emitter(BodyWriter.of(scope), send)
+        sink = _BodySink(BodyWriter.of(scope), send)
         try:
-            await self.relay(emit)
-            if not emit.started:
-                await emit.start()
+            await self.relay(sink)
+            if not sink.started:
+                await sink.start()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not gone.done() or gone.cancelled():
@@ -119,8 +117,8 @@ class SSEResponse:
             gone.cancel()
 
 
-class _Emitter:
-    """A streamed body's `Emit`: the first chunk sends the headers with it."""
+class _BodySink:
+    """A streamed body's `Sink[bytes]`: the first chunk sends the headers with it."""
 
     __slots__ = ("_send", "_writer", "started")
 
@@ -160,7 +158,7 @@ async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task) -> None:
     task.cancel()
 
 
-def sse_response(relay: Callable[[Emit], Awaitable[None]]) -> SSEResponse:
+def sse_response(relay: Callable[[Sink[bytes]], Awaitable[None]]) -> SSEResponse:
     return SSEResponse(relay)
 
 

@@ -17,20 +17,19 @@ batch (one parse, one client write for many tokens), so a relay that falls behin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 import orjson
 
 from gateway.core.errors import UpstreamFailed, shutting_down
+from gateway.core.push import Hold, Sink
 from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.connection import Connection, IdleTimeout
 from gateway.upstream.protocol import UpstreamAPI, parse_choice, parse_usage
 
 MAX_UNTAKEN = 1024  # payloads read ahead of a slow client before the connection stops reading
 
-# Where `relay` hands each read's chunks: None to go on, or an awaitable to wait for first.
-Sink = Callable[[list[TokenChunk | Usage]], Awaitable[None] | None]
 
 
 class Owner(Protocol):
@@ -68,8 +67,8 @@ class UpstreamStream:
         self._error: Exception | None = None  # why the response broke, if it did
         self._wake: asyncio.Future | None = None  # the relay waiting for payloads
         self._closing: asyncio.Future | None = None
-        self._sink: Sink | None = None  # where reads go at once, while `relay` runs
-        self._hold: Awaitable[None] | None = None  # what the sink asked the relay to wait for
+        self._sink: Sink[list[TokenChunk | Usage]] | None = None  # where reads go at once, while `relay` runs
+        self._hold: Hold = None  # what the sink asked the relay to wait for
         self._sink_error: BaseException | None = None  # what the sink (or the replica) raised mid-relay
         self._relay_stopped = False
         self._fault: str | None = None  # a malformed event or the replica's in-stream error
@@ -151,7 +150,7 @@ class UpstreamStream:
             raise shutting_down()
         raise UpstreamFailed(f"replica {self.replica.url} closed the stream before it finished")
 
-    async def relay(self, sink: Sink) -> None:
+    async def relay(self, sink: Sink[list[TokenChunk | Usage]]) -> None:
         """Hand every read's chunks to `sink` as they arrive, until the response ends (or
         `stop_relay()`); raises why it did not finish (a broken stream, an in-stream error, an
         interrupt) and whatever the sink raised."""

@@ -26,10 +26,10 @@ from gateway.adapters.responses_turn import ResponseTurn, from_socket
 from gateway.core import logs
 from gateway.core.errors import APIError, shutting_down
 from gateway.core.ids import new_id
+from gateway.core.push import Hold, Sink
 from gateway.core.settings import Settings
 from gateway.pipeline import exchange, session, trace
 from gateway.pipeline.runtime import Runtime
-from gateway.pipeline.turn import Hold
 from gateway.sessions.responses import ResponseCache
 from gateway.ws.error_events import connection_limit_reached, error_event, invalid_json, processing_error
 from gateway.ws.frames import frame_writer
@@ -159,7 +159,7 @@ class ResponsesSocket:
             await self._send_error(exc, lane)
             return
         try:
-            await exchange.run(made.turn, made.output(self._emitter(lane)))
+            await exchange.run(made.turn, made.output(self._sink(lane)))
         except APIError as exc:  # refused before it started (the lane's response is forgotten)
             await self._send_error(exc, lane)
         finally:
@@ -189,18 +189,18 @@ class ResponsesSocket:
 
     # -- sending -----------------------------------------------------------------------
 
-    def _emitter(self, lane: str | None) -> Callable[[list[Event]], Hold]:
+    def _sink(self, lane: str | None) -> Sink[list[Event]]:
         """A response's events as text messages, written at once from the upstream read that made
         them where the server allows it (gateway/ws/frames.py), else sent in order; returns what
         to wait for before more (a client whose buffer is full)."""
         frames = frame_writer(self.websocket.scope)
 
-        def emit(events: list[Event]) -> Hold:
+        def sink(events: list[Event]) -> Hold:
             for i, event in enumerate(events):
                 if frames is None or not frames.write(orjson.dumps(_on_lane(event, lane))):
                     return self._send_each(events[i:], lane)
             return self._waiting(frames.drain()) if frames is not None and frames.paused else None
-        return emit
+        return sink
 
     async def _send_each(self, events: list[Event], stream_id: str | None) -> None:
         for event in events:

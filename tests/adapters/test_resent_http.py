@@ -10,10 +10,10 @@ from itertools import pairwise
 import httpx
 import orjson
 
+from gateway.adapters import responses_turn as responses_route
 from gateway.adapters.responses_input import parse_request
 from gateway.core.settings import Settings
 from gateway.server.app import build_runtime
-from gateway.adapters import responses_turn as responses_route
 from gateway.tokenfix.prompt import build_prompt
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway

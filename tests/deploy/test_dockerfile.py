@@ -15,7 +15,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import sysconfig
 import tomllib
 from pathlib import Path

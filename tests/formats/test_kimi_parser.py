@@ -4,8 +4,6 @@ written, streamed as they arrive."""
 
 from __future__ import annotations
 
-import pytest
-
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from tests.support.family_contract import OutputContract

@@ -56,19 +56,19 @@ def test_relay_gives_the_item_events_and_record(qwen_tokenizer_dir):
     assert [item.text for item in record.output_items] == ["Hello world"]
 
 
-@pytest.mark.parametrize("where", ["on_events", "its hold"])
+@pytest.mark.parametrize("where", ["sink", "its hold"])
 def test_what_the_consumer_raises_comes_out_as_it_was_and_aborts(qwen_tokenizer_dir, caplog, where):
     """A client gone while its events are written: the consumer's own error, not a 500."""
     async def drive(turn):
         async def gone() -> None:
             raise ConnectionResetError("client gone")
 
-        def on_events(events):
-            if where == "on_events":
+        def sink(events):
+            if where == "sink":
                 raise ConnectionResetError("client gone")
             return gone()
         with pytest.raises(ConnectionResetError, match="client gone"):
-            await turn.relay(on_events)
+            await turn.relay(sink)
         return turn.record
 
     caplog.set_level(logging.ERROR)

@@ -14,7 +14,6 @@ import openai
 import pytest
 
 from gateway.core.conversation import Conversation, Message
-
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, IM_START, TOOL_CALL, ids
 from tests.support.redis_server import RedisServer

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from hypothesis import given, settings
 
+from tests.server.test_fuzz_requests import FUZZ, MODEL, SEEDS, mutated
 from tests.support.fake_vllm import FakeVLLM
 from tests.support.gateway_process import gateway_process, memory_kb
-from tests.server.test_fuzz_requests import FUZZ, MODEL, SEEDS, mutated
 
 MB = 1024  # kB
 

@@ -20,10 +20,10 @@ from gateway.adapters.chat_output import ChatChunks, completion, completions, sa
 from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import check_model, parse_json
 from gateway.core.ids import new_id
+from gateway.core.push import Sink, held
 from gateway.pipeline import exchange, session
 from gateway.pipeline.request import TurnRequest
-from gateway.pipeline.turn import held
-from gateway.server.http import Emit, JSONResponse, model_route, sse_response
+from gateway.server.http import JSONResponse, model_route, sse_response
 
 
 async def _complete(request: Request, raw: bytes) -> Response:
@@ -44,15 +44,15 @@ async def _complete(request: Request, raw: bytes) -> Response:
              for i, each in enumerate(rollouts)]
     head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": parsed.model}
     if parsed.stream and parsed.n == 1:
-        async def relay(emit: Emit) -> None:
-            await exchange.run(turns[0], ChatChunks(parsed, head, emit))
+        async def relay(sink: Sink[bytes]) -> None:
+            await exchange.run(turns[0], ChatChunks(parsed, head, sink))
         return sse_response(relay)
     if parsed.stream:
-        async def relay_samples(emit: Emit) -> None:
+        async def relay_samples(sink: Sink[bytes]) -> None:
             branch = [session.branch_id(rollout_id, i) if rollout_id is not None else None for i in range(parsed.n)]
-            await exchange.run_samples(turns, [ChatChunks(parsed, head, emit, index=i, rollout_id=branch[i])
+            await exchange.run_samples(turns, [ChatChunks(parsed, head, sink, index=i, rollout_id=branch[i])
                                                for i in range(parsed.n)])
-            await held(emit(samples_ending(turns, parsed, head)))
+            await held(sink(samples_ending(turns, parsed, head)))
         return sse_response(relay_samples)
     await exchange.run_samples(turns, [exchange.Quiet() for _ in turns])
     if parsed.n == 1:

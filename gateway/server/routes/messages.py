@@ -18,10 +18,11 @@ from gateway.adapters.anthropic_input import parse_messages_request
 from gateway.adapters.anthropic_output import MessageEvents, message
 from gateway.adapters.validation import check_model, parse_json
 from gateway.core.ids import new_id
+from gateway.core.push import Sink
 from gateway.pipeline import exchange, session
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
-from gateway.server.http import Emit, JSONResponse, model_route, sse_response
+from gateway.server.http import JSONResponse, model_route, sse_response
 
 SESSION_HEADER = "x-claude-code-session-id"
 
@@ -34,8 +35,8 @@ async def _create(request: Request, raw: bytes) -> Response:
                                                       generated=parsed.generated, max_tokens_cap=True))
     message_id = new_id("msg")
     if parsed.stream:
-        async def relay(emit: Emit) -> None:
-            await exchange.run(turn, MessageEvents(parsed, message_id, emit))
+        async def relay(sink: Sink[bytes]) -> None:
+            await exchange.run(turn, MessageEvents(parsed, message_id, sink))
         return sse_response(relay)
     await exchange.run(turn, exchange.Quiet())
     return JSONResponse(message(turn, parsed, message_id))

@@ -16,9 +16,9 @@ from starlette.responses import Response
 
 from gateway.adapters.responses_events import Event
 from gateway.adapters.responses_turn import from_http
+from gateway.core.push import Hold, Sink
 from gateway.pipeline import exchange
-from gateway.pipeline.turn import Hold
-from gateway.server.http import Emit, JSONResponse, model_route, sse_event, sse_response
+from gateway.server.http import JSONResponse, model_route, sse_event, sse_response
 from gateway.server.routes.stored_responses import run_in_background
 
 
@@ -27,8 +27,8 @@ async def _create(request: Request, raw: bytes) -> Response:
     if made.parsed.background:
         return await run_in_background(request.app.state.runtime, made, request.app.state.admission)
     if made.parsed.stream:
-        async def relay(emit: Emit) -> None:
-            await exchange.run(made.turn, made.output(lambda events: _sse(emit, events)))
+        async def relay(sink: Sink[bytes]) -> None:
+            await exchange.run(made.turn, made.output(lambda events: _sse(sink, events)))
         return sse_response(relay)
     output = made.output()
     await exchange.run(made.turn, output)
@@ -38,6 +38,6 @@ async def _create(request: Request, raw: bytes) -> Response:
 create_response = model_route(_create)
 
 
-def _sse(emit: Emit, events: list[Event]) -> Hold:
+def _sse(sink: Sink[bytes], events: list[Event]) -> Hold:
     """One write for the events of one upstream read."""
-    return emit(sse_event(events[0]) if len(events) == 1 else b"".join([sse_event(event) for event in events]))
+    return sink(sse_event(events[0]) if len(events) == 1 else b"".join([sse_event(event) for event in events]))
