@@ -27,9 +27,10 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from gateway.core.errors import APIError
+from gateway.core.push import Hold, held
 from gateway.formats.base import ParseEvent
 from gateway.pipeline import session, trace
-from gateway.pipeline.turn import Hold, Turn, held
+from gateway.pipeline.turn import Turn
 
 
 class Writer(Protocol):

@@ -25,9 +25,9 @@ from gateway.adapters.responses_events import Event
 from gateway.adapters.responses_turn import ResponseTurn
 from gateway.adapters.stored import input_items_page
 from gateway.core.errors import APIError
+from gateway.core.push import Hold
 from gateway.pipeline import exchange, session
 from gateway.pipeline.runtime import Runtime
-from gateway.pipeline.turn import Hold
 from gateway.server.admission import Admission
 from gateway.server.event_log import EventLog, EventLogs
 from gateway.server.http import JSONResponse, sse_response
