@@ -33,7 +33,7 @@ def scoped(key: str) -> str:
     return key if tenant is None or tenant.admin else f"{tenant.name}:{key}"
 
 
-def prefix() -> str:
+def tenant_prefix() -> str:
     """What every key of the current tenant's state starts with ("" for all state)."""
     tenant = current.get()
     return "" if tenant is None or tenant.admin else f"{tenant.name}:"

@@ -47,7 +47,7 @@ from typing import Any
 
 from gateway.core.conversation import Item, Reasoning
 from gateway.core.errors import APIError, context_length_exceeded
-from gateway.core.tenancy import prefix, scoped
+from gateway.core.tenancy import scoped, tenant_prefix
 from gateway.formats.base import Covered
 from gateway.formats.length import too_long
 from gateway.pipeline import conversations, trace
@@ -287,7 +287,7 @@ async def delete_rollout(runtime: Runtime, rollout_id: str) -> None:
 
 async def rollout_summary(runtime: Runtime) -> dict[str, Any]:
     """The store's figures; a tenant's own rollouts and tokens only (the counters are everyone's)."""
-    return await runtime.state.rollout_summary(prefix())
+    return await runtime.state.rollout_summary(tenant_prefix())
 
 
 @contextlib.contextmanager
