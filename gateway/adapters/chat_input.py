@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.adapters import output_fields
+from gateway.adapters import output_fields, vllm_fields
 from gateway.adapters.request_schema import ChatBody, validate
 from gateway.adapters.responses_input import _content_text, _tool
 from gateway.adapters.rollout_fields import token_ids
@@ -26,12 +26,14 @@ class ChatRequest:
     include_usage: bool
     logprobs: bool
     return_token_ids: bool
+    tokens_as_ids: bool = False  # logprobs `token`s are "token_id:N" (vLLM's return_tokens_as_token_ids)
     prompt_cache_key: str | None = None
     client_prefix: TokenState | None = None  # ids on the last assistant message (NeMo-RL convention)
     n: int = 1  # choices: n generations of the same prompt
 
 
-def parse_chat_request(body: Any) -> ChatRequest:
+def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest:
+    """`tokens_as_ids`: the server's `--return-tokens-as-token-ids`, for requests that do not say."""
     validate(ChatBody, body)
     model = body["model"]
     messages = expect(body.get("messages"), list, "messages", optional=False)
@@ -64,8 +66,10 @@ def parse_chat_request(body: Any) -> ChatRequest:
     return_token_ids = bool(expect(body.get("return_token_ids"), bool, "return_token_ids"))
     rollout = body.get("rollout_id") is not None  # trajectories carry the sampled tokens' logprobs
     stream_options = expect(body.get("stream_options"), dict, "stream_options") or {}
+    vllm_fields.check_logprobs(body)
     sampling = parse_sampling(body, max_tokens=max_tokens, logprobs=logprobs or return_token_ids or rollout)
     sampling.stop = _stop(body.get("stop"))
+    vllm_fields.apply(body, sampling)
     sampling.constraint = output_fields.output_constraint(body, tool_choice, allowed,
                                                           answer_format=body.get("response_format"),
                                                           answer_param="response_format")
@@ -98,6 +102,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
                        stream=bool(expect(body.get("stream"), bool, "stream")),
                        include_usage=bool(stream_options.get("include_usage")), logprobs=logprobs,
                        return_token_ids=return_token_ids,
+                       tokens_as_ids=vllm_fields.tokens_as_ids(body, server_default=tokens_as_ids),
                        prompt_cache_key=expect(body.get("prompt_cache_key"), str, "prompt_cache_key"),
                        client_prefix=prefix, n=n)
 

@@ -38,7 +38,7 @@ def completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[st
     message["reasoning"] = "".join(reasoning) if reasoning else None
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": _finish_reason(turn),
                               "stop_reason": turn.record.stop_reason,
-                              "logprobs": _logprobs(turn) if parsed.logprobs else None}
+                              "logprobs": _logprobs(turn, parsed.tokens_as_ids) if parsed.logprobs else None}
     body = {**head, "object": "chat.completion", "choices": [choice], "usage": _usage(turn)}
     if parsed.return_token_ids:
         body["prompt_token_ids"] = turn.record.prompt_token_ids
@@ -95,7 +95,8 @@ class ChatChunks:
         self.index = index
         self.rollout_id = rollout_id
         self._turn: Turn | None = None
-        self._sent = 0  # output positions whose logprobs went out
+        self._sent = 0  # output positions whose logprobs and ids went out
+        self._per_token = parsed.logprobs or parsed.return_token_ids
         self._kinds: dict[int, str] = {}
         self._tool_index: dict[int, int] = {}
 
@@ -106,13 +107,20 @@ class ChatChunks:
             + b"\n\n"
 
     def _upto(self, end: int | None) -> dict[str, Any]:
-        """The logprobs of the tokens since the last chunk's through `end` (None: all), as vLLM
-        streams them: each chunk its own tokens, markup with the text that follows it."""
-        turn = self._turn
+        """The logprobs and ids of the tokens since the last chunk's through `end` (None: all), as
+        vLLM streams them: each chunk its own tokens, markup with the text that follows it."""
+        turn, parsed = self._turn, self.parsed
         assert turn is not None
-        content = logprobs.entries(turn.runtime.format, turn.record, self._sent, end)
-        self._sent += len(content)
-        return {"logprobs": {"content": content, "refusal": None}}
+        record, start = turn.record, self._sent
+        stop = len(record.output_ids) if end is None else min(end, len(record.output_ids))
+        extra: dict[str, Any] = {}
+        if parsed.logprobs:
+            content = logprobs.entries(turn.runtime.format, record, start, stop, as_ids=parsed.tokens_as_ids)
+            extra["logprobs"] = {"content": content, "refusal": None}
+        if parsed.return_token_ids:
+            extra["token_ids"] = record.output_ids[start:stop]
+        self._sent = max(start, stop)
+        return extra
 
     def started(self, turn: Turn) -> Hold:
         self._turn = turn
@@ -138,7 +146,7 @@ class ChatChunks:
                                                  "function": {"name": event.name, "arguments": ""}}]})
             elif isinstance(event, ItemDelta):
                 kind = kinds[event.index]
-                extra = self._upto(event.span[1]) if self.parsed.logprobs and event.span is not None else {}
+                extra = self._upto(event.span[1]) if self._per_token and event.span is not None else {}
                 if kind == "text":
                     yield chunk({"content": event.text}, **extra)
                 elif kind == "reasoning":
@@ -153,9 +161,7 @@ class ChatChunks:
     def ended(self, turn: Turn) -> Hold:
         parsed = self.parsed
         extra: dict[str, Any] = {"stop_reason": turn.record.stop_reason}
-        if parsed.return_token_ids:
-            extra["token_ids"] = turn.record.output_ids
-        if parsed.logprobs:
+        if self._per_token:
             extra.update(self._upto(None))  # what no delta took: the stop id, trailing markup
         ending = [self._chunk({}, _finish_reason(turn), **extra)]
         if self.index is None:  # else samples_ending ends the body
@@ -194,7 +200,7 @@ def _usage(turn: Turn) -> dict[str, Any]:
             "completion_tokens_details": {"reasoning_tokens": turn.record.reasoning_tokens}}
 
 
-def _logprobs(turn: Turn) -> dict[str, Any]:
+def _logprobs(turn: Turn, as_ids: bool) -> dict[str, Any]:
     """One entry per generated token, reasoning and markup included (aligned with `token_ids`:
-    what RL needs), with the token's text, bytes and the `top_logprobs` alternatives."""
-    return {"content": logprobs.entries(turn.runtime.format, turn.record), "refusal": None}
+    what RL needs), with the token's text (or "token_id:N"), bytes and the `top_logprobs` alternatives."""
+    return {"content": logprobs.entries(turn.runtime.format, turn.record, as_ids=as_ids), "refusal": None}

@@ -15,24 +15,27 @@ from gateway.formats.base import ChatFormat
 from gateway.tokenfix.record import TurnRecord
 
 
-def entries(chat_format: ChatFormat, record: TurnRecord, start: int = 0, end: int | None = None
-            ) -> list[dict[str, Any]]:
-    """The entries of output positions [start, end) of a turn that asked for logprobs."""
+def entries(chat_format: ChatFormat, record: TurnRecord, start: int = 0, end: int | None = None, *,
+            as_ids: bool = False) -> list[dict[str, Any]]:
+    """The entries of output positions [start, end) of a turn that asked for logprobs; `as_ids`:
+    each `token` is "token_id:N" (vLLM's `return_tokens_as_token_ids`; `bytes` stay the token's)."""
     logprobs = record.logprobs or []
     end = min(len(logprobs), len(record.output_ids)) if end is None else min(end, len(logprobs))
     top = record.top_logprobs
     out = []
     for position in range(start, end):
-        entry = _entry(chat_format, record.output_ids[position], logprobs[position])
-        entry["top_logprobs"] = _alternatives(chat_format, top[position]) if top and position < len(top) else []
+        entry = _entry(chat_format, record.output_ids[position], logprobs[position], as_ids)
+        entry["top_logprobs"] = _alternatives(chat_format, top[position], as_ids) if top and position < len(top) \
+            else []
         out.append(entry)
     return out
 
 
-def _alternatives(chat_format: ChatFormat, top: Sequence[tuple[int, float]]) -> list[dict[str, Any]]:
-    return [_entry(chat_format, token, logprob) for token, logprob in top]
+def _alternatives(chat_format: ChatFormat, top: Sequence[tuple[int, float]], as_ids: bool) -> list[dict[str, Any]]:
+    return [_entry(chat_format, token, logprob, as_ids) for token, logprob in top]
 
 
-def _entry(chat_format: ChatFormat, token: int, logprob: float) -> dict[str, Any]:
+def _entry(chat_format: ChatFormat, token: int, logprob: float, as_ids: bool) -> dict[str, Any]:
     raw = chat_format.token_bytes(token)
-    return {"token": raw.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(raw)}
+    text = f"token_id:{token}" if as_ids else raw.decode("utf-8", "replace")
+    return {"token": text, "logprob": logprob, "bytes": list(raw)}

@@ -257,6 +257,16 @@ class ChatBody(_Body):
     verbosity: str | None = None
     function_call: str | Obj | None = None
     functions: Objs | None = None
+    # vLLM's extra fields (gateway/adapters/vllm_fields.py)
+    return_tokens_as_token_ids: bool | None = None
+    skip_special_tokens: bool | None = None
+    include_stop_str_in_output: bool | None = None
+    min_tokens: Annotated[int, Field(ge=0)] | None = None
+    stop_token_ids: TokenIds | None = None
+    ignore_eos: bool | None = None
+    cache_salt: str | None = None
+    priority: Annotated[int, Field(ge=-INT64, lt=INT64)] | None = None
+    prompt_logprobs: int | None = None
 
 
 # -- errors -------------------------------------------------------------------------------

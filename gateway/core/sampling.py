@@ -58,6 +58,12 @@ class SamplingOptions:
     stop: tuple[str, ...] | None = None  # Chat stop strings (the gateway matches them: not sent)
     logit_bias: dict[int, float] | None = None  # token id -> bias (the ids are the model's: passed through)
     constraint: OutputConstraint | None = None  # forced/structured output (not a SamplingParams field)
+    # vLLM's extra fields, sent on as its own server would apply them
+    min_tokens: int | None = None
+    stop_token_ids: tuple[int, ...] | None = None  # stop ids beyond the format's own
+    ignore_eos: bool | None = None  # the format's stop ids and EOS do not end the generation
+    cache_salt: str | None = None  # request-level, not SamplingParams: sent beside them
+    priority: int | None = None  # likewise
 
 
 @dataclass(slots=True)
@@ -87,16 +93,24 @@ class GenerationDefaults:
                    max_tokens=max_new_tokens if isinstance(max_new_tokens, int) and max_new_tokens > 0 else None)
 
 
+_NOT_SENT_AS_IS = frozenset({"max_tokens", "logprobs", "constraint", "stop", "stop_token_ids", "ignore_eos"})
+
+
 def resolve(options: SamplingOptions, defaults: GenerationDefaults, *, max_tokens: int,
             stop_token_ids: list[int]) -> dict[str, Any]:
     """SamplingParams for vLLM: explicit request values win over model defaults."""
     params: dict[str, Any] = dict(defaults.values)
     for f in fields(SamplingOptions):
         value = getattr(options, f.name)
-        if value is not None and f.name not in ("max_tokens", "logprobs", "constraint", "stop"):
+        if value is not None and f.name not in _NOT_SENT_AS_IS:
             params[f.name] = value
     params["max_tokens"] = min(max_tokens, defaults.max_tokens) if defaults.max_tokens else max_tokens
-    params["stop_token_ids"] = stop_token_ids
+    extra = list(options.stop_token_ids or ())
+    if options.ignore_eos:  # vLLM's rule: only the request's own stop ids still stop it
+        params["ignore_eos"] = True
+        params["stop_token_ids"] = extra
+    else:
+        params["stop_token_ids"] = [*stop_token_ids, *(t for t in extra if t not in stop_token_ids)]
     if options.logprobs is not None:
         params["logprobs"] = options.logprobs
     if options.logit_bias is not None:  # JSON object keys are strings; vLLM reads them back as ids

@@ -83,6 +83,10 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                         help="tokens all RL rollouts may hold; least recently used rollouts are evicted beyond")
     parser.add_argument("--rollout-ttl", type=float, default=float(_env("rollout_ttl", "3600")),
                         help="seconds a rollout lives without a call or an export")
+    parser.add_argument("--return-tokens-as-token-ids", action="store_true",
+                        default=(_env("return_tokens_as_token_ids") or "").lower() in ("1", "true", "yes"),
+                        help="vLLM's flag: every logprobs token is named \"token_id:N\" unless a request sets "
+                             "return_tokens_as_token_ids: false (for RL clients that read ids from logprobs)")
     parser.add_argument("--resolve-interval", type=float, default=float(_env("resolve_interval", "10")),
                         help="seconds between DNS lookups of an --upstream hostname (a headless Service: one "
                              "replica per address); 0 resolves once")
@@ -228,7 +232,7 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         reasoning_parser=args.reasoning_parser, tool_parser=args.tool_parser, log_level=args.log_level,
         max_websocket_connections=args.max_websocket_connections, websocket_lifetime=args.websocket_lifetime,
         websocket_warning=args.websocket_warning, reasoning_secret=args.reasoning_secret,
-        responses_spec=args.responses_spec,
+        responses_spec=args.responses_spec, return_tokens_as_token_ids=args.return_tokens_as_token_ids,
         rollout_max_tokens=args.rollout_max_tokens, rollout_ttl=args.rollout_ttl,
         resolve_interval=args.resolve_interval,
         outlier_consecutive_failures=args.outlier_consecutive_failures,

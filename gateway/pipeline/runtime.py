@@ -28,6 +28,7 @@ class Runtime:
     state_store: StateStore | None = None
     # /v1/conversations: in process, or beside the rest in Redis (only pipeline/conversations.py uses it).
     conversations: ConversationStore = field(default_factory=MemoryConversations)
+    tokens_as_ids: bool = False  # --return-tokens-as-token-ids: logprobs `token`s are "token_id:N" by default
 
     def __post_init__(self) -> None:
         if self.state_store is None:

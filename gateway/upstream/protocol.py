@@ -25,6 +25,11 @@ PATHS: dict[UpstreamAPI, str] = {
 }
 
 
+# Fields that travel in `sampling` but are the request's own in GenerateRequest (top-level in
+# CompletionRequest as well).
+REQUEST_FIELDS = ("cache_salt", "priority")
+
+
 def request_body(
     api: UpstreamAPI,
     *,
@@ -47,6 +52,9 @@ def request_body(
             "request_id": request_id,
             "stream": stream,
         }
+        for name in REQUEST_FIELDS:  # the request's, not SamplingParams'
+            if name in params:
+                body[name] = params.pop(name)
     else:
         body = {
             "model": model,

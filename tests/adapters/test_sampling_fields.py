@@ -20,8 +20,13 @@ def test_both_apis_take_vllm_sampling_extras() -> None:
 
 
 def test_top_logprobs_without_logprobs() -> None:
-    # Chat asks with `logprobs: true`; Responses takes `top_logprobs` alone as the ask.
-    assert parse_chat_request({"model": "m", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}).sampling.logprobs is None
+    # Chat asks with `logprobs: true` (alternatives without it are a 400, as in vLLM and OpenAI);
+    # Responses takes `top_logprobs` alone as the ask.
+    with pytest.raises(APIError) as failure:
+        parse_chat_request({"model": "m", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})
+    assert failure.value.param == "top_logprobs"
+    assert parse_chat_request({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                               "top_logprobs": 0}).sampling.logprobs is None
     assert parse_request({"model": "m", "input": "hi", "top_logprobs": 2}).sampling.logprobs == 2
 
 

@@ -29,7 +29,7 @@ from gateway.server.http import JSONResponse, model_route, sse_response
 async def _complete(request: Request, raw: bytes) -> Response:
     runtime = request.app.state.runtime
     body: Any = parse_json(raw)
-    parsed = parse_chat_request(body)
+    parsed = parse_chat_request(body, tokens_as_ids=runtime.tokens_as_ids)
     check_model(runtime.model_name, parsed.model)
     rollout = await begin_rollout(runtime, body)
     rollout_id = body.get("rollout_id")
@@ -38,7 +38,7 @@ async def _complete(request: Request, raw: bytes) -> Response:
         rollouts = [await session.branch_rollout(runtime, rollout, rollout_id, i) for i in range(parsed.n)]
     first = TurnRequest(parsed.conversation, parsed.sampling, cache_key=parsed.prompt_cache_key,
                         rollout=rollouts[0], client_prefix=parsed.client_prefix,
-                        spans=parsed.stream and parsed.logprobs)  # per-chunk logprobs
+                        spans=parsed.stream and (parsed.logprobs or parsed.return_token_ids))  # per chunk
     # Sample i > 0 leaves only its rollout branch behind: the session continues the first choice.
     turns = [await session.prepare(runtime, dataclasses.replace(first, rollout=each, sample=i))
              for i, each in enumerate(rollouts)]
