@@ -269,6 +269,36 @@ class ChatBody(_Body):
     prompt_logprobs: int | None = None
 
 
+# -- vLLM's /tokenize and /detokenize ----------------------------------------------------
+
+class _VLLMBody(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    model: str | None = None
+
+
+class TokenizeBody(_VLLMBody):
+    """POST /tokenize: vLLM's TokenizeCompletionRequest (`prompt`) or TokenizeChatRequest
+    (`messages`), with the gateway's own ways to name a conversation it knows."""
+
+    prompt: str | None = None
+    messages: list[_ChatMessage] | None = None
+    tools: Objs | None = None
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+    add_special_tokens: bool | None = None
+    return_token_strs: bool | None = None
+    chat_template_kwargs: Obj | None = None
+    rollout_id: RolloutId | None = None
+    prompt_cache_key: str | None = None
+
+
+class DetokenizeBody(_VLLMBody):
+    """POST /detokenize."""
+
+    tokens: TokenIds
+
+
 # -- errors -------------------------------------------------------------------------------
 
 def validate(model: type[BaseModel], body: Any) -> None:

@@ -92,6 +92,17 @@ async def prepare(runtime: Runtime, request: TurnRequest) -> Turn:
     return turn
 
 
+async def prompt_ids(runtime: Runtime, request: TurnRequest) -> Sequence[int]:
+    """The prompt a turn for `request` sends, sending nothing (vLLM's /tokenize of a conversation):
+    when `request` is exactly the history the exact tokens it continues were generated from (the
+    call just made, asked about again), that call's prompt; else what `prepare` and the render give."""
+    turn = await prepare(runtime, request)
+    prefix = turn.record.prefix
+    if prefix is not None and (sent := prefix.prompt_of(request.conversation)) is not None:
+        return sent
+    return await turn.render()
+
+
 def _own(request: TurnRequest) -> bool:
     """The client's ids are the rollout's own last call: its state, whose digest checks the
     history the usual way, is offered instead (no render to check them)."""

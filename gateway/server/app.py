@@ -44,6 +44,7 @@ from gateway.server.routes.messages import count_tokens, create_message
 from gateway.server.routes.responses import create_response
 from gateway.server.routes.rollouts import delete_rollout, export_rollouts, get_rollout, rollout_stats
 from gateway.server.routes.stored_responses import cancel_response, delete_response, get_response, list_input_items
+from gateway.server.routes.tokenize import detokenize, tokenize
 from gateway.server.routes.websocket import responses_websocket
 from gateway.server.tenant_limits import TenantLimitMiddleware, TenantLimits
 from gateway.sessions.backend import open_conversations, open_state
@@ -166,6 +167,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         Route("/v1/rollouts/{rollout_id}", get_rollout, methods=["GET"]),
         Route("/v1/rollouts/{rollout_id}", delete_rollout, methods=["DELETE"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
         Route("/openapi.json", openapi_endpoint, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),

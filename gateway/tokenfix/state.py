@@ -114,6 +114,16 @@ class TokenState:
             return None
         return cls.build(before, items, prompt, head[len(prompt):end if cut else end + 1], terminators)
 
+    def prompt_of(self, conversation: Conversation) -> array | None:
+        """The prompt these tokens were generated from, when `conversation` is exactly the history
+        it rendered (the call that produced them, asked about again); else None."""
+        items = conversation.items
+        if self.prompt_hash is None or len(items) != self.prompt_items or context_digest(conversation) != self.context:
+            return None
+        if history_digest(items) != self.prompt_hash.digest():
+            return None
+        return self.tokens[:self.prompt_len]
+
     def continued_by(self, conversation: Conversation, terminators: Collection[int]) -> Covered | None:
         """What of `conversation` this state covers, or None if it does not continue it
         (a rewritten history, other instructions or tools)."""

@@ -115,6 +115,7 @@ class FakeVLLM:
             Route("/inference/v1/generate", self._generate, methods=["POST"]),
             Route("/inference/v1/abort_requests", self._abort, methods=["POST"]),
             Route("/v1/completions", self._completions, methods=["POST"]),
+            Route("/tokenize", self._tokenize, methods=["POST"]),
         ])
 
     def __enter__(self) -> Self:
@@ -207,6 +208,14 @@ class FakeVLLM:
             "usage": output.usage(details=True), "kv_transfer_params": None, "ec_transfer_params": None,
             "metrics": None,
         })
+
+    async def _tokenize(self, request: Request) -> Response:
+        """vLLM's text /tokenize; the fake has no tokenizer: one id per character (its code point)."""
+        body = await self._record(request)
+        tokens = [ord(char) for char in body.get("prompt") or ""]
+        answer: dict[str, Any] = {"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens,
+                                  "token_strs": list(body["prompt"]) if body.get("return_token_strs") else None}
+        return JSONResponse(answer)
 
     def _next_script(self, body: dict[str, Any]) -> Script:
         if _is_probe(body) or not self._scripts:
