@@ -221,8 +221,9 @@ def _row(size: int, mode: str, times: list[float], tokens: int) -> dict[str, Any
 def load_qwen_format() -> ChatFormat:
     from gateway.formats.hf import load_hf_format
     from gateway.ops.qwen_tokenizer import qwen_tokenizer_dir
+    from gateway.tokenfix.locality import failing_kinds
 
-    return load_hf_format(qwen_tokenizer_dir())
+    return load_hf_format(qwen_tokenizer_dir(), locality=failing_kinds)  # as the server builds it
 
 
 def run(*, quick: bool, vllm_url: str | None) -> list[dict[str, Any]]:

@@ -56,8 +56,9 @@ def o200k_dir() -> Path:
 def qwen_format(tokenizer):
     """Qwen3's HF chat-template format on the session tokenizer."""
     from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
 
-    return HFChatFormat(tokenizer)
+    return HFChatFormat(tokenizer, locality=failing_kinds)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import json
 import logging
 from pathlib import Path
 
-from gateway.formats.base import ChatFormat
+from gateway.formats.base import ChatFormat, LocalityProbe
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,10 @@ def detect_format(model: str) -> str:
 
 
 def load_format(model: str, *, tokenizer: str | None = None, chat_format: str = "auto",
-                reasoning_parser: str = "auto", tool_parser: str = "auto") -> ChatFormat:
+                reasoning_parser: str = "auto", tool_parser: str = "auto",
+                locality: LocalityProbe | None = None) -> ChatFormat:
+    """The model's format; `locality` decides which new items a chat template renders alone (see
+    `HFChatFormat`)."""
     kind = detect_format(model) if chat_format == "auto" else chat_format
     if chat_format == "auto" and _mistral(tokenizer or model, tool_parser, reasoning_parser):
         kind = "mistral"
@@ -43,7 +46,8 @@ def load_format(model: str, *, tokenizer: str | None = None, chat_format: str = 
     if kind == "hf":
         from gateway.formats.hf import load_hf_format
 
-        return load_hf_format(tokenizer or model, tool_parser=tool_parser, reasoning_parser=reasoning_parser)
+        return load_hf_format(tokenizer or model, tool_parser=tool_parser, reasoning_parser=reasoning_parser,
+                              locality=locality)
     raise ValueError(f"unknown chat format {kind!r}; expected auto, harmony or hf")
 
 

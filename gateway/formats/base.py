@@ -6,7 +6,7 @@ token ids back into items, incrementally, as they stream. It never does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -145,3 +145,8 @@ class ChatFormat(Protocol):
         """vLLM's `structured_outputs` enforcing `constraint` in this format's own output syntax
         ({}: nothing to enforce); raises APIError (400) for what this format cannot enforce."""
         ...
+
+
+# (format, its window's tail) -> the kinds of new items whose windowed continuation differs from the
+# full render + splice (gateway/tokenfix/locality.py; gateway/formats/hf_window.py uses it)
+LocalityProbe = Callable[[ChatFormat, Callable[[Conversation, Covered], "Tail | None"]], set[str]]

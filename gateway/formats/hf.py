@@ -31,7 +31,7 @@ from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.errors import APIError
 from gateway.core.sampling import OutputConstraint
 from gateway.formats import deepseek, dsml, gemma4, glm, hf_constraints, kimi, llama3_json, minimax
-from gateway.formats.base import Covered, Tail
+from gateway.formats.base import Covered, LocalityProbe, Tail
 from gateway.formats.dsml_render import DSML, DsmlEncoder
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
@@ -65,7 +65,10 @@ class HFChatFormat:
     name = "hf"
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast, *, enable_thinking: bool | None = None,
-                 extra_eos_ids: Iterable[int] = (), tool_parser: str = "auto", reasoning_parser: str = "auto") -> None:
+                 extra_eos_ids: Iterable[int] = (), tool_parser: str = "auto", reasoning_parser: str = "auto",
+                 locality: LocalityProbe | None = None) -> None:
+        """`locality` decides which new items render alone (`render_tail`; gateway.tokenfix.locality), none
+        without one."""
         if not isinstance(tokenizer, PreTrainedTokenizerFast):
             raise TypeError(f"the hf format needs a fast (tokenizers) tokenizer, got {type(tokenizer).__name__}")
         if tool_parser not in TOOL_PARSERS:
@@ -172,7 +175,7 @@ class HFChatFormat:
         self._quiet_starts_in_reasoning = self._prompt_opens_reasoning(thinking=False)
         if not self._glm:
             self.turn_terminators |= self._stop_ids_closing_turns()
-        self._window = self._template_window()
+        self._window = self._template_window(locality)
 
     def render(self, conversation: Conversation) -> list[int]:
         messages, tools = hf_messages(conversation)
@@ -257,14 +260,14 @@ class HFChatFormat:
         markup = self.tokenizer.added_tokens_decoder
         return frozenset(t for t in self.stop_token_ids if t in markup and t not in rendered)
 
-    def _template_window(self) -> TemplateWindow | None:
+    def _template_window(self, locality: LocalityProbe | None) -> TemplateWindow | None:
         """Windowed renders find turns by their terminators' text: each must be markup that no
         other added token's text contains."""
         markup = [token.content for token in self.tokenizer.added_tokens_decoder.values()]
         strings = self.tokenizer.convert_ids_to_tokens(sorted(self.turn_terminators))
         if not all(s in markup and sum(s in m for m in markup) == 1 for s in strings):
             return None
-        return TemplateWindow(self, self._encoder, strings)
+        return TemplateWindow(self, self._encoder, strings, locality)
 
 
 def _tool_calls_of(template: str) -> str:

@@ -13,8 +13,8 @@ Whether a template is that local cannot be read off its source, so it is tested 
 use, per kind of new item (tool outputs, user messages, later system messages): probe
 conversations are continued both ways, full render + splice and window, and a kind uses
 the window only if every probe agrees. The probe splices exact tokens, which is
-gateway/tokenfix's business: it lives in gateway/tokenfix/locality.py and installs itself
-here (`use_probe`) when gateway.tokenfix is imported; until then no kind is windowed.
+gateway/tokenfix's business: it lives in gateway/tokenfix/locality.py, and whoever builds the
+format passes it in (`HFChatFormat(locality=…)`, as the server does); without one no kind is windowed.
 Qwen3's template passes for tool outputs and system messages, not for user messages: a
 new user query strips the reasoning of earlier turns, which the window cannot see. Other
 new items (assistant items) always take the full render.
@@ -26,12 +26,12 @@ import dataclasses
 import functools
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from jinja2 import TemplateError
 
 from gateway.core.conversation import Conversation, Item, Message, ToolOutput
-from gateway.formats.base import ChatFormat, Covered, Tail
+from gateway.formats.base import ChatFormat, Covered, LocalityProbe, Tail
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
 
 log = logging.getLogger(__name__)
@@ -47,19 +47,13 @@ def item_kind(item: Item) -> str:
     return "assistant"
 
 
-# (format, window tail) -> the kinds whose windowed continuation differs from full render + splice
-LocalityProbe = Callable[[ChatFormat, Callable[[Conversation, Covered], Tail | None]], set[str]]
-_probe: LocalityProbe | None = None
-
-
-def use_probe(probe: LocalityProbe) -> None:
-    global _probe
-    _probe = probe
 
 
 class TemplateWindow:
-    def __init__(self, chat_format: ChatFormat, encoder: SafeTemplateEncoder, terminators: Sequence[str]) -> None:
+    def __init__(self, chat_format: ChatFormat, encoder: SafeTemplateEncoder, terminators: Sequence[str],
+                 probe: LocalityProbe | None) -> None:
         self._format = chat_format
+        self._probe = probe
         self._encoder = encoder
         self._terminator = re.compile("|".join(map(re.escape, terminators)))
         self._terminators = terminators
@@ -68,8 +62,8 @@ class TemplateWindow:
     @functools.cached_property
     def kinds(self) -> frozenset[str]:
         """The kinds of new items this template renders locally (probed once, on first use;
-        with no probe installed, none: the full render is always right)."""
-        kinds = frozenset(KINDS) - _probe(self._format, self._tail) if _probe is not None else frozenset()
+        with no probe, none: the full render is always right)."""
+        kinds = frozenset(KINDS) - self._probe(self._format, self._tail) if self._probe is not None else frozenset()
         log.info("chat template renders %s new items incrementally", ", ".join(sorted(kinds)) or "no")
         return kinds
 

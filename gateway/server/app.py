@@ -52,6 +52,7 @@ from gateway.sessions.observer import StateObserver
 from gateway.sessions.responses import ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import SessionStore
+from gateway.tokenfix.locality import failing_kinds
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.outlier import OutlierPolicy
 from gateway.upstream.pool import Pool
@@ -64,7 +65,8 @@ def build_runtime(settings: Settings, observer: StateObserver | None = None) -> 
     sessions, responses = SessionStore(), ResponseStore()
     rollouts = RolloutStore(max_tokens=settings.rollout_max_tokens, ttl=settings.rollout_ttl)
     chat_format = load_format(settings.model, tokenizer=settings.tokenizer, chat_format=settings.chat_format,
-                              reasoning_parser=settings.reasoning_parser, tool_parser=settings.tool_parser)
+                              reasoning_parser=settings.reasoning_parser, tool_parser=settings.tool_parser,
+                              locality=failing_kinds)
     return Runtime(
         model_name=settings.model_name,
         format=chat_format,

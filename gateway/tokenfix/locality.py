@@ -5,7 +5,8 @@ window; that is right only for templates that write each message from its neighb
 This module probes a template on first use, per kind of new item: each probe conversation
 is continued both ways, as the one prompt decision's full render + splice
 (gateway/tokenfix/prompt.py) and as the window + `splice_tail`, and a kind is windowed only
-if every probe agrees. Importing gateway.tokenfix installs the probe in the HF format.
+if every probe agrees. The runtime's builder hands `failing_kinds` to the HF format
+(`HFChatFormat(locality=failing_kinds)`, gateway/server/app.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.formats import hf_window
 from gateway.formats.base import ChatFormat, Covered, Tail
 from gateway.tokenfix.prompt import PromptBuilder
 from gateway.tokenfix.splice import splice_tail
@@ -103,5 +103,3 @@ _PROBES: tuple[tuple[list[Item], list[Item], dict[str, Any]], ...] = (
      _new("c1")),
 )
 
-
-hf_window.use_probe(failing_kinds)

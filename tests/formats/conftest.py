@@ -22,8 +22,9 @@ def qwen36_tokenizer():
 def qwen36_format(qwen36_tokenizer):
     """The HF format on it: XML tool calls, picked from the template."""
     from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
 
-    return HFChatFormat(qwen36_tokenizer)
+    return HFChatFormat(qwen36_tokenizer, locality=failing_kinds)
 
 
 @pytest.fixture(scope="session")
@@ -40,8 +41,9 @@ def glm_tokenizer():
 def glm_format(glm_tokenizer):
     """The HF format on it: GLM tool calls, picked from the template."""
     from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
 
-    return HFChatFormat(glm_tokenizer)
+    return HFChatFormat(glm_tokenizer, locality=failing_kinds)
 
 
 @pytest.fixture(scope="session")
@@ -58,8 +60,9 @@ def deepseek_tokenizer():
 def deepseek_format(deepseek_tokenizer):
     """The HF format on it: DeepSeek-V3.1 tool calls, picked from the template."""
     from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
 
-    return HFChatFormat(deepseek_tokenizer)
+    return HFChatFormat(deepseek_tokenizer, locality=failing_kinds)
 
 
 @pytest.fixture(scope="session")
@@ -76,8 +79,9 @@ def kimi_tokenizer():
 def kimi_format(kimi_tokenizer):
     """The HF format on it: Kimi tool calls, picked from the template."""
     from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
 
-    return HFChatFormat(kimi_tokenizer)
+    return HFChatFormat(kimi_tokenizer, locality=failing_kinds)
 
 
 @pytest.fixture(scope="session")
@@ -103,9 +107,10 @@ def llama3_tokenizer():
 def llama3_format():
     """The HF format on it (with generation_config's stop ids): llama3_json calls, picked from the template."""
     from gateway.formats.hf import load_hf_format
+    from gateway.tokenfix.locality import failing_kinds
     from tests.support.llama3 import llama3_tokenizer_dir
 
-    return load_hf_format(llama3_tokenizer_dir())
+    return load_hf_format(llama3_tokenizer_dir(), locality=failing_kinds)
 
 
 @pytest.fixture(scope="session")
@@ -122,16 +127,20 @@ def deepseek_v4_tokenizer():
 def deepseek_v4_format(deepseek_v4_tokenizer):
     """The HF format on it with vLLM's `deepseek_v4` parser: DeepSeek's V4 encoder, thinking on (V4's default)."""
     from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
 
-    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v4", reasoning_parser="deepseek_v4")
+    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v4", reasoning_parser="deepseek_v4",
+                        locality=failing_kinds)
 
 
 @pytest.fixture(scope="session")
 def deepseek_v32_format(deepseek_v4_tokenizer):
     """DeepSeek's V3.2 encoder and `function_calls` markup (`deepseek_v32`) on the same vocabulary, thinking off."""
     from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
 
-    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v32", reasoning_parser="deepseek_r1")
+    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v32", reasoning_parser="deepseek_r1",
+                        locality=failing_kinds)
 
 
 @pytest.fixture(scope="session")
@@ -148,8 +157,9 @@ def minimax_tokenizer():
 def minimax_format(minimax_tokenizer):
     """The HF format on it: MiniMax-M2 tool calls, picked from the template."""
     from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
 
-    return HFChatFormat(minimax_tokenizer)
+    return HFChatFormat(minimax_tokenizer, locality=failing_kinds)
 
 
 @pytest.fixture(scope="session")
@@ -166,14 +176,17 @@ def gemma4_tokenizer():
 def gemma4_format():
     """The HF format on it (with generation_config's stop ids): gemma4 calls, picked from the template."""
     from gateway.formats.hf import load_hf_format
+    from gateway.tokenfix.locality import failing_kinds
     from tests.support.gemma4 import gemma4_tokenizer_dir
 
-    return load_hf_format(gemma4_tokenizer_dir())
+    return load_hf_format(gemma4_tokenizer_dir(), locality=failing_kinds)
 
 
 @pytest.fixture(scope="session")
 def deepseek_v4_chat_format(deepseek_v4_tokenizer):
     """DeepSeek-V4 with thinking off: output starts after the prompt's `</think>`."""
     from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
 
-    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v4", enable_thinking=False)
+    return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v4", enable_thinking=False,
+                        locality=failing_kinds)

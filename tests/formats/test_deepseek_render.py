@@ -16,6 +16,7 @@ from gateway.formats.hf_render import hf_messages
 from gateway.pipeline import session
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
+from gateway.tokenfix.locality import failing_kinds
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.pool import Pool
 from tests.formats.test_deepseek_parser import TOOLS, call, ids_of, items, section
@@ -203,7 +204,7 @@ async def test_the_next_prompt_continues_after_an_answer(deepseek_format, deepse
 async def test_thinking_mode_keeps_the_reasoning_the_template_drops(deepseek_tokenizer):
     """In thinking mode the model reasons after `<think>`; the template renders an earlier turn as
     `</think>answer`, the splice keeps the model's reasoning ids."""
-    thinking = HFChatFormat(deepseek_tokenizer, enable_thinking=True)
+    thinking = HFChatFormat(deepseek_tokenizer, enable_thinking=True, locality=failing_kinds)
     generated = [*ids_of(deepseek_tokenizer, "Easy.</think>All 3 passed.", split="bytes"), EOS]
     assert [type(i) for i in parse_items(thinking, generated)] == [Reasoning, Message]
     prompt, ids = await continue_after(thinking, generated, lambda turn: [Message("user", "Thanks")])

@@ -178,6 +178,7 @@ def test_a_template_that_is_not_local_is_not_windowed(qwen_tokenizer_dir: Path):
     from transformers import AutoTokenizer
 
     from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
 
     tokenizer = AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
     tokenizer.chat_template = (
@@ -186,7 +187,7 @@ def test_a_template_that_is_not_local_is_not_windowed(qwen_tokenizer_dir: Path):
         "{{- '<|im_start|>tool ' ~ ns.n ~ '\\n' + m.content + '<|im_end|>\\n' }}"
         "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + (m.content or '') + '<|im_end|>\\n' }}{%- endif %}"
         "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
-    chat_format = HFChatFormat(tokenizer)
+    chat_format = HFChatFormat(tokenizer, locality=failing_kinds)
     conversation, _, covered = agent_case(chat_format)
     assert "tool" not in chat_format.incremental_kinds
     assert chat_format.render_tail(conversation, covered) is None
