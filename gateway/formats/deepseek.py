@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.call_section import CallSectionParser
+from gateway.formats.family import Family, ParserFactory
 from gateway.formats.glm import is_valid_name
 from gateway.formats.hf_parser import Markup
 
@@ -163,3 +164,17 @@ class DeepSeekToolCallParser(CallSectionParser):
         self._state = _BETWEEN
         self._mode = "text"
         self._open_segment()
+
+
+def _parsers(vocab: dict[str, int]) -> ParserFactory:
+    call_ids = tuple(vocab[t] for t in CALL_TOKENS)
+    return lambda shared, starts, tools: DeepSeekToolCallParser(shared.token_bytes, shared.markup, call_ids,
+                                                                shared.stop_ids, starts, tools)
+
+
+# The section's markers open and close calls; the per-call markers are markup in a section, else text.
+FAMILY = Family(
+    name="deepseek", tool_parsers=("deepseek_v31",), reasoning_parsers=("deepseek_v3", "deepseek_r1"),
+    detect=lambda template: TEMPLATE_MARKER in template,
+    markers={"call_open": CALLS_BEGIN, "call_close": CALLS_END}, markup=CALL_TOKENS,
+    needs=(CALLS_BEGIN, CALLS_END, *CALL_TOKENS), parsers=_parsers)

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 
-from gateway.formats.dsml_render import BLOCKS
-from gateway.formats.invoke import Tags
+from gateway.formats.dsml_render import BLOCKS, DSML, DsmlEncoder
+from gateway.formats.family import Family, ParserFactory
+from gateway.formats.invoke import InvokeToolCallParser, Tags
 
 MARK = "\ufdd0"  # the `｜DSML｜` id in scanned text
 
@@ -35,3 +36,21 @@ def tags(dsml_id: int, version: str) -> Tags:
                 invoke_open=f'<{MARK}invoke name="', invoke_close=f"</{MARK}invoke>",
                 parameter_open=f"<{MARK}parameter", parameter_close=f"</{MARK}parameter>",
                 parameter=re.compile(f'<{MARK}parameter\\s+name="([^"]*)"(?:\\s+string="([^"]*)")?\\s*>'))
+
+
+def _family(version: str, template: str, reasoning_parsers: tuple[str, ...]) -> Family:
+    def parsers(vocab: dict[str, int]) -> ParserFactory:
+        invoke_tags = tags(vocab[DSML], version)
+        return lambda shared, starts, tools: InvokeToolCallParser(shared.token_bytes, shared.markup, invoke_tags,
+                                                                  shared.stop_ids, starts, tools)
+
+    name = f"deepseek_{version}"
+    # `｜DSML｜` opens every tag; the parser reads the text around it, so there is no closing marker.
+    return Family(name=f"dsml_{version}", tool_parsers=(name,), reasoning_parsers=reasoning_parsers,
+                  detect=lambda text: template in text, model_types=(name,),
+                  markers={"call_open": DSML, "call_close": None}, needs=(DSML,), parsers=parsers,
+                  encoder=lambda tokenizer, thinking: DsmlEncoder(tokenizer, version, thinking))
+
+
+V4 = _family("v4", f"{DSML}tool_calls", ("deepseek_v4",))
+V32 = _family("v32", DSML, ())  # after V4: any template writing `｜DSML｜`

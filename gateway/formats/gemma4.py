@@ -33,6 +33,7 @@ from typing import Any
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone
+from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.glm import is_valid_name
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.qwen_xml import argument_dict
@@ -246,3 +247,20 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             message = {**message, "tool_calls": calls}
         shaped.append(dict(message))
     return shaped
+
+
+def _parsers(vocab: dict[str, int]) -> ParserFactory:
+    string = vocab[STRING]
+    return lambda shared, starts, tools: Gemma4Parser(shared.token_bytes, shared.markup, string, shared.stop_ids,
+                                                      starts, tools)
+
+
+# `<|tool_response>` ends a model turn by opening its results; `<|"|>` delimits strings in a call, out of one text.
+FAMILY = Family(
+    name="gemma4", tool_parsers=("gemma4",), reasoning_parsers=("gemma4",),
+    detect=lambda template: TEMPLATE_MARKER in template,
+    markers={"think_open": CHANNEL_OPEN, "think_close": CHANNEL_CLOSE, "call_open": CALL_OPEN,
+             "call_close": CALL_CLOSE},
+    markup=(STRING,), needs=(STRING, *TURN_TOKENS),
+    turns=Turns(stops=STOP_TOKENS, terminators=TURN_TOKENS, openers=OPENER_TOKENS),
+    prepare=template_messages, parsers=_parsers)

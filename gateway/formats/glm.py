@@ -42,6 +42,7 @@ from typing import Any
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.call_section import CallSectionParser
+from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.hf_parser import Markup
 from gateway.formats.qwen_xml import argument_dict
 
@@ -353,3 +354,17 @@ def _with_argument_dicts(message: dict[str, Any]) -> dict[str, Any]:
     converted = [{**call, "function": {**call["function"], "arguments": argument_dict(call["function"]["arguments"])}}
                  for call in calls]
     return {**message, "tool_calls": converted}
+
+
+def _parsers(vocab: dict[str, int]) -> ParserFactory:
+    arg_ids = tuple(vocab[t] for t in ARG_TOKENS)
+    return lambda shared, starts, tools: GlmToolCallParser(shared.token_bytes, shared.markup, arg_ids,
+                                                           shared.stop_ids, starts, tools)
+
+
+# GLM ends a turn on the token that opens the next message; its template's turns hold whichever parser reads.
+FAMILY = Family(
+    name="glm", tool_parsers=("glm45", "glm47"), reasoning_parsers=("glm45", "glm47"),
+    detect=lambda template: TEMPLATE_MARKER in template, markup=ARG_TOKENS, needs=(*ARG_TOKENS, *TURN_TOKENS),
+    turns=Turns(stops=STOP_TOKENS, terminators=TURN_TOKENS, openers=TURN_TOKENS, stops_close_turns=False),
+    prepare=template_messages, parsers=_parsers)

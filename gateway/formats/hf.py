@@ -30,35 +30,16 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.errors import APIError
 from gateway.core.sampling import OutputConstraint
-from gateway.formats import deepseek, dsml, gemma4, glm, hf_constraints, kimi, llama3_json, minimax
+from gateway.formats import families, hf_constraints
 from gateway.formats.base import Covered, LocalityProbe, Tail
-from gateway.formats.dsml_render import DSML, DsmlEncoder
+from gateway.formats.family import CHATML, Family, Parsing
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
 from gateway.formats.hf_window import TemplateWindow
-from gateway.formats.invoke import InvokeToolCallParser
-from gateway.formats.qwen_xml import XmlToolCallParser, template_messages
 
-# Tokens that end a turn in ChatML-style templates, besides the tokenizer's eos.
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>")
-# vLLM's --tool-call-parser / --reasoning-parser names this format speaks, and what they mean here.
-TOOL_PARSERS = {"auto": "auto", "hermes": "hermes", "qwen3_coder": "xml", "qwen3_xml": "xml", "glm45": "glm",
-                "glm47": "glm", "deepseek_v31": "deepseek", "kimi_k2": "kimi", "none": "none",
-                "llama3_json": "llama3_json", "deepseek_v32": "dsml_v32", "deepseek_v4": "dsml_v4",
-                "minimax_m2": "minimax", "gemma4": "gemma4"}
-REASONING_PARSERS = {"auto": "think", "qwen3": "think", "glm45": "think", "glm47": "think", "deepseek_v3": "think",
-                     "deepseek_r1": "think", "kimi_k2": "think", "none": "none",
-                     "deepseek_v4": "think", "minimax_m2": "think", "gemma4": "think"}
-# Families whose calls come in a section of calls, each a head and its arguments as written:
-# (section begin, section end, (call begin, call end, head/arguments separator), parser)
-SECTIONS = {
-    "deepseek": (deepseek.CALLS_BEGIN, deepseek.CALLS_END, deepseek.CALL_TOKENS, deepseek.DeepSeekToolCallParser),
-    "kimi": (kimi.CALLS_BEGIN, kimi.CALLS_END, kimi.CALL_TOKENS, kimi.KimiToolCallParser),
-}
 THINKING_SWITCH = "enable_thinking"  # the variable Qwen3, Qwen3.5/3.6 and GLM templates switch thinking with
-XML_TEMPLATE_MARKERS = ("<function=", "<parameter=")
-# Models DeepSeek ships without a chat template (config.json model_type): their encoder's calls.
-DSML_MODEL_TYPES = {"deepseek_v32": "deepseek_v32", "deepseek_v4": "deepseek_v4"}
+_QWEN_MARKERS = {"think_open": "<think>", "think_close": "</think>", "call_open": "<tool_call>",
+                 "call_close": "</tool_call>"}
 
 
 class HFChatFormat:
@@ -67,115 +48,65 @@ class HFChatFormat:
     def __init__(self, tokenizer: PreTrainedTokenizerFast, *, enable_thinking: bool | None = None,
                  extra_eos_ids: Iterable[int] = (), tool_parser: str = "auto", reasoning_parser: str = "auto",
                  locality: LocalityProbe | None = None) -> None:
-        """`locality` decides which new items render alone (`render_tail`; gateway.tokenfix.locality), none
-        without one."""
+        """`tool_parser` / `reasoning_parser` are vLLM's names (auto: read the template); `locality`
+        decides which new items render alone (`render_tail`; gateway.tokenfix.locality), none without."""
         if not isinstance(tokenizer, PreTrainedTokenizerFast):
             raise TypeError(f"the hf format needs a fast (tokenizers) tokenizer, got {type(tokenizer).__name__}")
-        if tool_parser not in TOOL_PARSERS:
-            raise ValueError(f"unknown tool parser {tool_parser!r}; expected one of {', '.join(TOOL_PARSERS)}")
-        if reasoning_parser not in REASONING_PARSERS:
-            raise ValueError(
-                f"unknown reasoning parser {reasoning_parser!r}; expected one of {', '.join(REASONING_PARSERS)}"
-            )
+        reasoning_parsers = families.reasoning_parser_names()
+        if reasoning_parser not in reasoning_parsers or reasoning_parser in families.OWN_FORMATS:
+            raise ValueError(f"unknown reasoning parser {reasoning_parser!r}; expected one of "
+                             f"{', '.join(r for r in reasoning_parsers if r not in families.OWN_FORMATS)}")
         self.tokenizer = tokenizer
         template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
-        self.tool_calls = TOOL_PARSERS[tool_parser]  # "hermes" | "xml" | "glm" | "deepseek" | "kimi" | "dsml_…" | "none"
-        if self.tool_calls == "auto":
-            self.tool_calls = _tool_calls_of(template)
-        # DeepSeek-V3.2/V4 render with DeepSeek's encoder, not a template (gateway.formats.dsml_render).
-        self._dsml = self.tool_calls.removeprefix("dsml_") if self.tool_calls.startswith("dsml_") else None
-        if tokenizer.chat_template is None and self._dsml is None:
+        # The family whose calls are parsed, and the template's own (its turns, preparation, reasoning markers).
+        own = families.of_template(template)
+        family = own if tool_parser == "auto" else families.by_tool_parser(tool_parser)
+        self.family, self.tool_calls = family, family.name
+        if tokenizer.chat_template is None and family.encoder is None:
             raise ValueError("the tokenizer has no chat template")
-        # GLM ends a turn on the token that opens the next message (see gateway.formats.glm).
-        self._glm = glm.TEMPLATE_MARKER in template or self.tool_calls == "glm"
-        template_kwargs: dict[str, Any] = {}
-        if enable_thinking is not None:
-            template_kwargs["enable_thinking"] = enable_thinking
-        prepare = (template_messages if self.tool_calls in ("xml", "minimax")
-                   else glm.template_messages if self._glm
-                   else llama3_json.template_messages if self.tool_calls == "llama3_json"
-                   else gemma4.template_messages if self.tool_calls == "gemma4" else None)
-        self._encoder = (DsmlEncoder(tokenizer, self._dsml, enable_thinking) if self._dsml is not None
-                         else SafeTemplateEncoder(tokenizer, template_kwargs, prepare=prepare))
-        # A request that turns thinking off (`Conversation.thinking`) renders with the template's switch
-        # off, as vLLM renders `chat_template_kwargs: {"enable_thinking": false}`; None: no switch.
-        self._quiet_encoder: SafeTemplateEncoder | None = None
-        if enable_thinking is not False and self._dsml is not None:
-            self._quiet_encoder = DsmlEncoder(tokenizer, self._dsml, False)
-        elif enable_thinking is not False and THINKING_SWITCH in template:
-            self._quiet_encoder = SafeTemplateEncoder(tokenizer, {**template_kwargs, "enable_thinking": False},
-                                                      prepare=prepare)
-
+        turns_family = next((f for f in (family, own) if f.turns is not None), None)
+        turns = turns_family.turns if turns_family is not None and turns_family.turns is not None else CHATML
         vocab = tokenizer.get_vocab()
-        missing = [t for t in (*glm.ARG_TOKENS, *glm.TURN_TOKENS) if t not in vocab] if self._glm else []
+        needs = [*family.needs, *(turns_family.needs if turns_family is not None else ())]
+        missing = [t for t in dict.fromkeys(needs) if t not in vocab]
         if missing:
-            raise ValueError(f"GLM's format needs GLM's tokens; the tokenizer lacks {', '.join(missing)}")
-        section = SECTIONS.get(self.tool_calls)
-        missing = [t for t in (*section[:2], *section[2]) if t not in vocab] if section else []
-        if self._dsml is not None and DSML not in vocab:
-            missing = [DSML]
-        if self.tool_calls == "minimax":
-            missing = [t for t in (minimax.CALLS_BEGIN, minimax.CALLS_END) if t not in vocab]
-        if missing:
-            raise ValueError(f"{self.tool_calls} tool calls need the family's tokens; the tokenizer lacks "
+            raise ValueError(f"the {family.name} format needs the family's tokens; the tokenizer lacks "
                              f"{', '.join(missing)}")
+        self._encoder, self._quiet_encoder = self._encoders(family, own, template, enable_thinking)
+
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        turn_ends = glm.STOP_TOKENS if self._glm else END_OF_TURN_TOKENS
-        if self.tool_calls == "gemma4":
-            turn_ends = gemma4.STOP_TOKENS
-        stops = [*eos, *(vocab[t] for t in turn_ends if t in vocab), *extra_eos_ids]
+        stops = [*eos, *(vocab[t] for t in turns.stops if t in vocab), *extra_eos_ids]
         self.stop_token_ids: list[int] = list(dict.fromkeys(stops))
-        if self._glm:
-            self.turn_terminators = frozenset(vocab[t] for t in glm.TURN_TOKENS)
-        else:
-            self.turn_terminators = frozenset({vocab["<|im_end|>"]} if "<|im_end|>" in vocab else eos)
-        self.turn_openers = self.turn_terminators if self._glm else frozenset()
-        if self.tool_calls == "gemma4":  # `<|tool_response>` ends a model turn by opening its results
-            self.turn_terminators = frozenset(vocab[t] for t in gemma4.TURN_TOKENS)
-            self.turn_openers = frozenset(vocab[t] for t in gemma4.OPENER_TOKENS)
+        self.turn_terminators = frozenset(vocab[t] for t in turns.terminators if t in vocab) or frozenset(eos)
+        self.turn_openers = frozenset(vocab[t] for t in turns.openers)
 
         self._token_bytes = _token_bytes(tokenizer)
         self.max_token_bytes = max(map(len, self._token_bytes))
-        markers = {"think_open": "<think>", "think_close": "</think>",
-                   "call_open": "<tool_call>", "call_close": "</tool_call>"}
-        if section:
-            markers.update(call_open=section[0], call_close=section[1])
-        if self.tool_calls == "minimax":
-            markers.update(call_open=minimax.CALLS_BEGIN, call_close=minimax.CALLS_END)
-        if self._dsml is not None:  # `｜DSML｜` opens every tag; the parser reads the text around it
-            markers["call_open"] = DSML
-            del markers["call_close"]
-        if self.tool_calls == "gemma4":
-            markers.update(think_open=gemma4.CHANNEL_OPEN, think_close=gemma4.CHANNEL_CLOSE,
-                           call_open=gemma4.CALL_OPEN, call_close=gemma4.CALL_CLOSE)
-        if REASONING_PARSERS[reasoning_parser] == "none":
-            del markers["think_open"], markers["think_close"]
-        if self.tool_calls == "none":
-            del markers["call_open"], markers["call_close"]
-        if self.tool_calls == "llama3_json":  # calls have no closing marker; `<|python_tag|>` may open them
-            markers.update(call_open=llama3_json.PYTHON_TAG)
-            del markers["call_close"]
-        ids = {field: vocab.get(token) for field, token in markers.items()}
-        ids = {field: ids.get(field) for field in ("think_open", "think_close", "call_open", "call_close")}
-        text = {ids[f]: markers[f].encode() for f in markers if ids[f] is not None}
-        if self.tool_calls == "glm":  # GLM's argument tags are markup too: out of a call, text
-            self._arg_ids = tuple(vocab[t] for t in glm.ARG_TOKENS)
-            text.update({vocab[t]: t.encode() for t in glm.ARG_TOKENS})
-        if section:  # likewise the per-call markers of a section
-            self._call_ids = tuple(vocab[t] for t in section[2])
-            text.update({vocab[t]: t.encode() for t in section[2]})
-        if self.tool_calls == "gemma4":  # `<|"|>` delimits strings in a call; out of one, text
-            text[vocab[gemma4.STRING]] = gemma4.STRING.encode()
-        self._markup = Markup(**ids, text=text)
-        if self._dsml is not None:
-            self._invoke_tags = dsml.tags(vocab[DSML], self._dsml)
-        elif self.tool_calls == "minimax":
-            self._invoke_tags = minimax.tags(vocab[minimax.CALLS_BEGIN], vocab[minimax.CALLS_END])
+        self._markup = _markup(vocab, family, own, reasoning=reasoning_parser != "none")
+        self._parsers = family.parsers(vocab)
         self._starts_in_reasoning = self._prompt_opens_reasoning(thinking=True)
         self._quiet_starts_in_reasoning = self._prompt_opens_reasoning(thinking=False)
-        if not self._glm:
+        if turns.stops_close_turns:
             self.turn_terminators |= self._stop_ids_closing_turns()
         self._window = self._template_window(locality)
+
+    def _encoders(self, family: Family, own: Family, template: str,
+                  enable_thinking: bool | None) -> tuple[SafeTemplateEncoder, SafeTemplateEncoder | None]:
+        """The encoder, and the one of a request that turns thinking off (`Conversation.thinking`), rendered
+        with the template's switch off as vLLM renders `chat_template_kwargs: {"enable_thinking": false}`
+        (None: no switch). A family that ships no template renders with its own encoder (DeepSeek's DSML)."""
+        if family.encoder is not None:
+            quiet = family.encoder(self.tokenizer, False) if enable_thinking is not False else None
+            return family.encoder(self.tokenizer, enable_thinking), quiet
+        template_kwargs: dict[str, Any] = {}
+        if enable_thinking is not None:
+            template_kwargs["enable_thinking"] = enable_thinking
+        prepare = family.prepare or own.prepare
+        encoder = SafeTemplateEncoder(self.tokenizer, template_kwargs, prepare=prepare)
+        if enable_thinking is False or THINKING_SWITCH not in template:
+            return encoder, None
+        return encoder, SafeTemplateEncoder(self.tokenizer, {**template_kwargs, "enable_thinking": False},
+                                            prepare=prepare)
 
     def render(self, conversation: Conversation) -> list[int]:
         messages, tools = hf_messages(conversation)
@@ -199,29 +130,10 @@ class HFChatFormat:
         return self._window.tail(conversation, covered)
 
     def parser(self, tools: Sequence[Tool] = (), *, thinking: bool = True) -> HermesOutputParser:
-        """A parser for one generation; `tools` (the request's) type XML calls' parameters; `thinking`
+        """A parser for one generation; `tools` (the request's) type the calls' arguments; `thinking`
         off starts it where the template's switched-off generation prompt leaves the model."""
-        stop_ids = frozenset(self.stop_token_ids)
         starts = self._starts_in_reasoning if thinking else self._quiet_starts_in_reasoning
-        if self.tool_calls == "xml":
-            return XmlToolCallParser(self._token_bytes, self._markup, stop_ids, starts, tools)
-        if self.tool_calls == "glm":
-            return glm.GlmToolCallParser(self._token_bytes, self._markup, self._arg_ids, stop_ids,
-                                         starts, tools)
-        if self.tool_calls == "gemma4":
-            return gemma4.Gemma4Parser(self._token_bytes, self._markup, self.tokenizer.convert_tokens_to_ids(
-                gemma4.STRING), stop_ids, starts, tools)
-        if self.tool_calls == "llama3_json":
-            return llama3_json.Llama3JsonParser(self._token_bytes, self._markup, stop_ids, tools)
-        if self.tool_calls == "minimax":
-            return minimax.MiniMaxToolCallParser(self._token_bytes, self._markup, self._invoke_tags, stop_ids,
-                                                 starts, tools)
-        if self._dsml is not None:
-            return InvokeToolCallParser(self._token_bytes, self._markup, self._invoke_tags, stop_ids, starts, tools)
-        if self.tool_calls in SECTIONS:
-            return SECTIONS[self.tool_calls][3](self._token_bytes, self._markup, self._call_ids, stop_ids,
-                                                starts, tools)
-        return HermesOutputParser(self._token_bytes, self._markup, stop_ids, starts)
+        return self._parsers(Parsing(self._token_bytes, self._markup, frozenset(self.stop_token_ids)), starts, tools)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
@@ -229,8 +141,7 @@ class HFChatFormat:
     def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool]) -> dict[str, Any]:
         # Grammars exist for Qwen3's JSON and Qwen3.6's XML calls; any other family's calls would be
         # forced into markup its parser does not read, so forcing them is refused (a clear 400).
-        calls = self.tool_calls if self.tool_calls in ("hermes", "xml") else "none"
-        return hf_constraints.structured_outputs(constraint, tools, calls=calls, markers=self._markup,
+        return hf_constraints.structured_outputs(constraint, tools, calls=self.family.grammar, markers=self._markup,
                                                  starts_in_reasoning=self._starts_in_reasoning)
 
     def token_bytes(self, token_id: int) -> bytes:
@@ -270,29 +181,26 @@ class HFChatFormat:
         return TemplateWindow(self, self._encoder, strings, locality)
 
 
-def _tool_calls_of(template: str) -> str:
-    if minimax.TEMPLATE_MARKER in template:
-        return "minimax"
-    if DSML in template:
-        return "dsml_v4" if f"{DSML}tool_calls" in template else "dsml_v32"
-    if gemma4.TEMPLATE_MARKER in template:
-        return "gemma4"
-    if glm.TEMPLATE_MARKER in template:
-        return "glm"
-    if deepseek.TEMPLATE_MARKER in template:
-        return "deepseek"
-    if kimi.TEMPLATE_MARKER in template:
-        return "kimi"
-    if llama3_json.TEMPLATE_MARKER in template and "<|eot_id|>" in template:
-        return "llama3_json"
-    return "xml" if any(marker in template for marker in XML_TEMPLATE_MARKERS) else "hermes"
+def _markup(vocab: dict[str, int], family: Family, own: Family, *, reasoning: bool) -> Markup:
+    """The markers' ids and text: Qwen's, as the parsing family (or for reasoning, the template's) replaces
+    them; with `reasoning` off no reasoning markers. Ids of markers the vocabulary lacks are None."""
+    think = {k: v for k, v in own.markers.items() if k.startswith("think_")}
+    markers = {**_QWEN_MARKERS, **think, **family.markers}
+    if not reasoning:
+        markers["think_open"] = markers["think_close"] = None
+    named = {field: token for field, token in markers.items() if token is not None}
+    ids = {field: vocab.get(named[field]) if field in named else None for field in _QWEN_MARKERS}
+    text = {ids[f]: named[f].encode() for f in named if ids[f] is not None}
+    text.update({vocab[t]: t.encode() for t in family.markup})  # more markup, which out of place is text
+    return Markup(**ids, text=text)
 
 
 def load_hf_format(tokenizer_path: str | Path, **options: Any) -> HFChatFormat:
     """An `HFChatFormat` from a tokenizer dir (or hub name); eos ids from generation_config.json too."""
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
-    if options.get("tool_parser", "auto") == "auto" and _model_type(tokenizer_path) in DSML_MODEL_TYPES:
-        options["tool_parser"] = DSML_MODEL_TYPES[_model_type(tokenizer_path)]
+    named = families.of_model_type(_model_type(tokenizer_path))
+    if options.get("tool_parser", "auto") == "auto" and named is not None:
+        options["tool_parser"] = named.tool_parsers[0]
     generation_config = Path(tokenizer_path) / "generation_config.json"
     if generation_config.is_file() and "extra_eos_ids" not in options:
         eos = json.loads(generation_config.read_text()).get("eos_token_id")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 
 from gateway.formats.deepseek import DeepSeekToolCallParser
+from gateway.formats.family import Family, ParserFactory
 from gateway.formats.glm import is_valid_name
 
 CALLS_BEGIN, CALLS_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
@@ -40,3 +41,16 @@ class KimiToolCallParser(DeepSeekToolCallParser):
         if not is_valid_name(name) or (self._names and name not in self._names):
             return None
         return name, head
+
+
+def _parsers(vocab: dict[str, int]) -> ParserFactory:
+    call_ids = tuple(vocab[t] for t in CALL_TOKENS)
+    return lambda shared, starts, tools: KimiToolCallParser(shared.token_bytes, shared.markup, call_ids,
+                                                            shared.stop_ids, starts, tools)
+
+
+FAMILY = Family(
+    name="kimi", tool_parsers=("kimi_k2",), reasoning_parsers=("kimi_k2",),
+    detect=lambda template: TEMPLATE_MARKER in template,
+    markers={"call_open": CALLS_BEGIN, "call_close": CALLS_END}, markup=CALL_TOKENS,
+    needs=(CALLS_BEGIN, CALLS_END, *CALL_TOKENS), parsers=_parsers)

@@ -27,6 +27,7 @@ from typing import Any
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
+from gateway.formats.family import Family, ParserFactory
 from gateway.formats.glm import is_valid_name
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.qwen_xml import argument_dict
@@ -154,3 +155,14 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             function = {**call["function"], "arguments": argument_dict(call["function"]["arguments"])}
             shaped.append({**message, "tool_calls": [{**call, "function": function}]})
     return shaped
+
+
+def _parsers(vocab: dict[str, int]) -> ParserFactory:
+    return lambda shared, starts, tools: Llama3JsonParser(shared.token_bytes, shared.markup, shared.stop_ids, tools)
+
+
+# Calls have no closing marker; `<|python_tag|>` may open them.
+FAMILY = Family(
+    name="llama3_json", tool_parsers=("llama3_json",),
+    detect=lambda template: TEMPLATE_MARKER in template and "<|eot_id|>" in template,
+    markers={"call_open": PYTHON_TAG, "call_close": None}, prepare=template_messages, parsers=_parsers)

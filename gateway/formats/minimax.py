@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 
 from gateway.formats.invoke import InvokeToolCallParser, Tags
+from gateway.formats.family import Family, ParserFactory
+from gateway.formats.qwen_xml import template_messages
 
 CALLS_BEGIN, CALLS_END = "<minimax:tool_call>", "</minimax:tool_call>"
 TEMPLATE_MARKER = CALLS_BEGIN
@@ -40,3 +42,16 @@ def tags(open_id: int, close_id: int) -> Tags:
 class MiniMaxToolCallParser(InvokeToolCallParser):
     def value(self, text: str, is_string: str | None) -> str:
         return text  # verbatim; the schema types it
+
+
+def _parsers(vocab: dict[str, int]) -> ParserFactory:
+    invoke_tags = tags(vocab[CALLS_BEGIN], vocab[CALLS_END])
+    return lambda shared, starts, tools: MiniMaxToolCallParser(shared.token_bytes, shared.markup, invoke_tags,
+                                                               shared.stop_ids, starts, tools)
+
+
+FAMILY = Family(
+    name="minimax", tool_parsers=("minimax_m2",), reasoning_parsers=("minimax_m2",),
+    detect=lambda template: TEMPLATE_MARKER in template,
+    markers={"call_open": CALLS_BEGIN, "call_close": CALLS_END}, needs=(CALLS_BEGIN, CALLS_END),
+    prepare=template_messages, parsers=_parsers)

@@ -51,6 +51,7 @@ from typing import Any
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
+from gateway.formats.family import Family, ParserFactory
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 
 FUNCTION_OPEN = "<function="
@@ -471,3 +472,14 @@ def argument_dict(arguments: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return parsed if isinstance(parsed, dict) else {}
+
+
+def _parsers(vocab: dict[str, int]) -> ParserFactory:
+    return lambda shared, starts, tools: XmlToolCallParser(shared.token_bytes, shared.markup, shared.stop_ids,
+                                                           starts, tools)
+
+
+FAMILY = Family(
+    name="xml", tool_parsers=("qwen3_coder", "qwen3_xml"), reasoning_parsers=("qwen3",),
+    detect=lambda template: FUNCTION_OPEN in template or PARAMETER_OPEN in template,
+    prepare=template_messages, parsers=_parsers, grammar="xml")

@@ -8,6 +8,7 @@ import os
 
 from gateway.core.logs import FORMATS
 from gateway.core.settings import Settings
+from gateway.formats import families
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -51,20 +52,15 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                         help="token endpoint: /inference/v1/generate, /v1/completions, or probe (auto)")
     parser.add_argument("--chat-format", choices=["auto", "harmony", "hf",
                                                        "mistral"], default=_env("chat_format", "auto"))
-    parser.add_argument("--reasoning-parser",
-                        choices=["auto", "qwen3", "glm45", "glm47", "deepseek_v3", "deepseek_r1", "kimi_k2", "none",
-                                 "mistral", "deepseek_v4", "minimax_m2", "gemma4"],
+    parser.add_argument("--reasoning-parser", choices=families.reasoning_parser_names(),
                         default=_env("reasoning_parser", "auto"), help="vLLM's name of the reasoning parser")
-    parser.add_argument("--tool-call-parser", "--tool-parser", dest="tool_parser",
-                        choices=["auto", "hermes", "qwen3_coder", "qwen3_xml", "glm45", "glm47", "deepseek_v31", "kimi_k2",
-                                 "none",
-                                 "mistral", "llama3_json", "deepseek_v32", "deepseek_v4", "minimax_m2", "gemma4"],
+    parser.add_argument("--tool-call-parser", "--tool-parser", dest="tool_parser", choices=families.tool_parser_names(),
                         default=_env("tool_call_parser", None) or _env("tool_parser", "auto"),
                         help="vLLM's name of the tool-call parser: hermes (Qwen2.5/Qwen3 JSON), qwen3_coder or "
                              "qwen3_xml (Qwen3.5/3.6, Qwen3-Coder XML), glm45 or glm47 (GLM-4.5 to GLM-5), deepseek_v31 "
                              "(DeepSeek-V3.1), deepseek_v32 / deepseek_v4 (DeepSeek-V3.2 / V4 DSML), minimax_m2 "
-                             "(MiniMax-M2), kimi_k2 (Kimi-K2); "
-                             "auto reads the chat template")
+                             "(MiniMax-M2), kimi_k2 (Kimi-K2), gemma4 (Gemma 4), llama3_json (Llama 3.1-3.3), "
+                             "mistral (Mistral's own format); auto reads the chat template")
     parser.add_argument("--max-websocket-connections", type=int,
                         default=int(_env("max_websocket_connections", "100")),
                         help="open WebSocket connections on /v1/responses beyond which new ones are refused")

@@ -1,0 +1,56 @@
+"""The registry of chat-template families: one line per family, in the order a template is read.
+
+`HFChatFormat` picks a family here by vLLM's parser name or by what the chat template writes
+(the first family whose `detect` holds, so the more specific markers come first; hermes, which
+holds for any template, last), and the CLI's `--tool-call-parser` / `--reasoning-parser` choices
+are read from here. Adding a family is a module declaring its `Family` and a line below.
+"""
+
+from __future__ import annotations
+
+from gateway.formats import deepseek, dsml, gemma4, glm, hermes, kimi, llama3_json, minimax, qwen_xml
+from gateway.formats.family import Family
+
+FAMILIES: tuple[Family, ...] = (
+    minimax.FAMILY,  # MiniMax-M2: <minimax:tool_call>
+    dsml.V4,  # DeepSeek-V4: ｜DSML｜tool_calls (or model_type deepseek_v4)
+    dsml.V32,  # DeepSeek-V3.2: ｜DSML｜ (or model_type deepseek_v32)
+    gemma4.FAMILY,  # Gemma 4: <|tool_call>call:
+    glm.FAMILY,  # GLM-4.5 to GLM-5: <arg_key>
+    deepseek.FAMILY,  # DeepSeek-V3.1: <｜tool▁calls▁begin｜>
+    kimi.FAMILY,  # Kimi-K2: <|tool_calls_section_begin|>
+    llama3_json.FAMILY,  # Llama 3.1-3.3: "parameters":  and <|eot_id|>
+    qwen_xml.FAMILY,  # Qwen3.5/3.6, Qwen3-Coder: <function= / <parameter=
+    hermes.HERMES,  # Qwen2.5/Qwen3 and any other template
+    hermes.NONE,  # --tool-call-parser none (never detected)
+)
+# vLLM parser names that pick a format of their own, not a template family (gateway.formats.mistral).
+OWN_FORMATS = ("mistral",)
+
+
+def tool_parser_names() -> tuple[str, ...]:
+    """`--tool-call-parser` choices: auto (read the template), each family's vLLM names, the own formats'."""
+    return tuple(dict.fromkeys(["auto", *(n for f in FAMILIES for n in f.tool_parsers), *OWN_FORMATS]))
+
+
+def reasoning_parser_names() -> tuple[str, ...]:
+    """`--reasoning-parser` choices: auto, none (reasoning is text), the families' vLLM names, the own formats'."""
+    return tuple(dict.fromkeys(["auto", "none", *(n for f in FAMILIES for n in f.reasoning_parsers), *OWN_FORMATS]))
+
+
+def by_tool_parser(name: str) -> Family:
+    """The family vLLM's `--tool-call-parser` name picks."""
+    for family in FAMILIES:
+        if name in family.tool_parsers:
+            return family
+    raise ValueError(f"unknown tool parser {name!r}; expected one of {', '.join(tool_parser_names())}")
+
+
+def of_template(template: str) -> Family:
+    """The family whose markup the chat template writes (hermes when none other's)."""
+    return next(family for family in FAMILIES if family.detect(template))
+
+
+def of_model_type(model_type: str | None) -> Family | None:
+    """The family a config.json `model_type` names (models that ship no chat template)."""
+    return next((family for family in FAMILIES if model_type in family.model_types), None)
