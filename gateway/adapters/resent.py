@@ -32,9 +32,7 @@ from gateway.adapters.responses_input import ResponsesRequest, input_items, pars
 from gateway.core.conversation import Item
 from gateway.core.errors import APIError
 from gateway.formats.base import Covered
-from gateway.pipeline import session
-from gateway.pipeline.runtime import Runtime
-from gateway.sessions.session_store import ResentPrefix
+from gateway.sessions.session_store import ResentPrefix, Session
 from gateway.tokenfix.state import TokenState, context_digest
 
 # XXH3-128, not a cryptographic hash: it reads the body's bytes at memory speed (SHA-256 took
@@ -69,12 +67,17 @@ def resent_prefix(raw: bytes, body: dict[str, Any], parsed: ResponsesRequest) ->
                         first_end if taken else 0, field)
 
 
-async def parse_resent(raw: bytes, runtime: Runtime) -> Resent | None:
-    """The request in `raw` when it continues its session's state from the bytes it has in
-    common with the request before; None: parse it the ordinary way."""
-    key = _cache_key(raw)
-    found = await session.recall(runtime, key, count=False) if key is not None else None
-    if found is None or found.resent is None:
+def resent_key(raw: bytes) -> str | None:
+    """The `prompt_cache_key` of the body in `raw`, read off its bytes: the session whose
+    state `parse_resent` may continue (None: there is none to look up)."""
+    return _cache_key(raw)
+
+
+def parse_resent(raw: bytes, key: str, found: Session, terminators: frozenset[int]) -> Resent | None:
+    """The request in `raw` when it continues `found` (the session under its `prompt_cache_key`,
+    `key`) from the bytes it has in common with the request before; None: parse it the ordinary
+    way. Pure: the caller looked the session up."""
+    if found.resent is None:
         return None
     state, prefix = found.state, found.resent
     if prefix.items != state.prompt_items or state.prompt_hash is None:
@@ -110,13 +113,13 @@ async def parse_resent(raw: bytes, runtime: Runtime) -> Resent | None:
     parsed.conversation.instructions = instructions
     parsed.conversation.items = ResentItems(partial(_covered_items, raw, prefix), prefix.items, new)  # type: ignore[assignment]
     parsed.echo["instructions"] = body.get("instructions")
-    if context_digest(parsed.conversation) != state.context or not session.confirm(runtime, key, found):
+    if context_digest(parsed.conversation) != state.context:
         return None
     end = span[2] + prefix.end - prefix.start  # the last new item's end, back in `raw`
     running.update(memoryview(raw)[prefix.end:end])
     following = ResentPrefix(prefix.start, end, running.digest(), prefix.items + len(new), prefix.instructions_end,
                              prefix.instructions_field)
-    return Resent(parsed, state, state.covered(runtime.format.turn_terminators), following)
+    return Resent(parsed, state, state.covered(terminators), following)
 
 
 class ResentItems(Sequence[Item]):

@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 from gateway.adapters.continuation import parse_continuation, parse_in_conversation
-from gateway.adapters.resent import parse_resent, resent_prefix
+from gateway.adapters.resent import Resent, parse_resent, resent_key, resent_prefix
 from gateway.adapters.responses import CompactionEvents, ResponseEvents, new_writer
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest, parse_request
@@ -46,7 +46,7 @@ class ResponseTurn:
 
 async def from_http(runtime: Runtime, raw: bytes, spec: str) -> ResponseTurn:
     """The turn of a POST /v1/responses body."""
-    resent = await parse_resent(raw, runtime)  # a whole history again: only what follows the covered part is parsed
+    resent = await _resent(runtime, raw)  # a whole history again: only what follows the covered part is parsed
     if resent is not None:
         parsed = resent.parsed
         request = _turn_request(parsed, recognised=Recognised(resent.state, resent.covered, resent.prefix))
@@ -81,6 +81,18 @@ def _turn_request(parsed: ResponsesRequest, **sources: Any) -> TurnRequest:
     return TurnRequest(parsed.conversation, parsed.sampling, response_id=new_id("resp"),
                        cache_key=parsed.prompt_cache_key, generated=parsed.generated, store=parsed.store,
                        spans=parsed.text_logprobs, truncate=parsed.truncate, **sources)
+
+
+async def _resent(runtime: Runtime, raw: bytes) -> Resent | None:
+    """The body read as continuing its session from the bytes it shares with the one before
+    (gateway/adapters/resent.py), or None."""
+    key = resent_key(raw)
+    found = await session.recall(runtime, key, count=False) if key is not None else None
+    if found is None:
+        return None
+    resent = parse_resent(raw, key, found, runtime.format.turn_terminators)
+    # `found` is still the session under `key` (nothing was awaited since): counted as a hit
+    return resent if resent is not None and session.confirm(runtime, key, found) else None
 
 
 async def _continued(runtime: Runtime, body: dict[str, Any], cache: ResponseCache | None

@@ -4,7 +4,6 @@ ordinary path, which then renders in full (non_monotonic)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
 import json
@@ -16,7 +15,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.adapters.resent import Resent, ResentItems, _cache_key, _input_span, parse_resent, resent_prefix
+from gateway.adapters.resent import (
+    Resent,
+    ResentItems,
+    _cache_key,
+    _input_span,
+    parse_resent,
+    resent_key,
+    resent_prefix,
+)
 from gateway.adapters.responses_input import parse_request
 from gateway.core.conversation import Message
 from gateway.core.sampling import GenerationDefaults, SamplingOptions
@@ -43,7 +50,10 @@ SERIALIZERS: dict[str, Callable[[Any], bytes]] = {
 
 
 def _parse(raw: bytes, runtime: Runtime) -> Resent | None:
-    return asyncio.run(parse_resent(raw, runtime))
+    """`parse_resent` of `raw` against the session its key names, as the builder looks it up."""
+    key = resent_key(raw)
+    found = runtime.sessions.peek(key) if key is not None else None
+    return parse_resent(raw, key, found, runtime.format.turn_terminators) if found is not None else None
 
 
 @pytest.fixture(params=["qwen_format", "harmony_format"])
@@ -140,7 +150,7 @@ async def test_the_fast_path_is_the_full_parse_token_for_token(chat_format, case
     body = request([*previous, *turn, *new])
     raw = serialize(body)
 
-    resent = await parse_resent(raw, gateway)
+    resent = _parse(raw, gateway)
     assert resent is not None and resent.state is state
     full = parse_request(orjson.loads(raw))
     fast_turn = await prepared(gateway, resent.parsed, resent)
@@ -197,13 +207,13 @@ async def test_any_change_to_the_covered_history_takes_the_full_path(chat_format
         if full.conversation.items[:state.items] == covered.items and full.conversation.instructions == \
                 covered.instructions:
             continue
-        assert await parse_resent(serialize(body), gateway) is None, change
+        assert _parse(serialize(body), gateway) is None, change
         slow_turn = await prepared(gateway, full)
         assert slow_turn.non_monotonic and not slow_turn.spliced, change
     for change, fields in [("other tools", {"tools": []}), ("instructions set", {"instructions": "Be brief."}),
                            ("other cache key", {"prompt_cache_key": "thread-2"})]:
         raw = serialize(request([*previous, *turn, *new], **fields))
-        assert await parse_resent(raw, gateway) is None, change
+        assert _parse(raw, gateway) is None, change
 
 
 async def test_only_the_new_items_are_converted_when_the_template_renders_them_alone(qwen_format):
@@ -215,7 +225,7 @@ async def test_only_the_new_items_are_converted_when_the_template_renders_them_a
     new = [{"type": "function_call_output", "call_id": "call_1", "output": "a.txt\nb.txt"}]
     gateway = session_after(qwen_format, request(previous), orjson.dumps, turn, False)
     raw = orjson.dumps(request([*previous, *turn, *new]))
-    resent = await parse_resent(raw, gateway)
+    resent = _parse(raw, gateway)
     # The developer message is the instructions: user, reasoning, call are covered, the call's turn from 1.
     assert resent is not None and resent.covered.items == 3 and resent.covered.turn_start == 1
     assert resent.parsed.conversation.instructions == "Be brief."
