@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Callable, Iterator
@@ -40,6 +41,19 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests.support.o200k import ensure_harmony_env
 
     ensure_harmony_env()
+    _load_each_format_once()
+
+
+def _load_each_format_once() -> None:
+    """A format takes seconds to load (the tokenizer, the template's compile, the byte table) and
+    holds nothing a turn changes, so every gateway started in this process and every test that
+    loads one share one per set of arguments (a failed load is not kept)."""
+    import gateway.formats
+    import gateway.server.app
+
+    load = gateway.formats.load_format
+    assert gateway.server.app.load_format is load, "gateway.server.app loads its format elsewhere"
+    gateway.formats.load_format = gateway.server.app.load_format = functools.cache(load)
 
 
 @pytest.fixture(scope="session")
