@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
+import threading
 from typing import Any
 
 import httpx
@@ -28,6 +28,7 @@ class App:
 
     def __init__(self) -> None:
         self.seen: dict[str, Any] = {}
+        self.paused = threading.Event()  # /big's writer was paused by uvicorn's flow control
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -46,6 +47,7 @@ class App:
                 written += len(PIECE)
                 if writer.paused:
                     seen["paused"] += 1
+                    self.paused.set()
                     await writer.drain()
         elif writer is not None:
             seen["writes"] = [writer.write(b"hello"), writer.write(b" world")]
@@ -84,7 +86,7 @@ def test_a_slow_reader_pauses_the_writer_and_gets_every_byte():
     with _serve(app) as port, socket.create_connection(("127.0.0.1", port)) as client:
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
         client.sendall(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n")
-        time.sleep(0.5)  # read nothing: the server's buffer passes its high-water mark
+        assert app.paused.wait(timeout=60)  # read nothing until the server's buffer passes its high-water mark
         received = bytearray()
         while not received.endswith(b"0\r\n\r\n"):
             data = client.recv(1 << 20)
@@ -123,6 +125,7 @@ class SocketApp:
 
     def __init__(self) -> None:
         self.seen: dict[str, Any] = {}
+        self.paused = threading.Event()  # /big's writer was paused by uvicorn's flow control
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "websocket":
