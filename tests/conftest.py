@@ -12,6 +12,8 @@ import pytest
 from hypothesis import settings
 
 from gateway.ops.vllm_process import VLLMError, VLLMProcess
+from tests.support.fake_vllm import FakeVLLM
+from tests.support.stack import Stack, fake_stack
 
 # Hypothesis' per-example deadline is a timing assertion: on a loaded CI box it fails tests
 # whose properties hold. Examples are bounded by max_examples instead.
@@ -81,6 +83,24 @@ def harmony_format(o200k_dir: Path):
     from gateway.formats.harmony import load_harmony_format
 
     return load_harmony_format(start_date="2025-08-05")
+
+
+@pytest.fixture(scope="module")
+def stack(request: pytest.FixtureRequest, qwen_tokenizer_dir: Path) -> Iterator[Stack]:
+    """The real gateway on Qwen3's tokenizer, served as "tiny-qwen3", in front of a scripted fake
+    vLLM: one per module. A module sets its `Settings` fields and `fake_stack` options with
+    `pytestmark = pytest.mark.stack(served_model_name="m", fake={"max_model_len": 512})`."""
+    marker = request.node.get_closest_marker("stack")
+    options = {"served_model_name": "tiny-qwen3", **(marker.kwargs if marker else {})}
+    with fake_stack(qwen_tokenizer_dir, **options) as running:
+        yield running
+
+
+@pytest.fixture
+def fake(stack: Stack) -> FakeVLLM:
+    """The module stack's fake vLLM, its script queue and recorded requests cleared for this test."""
+    stack.reset()
+    return stack.fake
 
 
 # --- Real components: tiny models on stock vLLM, the Codex CLI -----------------------------

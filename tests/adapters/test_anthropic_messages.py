@@ -15,23 +15,10 @@ import pytest
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import END_THINK, END_TOOL_CALL, IM_END, IM_START, THINK, TOOL_CALL, ids
-from tests.support.stack import fake_stack
 
 MODEL = "tiny-qwen3"
 TOOLS = [{"name": "Bash", "description": "Run a shell command",
           "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}]
-
-
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name=MODEL) as stack:
-        yield stack
-
-
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
 
 
 def client(stack, session: str | None = None) -> anthropic.Anthropic:

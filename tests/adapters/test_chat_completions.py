@@ -9,18 +9,11 @@ import pytest
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import END_THINK, END_TOOL_CALL, IM_END, THINK, TOOL_CALL, ids
-from tests.support.stack import fake_stack
 
 GENERATE = "/inference/v1/generate"
 TOOLS = [{"type": "function", "function": {"name": "exec_command", "description": "Run a shell command",
                                            "parameters": {"type": "object",
                                                           "properties": {"cmd": {"type": "string"}}}}}]
-
-
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3") as stack:
-        yield stack
 
 
 def tool_call_output(tokenizer):

@@ -12,16 +12,12 @@ import pytest
 from tests.codex.harness import spelled
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
-from tests.support.stack import fake_stack
 
 GENERATE = "/inference/v1/generate"
 MESSAGES = [{"role": "user", "content": "go"}]
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="m") as stack:
-        yield stack
+pytestmark = pytest.mark.stack(served_model_name="m")
 
 
 def _stream(stack, body: dict) -> list[dict]:

@@ -16,7 +16,6 @@ from websockets.asyncio.client import connect
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import END_THINK, END_TOOL_CALL, IM_END, THINK, TOOL_CALL, ids
-from tests.support.stack import fake_stack
 
 GENERATE = "/inference/v1/generate"
 PATCH = "*** Begin Patch\n*** Add File: a.txt\n+héllo \"quoted\"\n*** End Patch\n"
@@ -30,11 +29,7 @@ TOOLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, fake={"max_model_len": 4096}, served_model_name="tiny-qwen3",
-                    reasoning_secret="codex-test") as stack:
-        yield stack
+pytestmark = pytest.mark.stack(fake={"max_model_len": 4096}, reasoning_secret="codex-test")
 
 
 def post(url: str, body: dict) -> list[dict]:

@@ -23,23 +23,13 @@ from tests.codex.harness import answer_ids, spelled
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.sse import sse_events
-from tests.support.stack import fake_stack
 
 MODEL = "m"
 GENERATE = "/inference/v1/generate"
 TERMINAL = ("response.completed", "response.failed", "response.incomplete")
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name=MODEL) as stack:
-        yield stack
-
-
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
+pytestmark = pytest.mark.stack(served_model_name=MODEL)
 
 
 @pytest.fixture(scope="module")

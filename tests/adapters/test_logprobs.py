@@ -12,15 +12,11 @@ import pytest
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import END_THINK, IM_END, THINK, ids
-from tests.support.stack import fake_stack
 
 GENERATE = "/inference/v1/generate"
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="m") as stack:
-        yield stack
+pytestmark = pytest.mark.stack(served_model_name="m")
 
 
 def _scripted(tokenizer) -> tuple[Script, list[int]]:

@@ -26,16 +26,7 @@ TOOLS = [{"type": "function", "name": "exec_command", "description": "Run a shel
           "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}]
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, fake={"max_model_len": 4096}, served_model_name="tiny-qwen3") as stack:
-        yield stack
-
-
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
+pytestmark = pytest.mark.stack(fake={"max_model_len": 4096})
 
 
 @pytest.fixture

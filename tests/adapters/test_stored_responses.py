@@ -15,10 +15,7 @@ from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.stack import fake_stack
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="m") as stack:
-        yield stack
+pytestmark = pytest.mark.stack(served_model_name="m")
 
 
 def _create(stack, **fields) -> dict:

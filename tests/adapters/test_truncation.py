@@ -8,16 +8,12 @@ import pytest
 
 from tests.codex.harness import answer_ids
 from tests.support.fake_vllm import Script
-from tests.support.stack import fake_stack
 
 GENERATE = "/inference/v1/generate"
 LONG = "word " * 150  # ~150 tokens
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, fake={"max_model_len": 512}, served_model_name="m") as stack:
-        yield stack
+pytestmark = pytest.mark.stack(fake={"max_model_len": 512}, served_model_name="m")
 
 
 def _history(turns: int) -> list[dict]:

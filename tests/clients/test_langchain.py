@@ -17,15 +17,8 @@ from pydantic import BaseModel
 from tests.codex.harness import answer_ids, call_ids
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import END_THINK, THINK, ids
-from tests.support.stack import fake_stack
 
 GENERATE = "/inference/v1/generate"
-
-
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3") as stack:
-        yield stack
 
 
 @tool

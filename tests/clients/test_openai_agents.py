@@ -17,18 +17,11 @@ from openai import AsyncOpenAI
 
 from tests.codex.harness import answer_ids, call_ids
 from tests.support.fake_vllm import Script
-from tests.support.stack import fake_stack
 
 GENERATE = "/inference/v1/generate"
 MODELS = {"responses": OpenAIResponsesModel, "chat": OpenAIChatCompletionsModel, "websocket": OpenAIResponsesWSModel}
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI: nothing leaves loopback
-
-
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3") as stack:
-        yield stack
 
 
 @function_tool

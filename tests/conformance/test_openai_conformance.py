@@ -18,17 +18,13 @@ from tests.codex.harness import answer_ids, call_ids
 from tests.conformance.openai_schema import errors, event_errors
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import END_THINK, THINK, ids
-from tests.support.stack import fake_stack
 
 TOOLS = [{"type": "function", "name": "exec_command", "description": "Run a shell command",
           "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}]
 CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k != "type"}}]
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="m", fake={"max_model_len": 4096}) as stack:
-        yield stack
+pytestmark = pytest.mark.stack(served_model_name="m", fake={"max_model_len": 4096})
 
 
 def _thinking(tokenizer, text: str) -> list[int]:

@@ -11,7 +11,6 @@ import pytest
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, TOOL_CALL, ids
-from tests.support.stack import fake_stack
 from tests.support.trainer_shapes import SlimeSample, VerlAgentLoopOutput
 
 GENERATE = "/inference/v1/generate"
@@ -19,12 +18,6 @@ _SPEC = importlib.util.spec_from_file_location("agent_loop", Path(__file__).pare
 assert _SPEC is not None and _SPEC.loader is not None
 agent_loop = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(agent_loop)
-
-
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3") as stack:
-        yield stack
 
 
 def test_the_calculator_tool_evaluates_arithmetic_only():

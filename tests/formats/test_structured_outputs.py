@@ -24,10 +24,7 @@ CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in tool.items() if
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="m") as stack:
-        yield stack
+pytestmark = pytest.mark.stack(served_model_name="m")
 
 
 def _tag(stack, path: str = GENERATE) -> dict | None:

@@ -67,12 +67,6 @@ def stack(qwen_tokenizer_dir, tmp_path_factory):
         yield stack
 
 
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
-
-
 def call(url: str, method: str, path: str, body: dict | None, headers: dict | None = None) -> httpx.Response:
     return httpx.request(method, url + path, json=body, headers=headers, timeout=30)
 

@@ -34,12 +34,6 @@ def stack(request, qwen_tokenizer_dir, tmp_path_factory):
                                                **state))
 
 
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
-
-
 def as_tenant(stack, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=stack.url + "/v1", api_key=key, max_retries=0)
 

@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 
-from tests.support.stack import fake_stack
 
 CODEX = Path(__file__).parents[1] / "data" / "codex"
 MODEL = "tiny-qwen3"
@@ -105,12 +104,6 @@ def mutated(draw: st.DrawFn, seeds: list[dict[str, Any]]) -> dict[str, Any]:
         parent[path[-1]] = _deep(300) if action == "deep" else draw(values)
     body["stream"] = draw(st.booleans()) if "stream" not in path[:1] else body.get("stream")
     return body
-
-
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name=MODEL) as stack:
-        yield stack
 
 
 def assert_clean(response: httpx.Response, streamed: bool, path: str = "") -> None:

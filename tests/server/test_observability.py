@@ -29,7 +29,6 @@ from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway, wait_healthy
 from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.sse import sse_events
-from tests.support.stack import fake_stack
 from tests.support.waiting import wait_for
 
 GENERATE = "/inference/v1/generate"
@@ -104,16 +103,7 @@ def tokens(api: str, prompt: int, output: int) -> dict[str, float]:
 
 # -- fixtures ----------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, fake={"model": MODEL, "max_model_len": MAX_MODEL_LEN}) as stack:
-        yield stack
-
-
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
+pytestmark = pytest.mark.stack(fake={"model": MODEL, "max_model_len": MAX_MODEL_LEN})
 
 
 @pytest.fixture

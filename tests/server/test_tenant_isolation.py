@@ -36,12 +36,6 @@ def stack(request, qwen_tokenizer_dir, tmp_path_factory):
                                                admin_key=ADMIN, **state))
 
 
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
-
-
 def as_(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 

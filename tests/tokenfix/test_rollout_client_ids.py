@@ -12,22 +12,9 @@ import pytest
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import ENDOFTEXT, IM_END, ids
-from tests.support.stack import fake_stack
 
 GENERATE = "/inference/v1/generate"
 SYSTEM = {"role": "system", "content": "Be brief."}
-
-
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3") as stack:
-        yield stack
-
-
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
 
 
 @pytest.fixture

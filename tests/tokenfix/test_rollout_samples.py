@@ -7,21 +7,13 @@ from __future__ import annotations
 import json
 
 import httpx
-import pytest
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
-from tests.support.stack import fake_stack
 from tests.support.trainer_shapes import VerlAgentLoopOutput
 
 GENERATE = "/inference/v1/generate"
 QUESTION = [{"role": "user", "content": "2+2?"}]
-
-
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3") as stack:
-        yield stack
 
 
 def chat(stack, messages, **extra):

@@ -16,24 +16,11 @@ from gateway.core.settings import Settings
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 from tests.support.qwen3_tokens import END_THINK, END_TOOL_CALL, IM_END, THINK, TOOL_CALL, ids
-from tests.support.stack import fake_stack
 
 GENERATE = "/inference/v1/generate"
 TOOLS = [{"type": "function", "function": {"name": "exec_command", "description": "Run a shell command",
                                            "parameters": {"type": "object",
                                                           "properties": {"cmd": {"type": "string"}}}}}]
-
-
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3") as stack:
-        yield stack
-
-
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
 
 
 @pytest.fixture
@@ -258,7 +245,6 @@ def test_responses_api_takes_rollout_id_as_an_extra_body_field(fake, url, tokeni
     assert got["token_ids"] == prompt2 + second
     assert got["loss_mask"] == [0] * len(prompt1) + [1] * len(first) + [0] * len(delta) + [1] * len(second)
     assert [t["mask_source"] for t in got["turns"]] == ["gateway", "client"]
-
 
 
 async def test_websocket_mode_records_rollouts_and_answers_a_wrong_mask_with_an_error_event(fake, url, tokenizer):

@@ -24,7 +24,6 @@ from gateway.formats.hf import load_hf_format
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, TOOL_CALL, ids
-from tests.support.stack import fake_stack
 from tests.support.waiting import async_wait_for
 
 GENERATE = "/inference/v1/generate"
@@ -37,16 +36,7 @@ def chat_format(qwen_tokenizer_dir):
     return load_hf_format(qwen_tokenizer_dir)
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, fake={"model": MODEL}) as stack:
-        yield stack
-
-
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
+pytestmark = pytest.mark.stack(fake={"model": MODEL})
 
 
 @pytest.fixture
