@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ DEFAULT_CAPACITY_TOKENS = 1 << 20  # a replica's KV cache until its /metrics say
 # Held prefixes this close count as equal, and a shorter one as none: it saves less prefill
 # than a queue costs (two of vLLM's CPU blocks, sixteen of its GPU blocks).
 TIE_TOKENS = 256
+MAX_SESSIONS = 100_000  # session keys whose last replica is remembered (least recently used beyond)
 MATCH_BUCKETS = (0, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
@@ -130,6 +132,7 @@ class Router:
         self.stats = RouterStats()
         self._turn = 0
         self._client: httpx.AsyncClient | None = None
+        self._sessions: OrderedDict[str, str] = OrderedDict()  # session key → the replica it went to last
 
     def start(self, client: httpx.AsyncClient) -> None:
         """Follow every replica tracked, and those that join later, reading /metrics with `client`."""
@@ -186,8 +189,16 @@ class Router:
         views = [self.views.get(r.url) for r in candidates]
         held = [view.held(keys) if view is not None else 0 for view in views]
         kv = [view.load.kv_usage if view is not None else 0.0 for view in views]
-        replica, reason = routing.choose(candidates, held, loads, affinity, kv_usage=kv,
-                                         tie=TIE_TOKENS // self.block_tokens, load_factor=self.load_factor)
+        tie = TIE_TOKENS // self.block_tokens
+        sticky = self._sessions.get(affinity) if affinity is not None else None
+        replica, reason = routing.choose(candidates, held, loads, affinity, kv_usage=kv, tie=tie,
+                                         sticky=next((r for r in candidates if r.url == sticky), None),
+                                         placing=len(keys) > tie, load_factor=self.load_factor)
+        if affinity is not None:
+            self._sessions[affinity] = replica.url
+            self._sessions.move_to_end(affinity)
+            if len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
         view = self.views.get(replica.url)
         if view is not None and keys:  # with events live, only what they have not reported yet
             blocks = view.blocks if view.live else None

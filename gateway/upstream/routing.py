@@ -64,13 +64,17 @@ def _weight(key: str, url: str) -> int:
 
 def choose(candidates: Sequence[R], matched: Sequence[int], loads: Sequence[int],
            affinity: str | None = None, *, kv_usage: Sequence[float] | None = None, tie: int = 0,
-           load_factor: float = LOAD_FACTOR) -> tuple[R, str]:
-    """The replica for a prompt and why: `matched[i]` is how much of the prompt candidate i
-    holds (any unit; prefixes within `tie` of each other count as equal, and one no longer
-    than `tie` as nothing), `loads[i]` its requests in flight and queued. Among equals the
-    least loaded wins, then the session's own order (`affinity`), then the least used.
-    Reasons: "prefix" (the longest held prefix), "session" or "least-loaded" (nothing
-    held), "prefix-spilled" (a longer prefix is held by replicas over the bound)."""
+           sticky: R | None = None, placing: bool = False, load_factor: float = LOAD_FACTOR) -> tuple[R, str]:
+    """The replica for a prompt and why. `matched[i]`: how much of the prompt candidate i holds
+    (any unit: prefixes within `tie` of the longest count as equal, and one no longer than
+    `tie` as nothing); `loads[i]`: its requests in flight and queued; `sticky`: where the
+    session (`affinity`) went last. Among equals the least loaded wins, then the session's
+    last replica, then the longer prefix; then, for a prompt worth placing (`placing`: longer
+    than `tie`, held nowhere) or one without a session, the replica that served fewer
+    requests (new prefixes spread), else the session key's consistent-hash order (a short
+    keyed prompt goes where the key says, from any process).
+    Reasons: "prefix" (the longest held prefix), "session" or "least-loaded" (nothing held),
+    "prefix-spilled" (a longer prefix is held by replicas over the bound)."""
     n = len(candidates)
     bound = math.ceil(load_factor * (sum(loads) + 1) / n)
     room = [i for i in range(n) if loads[i] < bound]  # never empty: not every load can be ≥ the bound
@@ -78,12 +82,14 @@ def choose(candidates: Sequence[R], matched: Sequence[int], loads: Sequence[int]
         room = roomy
     best = max(matched[i] for i in room)
     top = [i for i in room if matched[i] >= best - tie]
-    lightest = min((loads[i], kv_usage[i] if kv_usage is not None else 0.0) for i in top)
-    top = [i for i in top if (loads[i], kv_usage[i] if kv_usage is not None else 0.0) == lightest]
-    if affinity is not None:
-        chosen = ranked(affinity, [candidates[i] for i in top])[0]
+    held = best > tie
+    if (placing and not held) or affinity is None:
+        order = {i: candidates[i].requests for i in top}
     else:
-        chosen = min((candidates[i] for i in top), key=lambda r: r.requests)
+        ranking = ranked(affinity, [candidates[i] for i in top])
+        order = {i: ranking.index(candidates[i]) for i in top}
+    chosen = min(top, key=lambda i: (loads[i], kv_usage[i] if kv_usage is not None else 0.0,
+                                     candidates[i] is not sticky, -matched[i] if held else 0, order[i]))
     if best < max(matched) - tie:
-        return chosen, "prefix-spilled"
-    return chosen, "prefix" if best > tie else "session" if affinity is not None else "least-loaded"
+        return candidates[chosen], "prefix-spilled"
+    return candidates[chosen], "prefix" if held else "session" if affinity is not None else "least-loaded"

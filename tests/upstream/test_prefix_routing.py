@@ -29,14 +29,19 @@ def nodes(n: int) -> list[Node]:
 
 views = st.integers(1, 6).flatmap(lambda n: st.tuples(
     st.lists(st.integers(0, 8), min_size=n, max_size=n), st.lists(st.integers(0, 9), min_size=n, max_size=n),
-    st.none() | st.text(min_size=1, max_size=6), st.sampled_from([1.0, 1.25, 2.0]), st.integers(0, 2)))
+    st.lists(st.integers(0, 3), min_size=n, max_size=n), st.none() | st.text(min_size=1, max_size=6),
+    st.none() | st.integers(0, n - 1), st.booleans(), st.sampled_from([1.0, 1.25, 2.0]), st.integers(0, 2)))
 
 
 @given(views)
 def test_the_longest_prefix_within_the_bound_wins_and_ties_go_to_the_least_loaded(view):
-    matched, loads, key, factor, tie = view
+    matched, loads, served, key, last, placing, factor, tie = view
     replicas = nodes(len(matched))
-    chosen, reason = routing.choose(replicas, matched, loads, key, tie=tie, load_factor=factor)
+    for replica, n in zip(replicas, served, strict=True):
+        replica.requests = n
+    sticky = replicas[last] if last is not None else None
+    chosen, reason = routing.choose(replicas, matched, loads, key, tie=tie, sticky=sticky, placing=placing,
+                                    load_factor=factor)
     i = replicas.index(chosen)
     bound = routing.capacity([Node("", inflight=load) for load in loads], factor)
     room = [j for j in range(len(loads)) if loads[j] < bound]
@@ -45,9 +50,15 @@ def test_the_longest_prefix_within_the_bound_wins_and_ties_go_to_the_least_loade
     equals = [j for j in room if matched[j] >= best - tie]  # as good as the best, give or take `tie`
     assert i in equals
     assert loads[i] == min(loads[j] for j in equals)
-    if key is not None:  # among the least loaded of those, the session's own order decides
-        lightest = [replicas[j] for j in equals if loads[j] == loads[i]]
-        assert chosen is routing.ranked(key, lightest)[0]
+    lightest = [j for j in equals if loads[j] == loads[i]]
+    if last in lightest:  # a continuing session stays where it was, all else equal
+        assert i == last
+    elif best > tie:  # then the longer prefix
+        assert matched[i] == max(matched[j] for j in lightest)
+    elif placing or key is None:  # a new prefix worth placing goes where fewer requests went
+        assert served[i] == min(served[j] for j in lightest)
+    else:  # a short keyed prompt: the key's own consistent-hash order, from any process
+        assert chosen is routing.ranked(key, [replicas[j] for j in lightest])[0]
     if best < max(matched) - tie:
         assert reason == "prefix-spilled"  # a longer prefix is on replicas over the bound
     else:
