@@ -10,9 +10,13 @@ from gateway.core.settings import Settings
 def run(settings: Settings, workers: int = 1) -> None:
     from gateway.server.auth import KeyRing
     from gateway.server.tenant_limits import TenantLimits
+    from gateway.sessions import redis_keys, redis_url
 
-    try:  # a malformed key or limits file stops here, before any worker starts
+    try:  # a malformed key or limits file, a --state-url it cannot use: stops here, before any worker starts
         KeyRing.load(settings), TenantLimits.load(settings)
+        if settings.state_url:
+            redis_url.parse(settings.state_url)
+            redis_keys.check_prefix(settings.state_key_prefix)
     except ValueError as exc:
         sys.exit(f"vllm-gateway: {exc}")
     if workers > 1:

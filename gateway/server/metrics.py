@@ -100,6 +100,9 @@ class StateMetrics(StateObserver):
         self.fallbacks = Counter("gateway_state_store_fallbacks", "Turns or writes that went on without the shared "
                                  "store, by reason: unreachable, full, conflict (another process's turn came "
                                  "first), lost", ["reason"], registry=registry)
+        self.node_errors = Counter("gateway_state_store_node_errors", "Failed calls by store node (a cluster's "
+                                   "master, host:port; sentinel:MASTER) and reason: unreachable, full",
+                                   ["node", "reason"], registry=registry)
 
     def round_trip(self, op: str, seconds: float) -> None:
         self.seconds.labels(op).observe(seconds)
@@ -112,6 +115,9 @@ class StateMetrics(StateObserver):
 
     def fallback(self, reason: str) -> None:
         self.fallbacks.labels(reason).inc()
+
+    def node_failed(self, node: str, reason: str) -> None:
+        self.node_errors.labels(node, reason).inc()
 
 
 class LiveCollector(Collector):
@@ -173,6 +179,14 @@ class LiveCollector(Collector):
                                       "maxmemory (its own counter, since it started)", value=shared["evicted_keys"])
             yield CounterMetricFamily("gateway_state_store_expired_keys", "Keys the shared store expired (its own "
                                       "counter, since it started)", value=shared["expired_keys"])
+            memory = GaugeMetricFamily("gateway_state_store_node_memory_bytes", "Memory each store node (a "
+                                       "cluster's master) uses", labels=["node"])
+            keys = GaugeMetricFamily("gateway_state_store_node_keys", "Keys on each store node (how the sessions "
+                                     "spread over a cluster's masters)", labels=["node"])
+            for node, figures in shared["nodes"].items():
+                memory.add_metric([node], figures["memory_bytes"])
+                keys.add_metric([node], figures["keys"])
+            yield from (memory, keys)
         rollouts = runtime.rollouts.summary()
         yield GaugeMetricFamily("gateway_rollouts", "RL rollouts held", value=rollouts["rollouts"])
         yield GaugeMetricFamily("gateway_rollout_tokens", "Tokens held by RL rollouts", value=rollouts["tokens"])

@@ -118,14 +118,17 @@ class MemoryState:
 
 def open_state(url: str | None, sessions: SessionStore, responses: ResponseStore, rollouts: RolloutStore, *,
                observer: StateObserver | None = None, key_prefix: str = "gw:") -> StateStore:
-    """The backend `url` names (`redis://`, `rediss://`, `unix://`), or the in-process one for None.
-    `key_prefix` namespaces every key (one Redis may serve several gateways or tenants)."""
+    """The backend `url` names (a Redis, a Redis Cluster, a Sentinel-managed master: see
+    gateway/sessions/redis_url.py), or the in-process one for None; a ValueError saying what is
+    wrong with a URL it cannot use. `key_prefix` namespaces every key (one Redis may serve
+    several gateways or tenants)."""
     if not url:
         return MemoryState(sessions, responses, rollouts)
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ValueError(f"unsupported --state-url {url!r}: expected redis://host:port/db, rediss://… or "
-                         f"unix:///path/to/redis.sock")
-    from gateway.sessions.redis_state import RedisState  # the redis client only where it is used
+    from gateway.sessions import redis_keys, redis_url  # the redis client only where it is used
+    from gateway.sessions.redis_state import RedisState
+
+    redis_url.parse(url)
+    redis_keys.check_prefix(key_prefix)
 
     return RedisState(url, sessions, responses, rollouts, observer=observer or StateObserver(),
                       key_prefix=key_prefix)

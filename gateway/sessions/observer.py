@@ -29,3 +29,6 @@ class StateObserver:
 
     def fallback(self, reason: str) -> None:
         """A turn could not use the shared state (`reason`: unreachable, full, conflict, lost)."""
+
+    def node_failed(self, node: str, reason: str) -> None:
+        """A call on `node` (host:port; a cluster's master, a single Redis, `sentinel:NAME`) failed."""

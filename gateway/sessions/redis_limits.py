@@ -1,13 +1,14 @@
 """Per-tenant limits counted in the shared Redis store, so N gateway processes or pods hold a
 tenant to its limits together, not N times over (gateway/server/tenant_limits.py decides).
 
-Per tenant, two keys, each touched by one script call (one round trip) per request:
+Per tenant, keys in one Redis Cluster slot (the tenant's hash tag, gateway/sessions/redis_keys.py),
+touched by one script call (one round trip) per request:
 
-- `{prefix}t:{tenant}:a`, a hash of the requests in flight by gateway process. A process
-  refreshes its own liveness key `{prefix}p:{process}` (30 s TTL) while it runs; a count
-  whose process stopped refreshing (killed with requests in flight) is dropped at the next
-  admission, so a crash cannot hold a tenant's slots for good.
-- `{prefix}t:{tenant}:s`, a sorted set of finished requests' tokens (`id:tokens`, scored by
+- `{prefix}t:{{tenant}}:a`, a hash of the requests in flight by gateway process. A process
+  holding requests of the tenant refreshes its liveness key there, `{prefix}t:{{tenant}}:p:{process}`
+  (30 s TTL), while it runs; a count whose process stopped refreshing (killed with requests in
+  flight) is dropped at the next admission, so a crash cannot hold a tenant's slots for good.
+- `{prefix}t:{{tenant}}:s`, a sorted set of finished requests' tokens (`id:tokens`, scored by
   when they ended), trimmed to the last 60 s: the tokens-per-minute window.
 
 Times are Redis's own (`TIME`), one clock for every process.
@@ -17,8 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
+from functools import partial
 from itertools import count
 
+from gateway.sessions import redis_keys
 from gateway.sessions.redis_link import RedisLink, StoreDown
 
 ALIVE_TTL = 30  # seconds a process's liveness key lives without a refresh
@@ -89,33 +93,48 @@ class RedisLimits:
         self._take = link.script(_TAKE)
         self._give_back = link.script(_GIVE_BACK)
         self._alive: asyncio.Task | None = None
+        self._holding: Counter[str] = Counter()  # requests in flight here, by tenant
 
     async def take(self, tenant: str, concurrent: int | None, tokens_per_minute: int | None) -> tuple[str, int] | None:
         """None when admitted (one of its slots taken), else why not and the seconds to wait."""
         if self._alive is None:
             self._alive = asyncio.get_running_loop().create_task(self._stay_alive())
         keys = self._keys(tenant)
-        args = [self.process, concurrent or 0, tokens_per_minute or 0, f"{self.prefix}p:", self.window]
-        reply = await self.link.call("tenant_take", lambda: self._take(keys=keys, args=args))
-        return (reply[0].decode(), int(reply[1])) if reply else None
+        args = [self.process, concurrent or 0, tokens_per_minute or 0, self._alive_prefix(tenant), self.window]
+        reply = await self.link.call("tenant_take", lambda: self._take(keys=keys, args=args), key=keys[0])
+        if reply:
+            return reply[0].decode(), int(reply[1])
+        self._holding[tenant] += 1
+        return None
 
     async def give_back(self, tenant: str, tokens: int) -> None:
         """The slot `take` took, and the request's tokens into the window."""
+        self._holding[tenant] -= 1
+        if self._holding[tenant] <= 0:
+            del self._holding[tenant]
         args = [self.process, tokens, f"{self.process}-{next(self._ids)}", self.window]
-        await self.link.call("tenant_give_back", lambda: self._give_back(keys=self._keys(tenant), args=args))
+        keys = self._keys(tenant)
+        await self.link.call("tenant_give_back", lambda: self._give_back(keys=keys, args=args), key=keys[0])
 
     async def _stay_alive(self) -> None:
-        name = f"{self.prefix}p:{self.process}"
+        """This process's liveness, renewed beside the counts of every tenant it holds requests of."""
         while True:
             await asyncio.sleep(REFRESH)
-            try:
-                await self.link.call("tenant_alive", lambda: self.link.client.set(name, 1, ex=ALIVE_TTL))
-            except StoreDown:
-                pass  # counted as a fallback; the next take finds out again
+            for tenant in list(self._holding):
+                name = self._alive_prefix(tenant) + self.process
+                try:
+                    await self.link.call("tenant_alive", partial(self.link.client.set, name, 1, ex=ALIVE_TTL),
+                                         key=name)
+                except StoreDown:
+                    pass  # counted as a fallback; the next take finds out again
 
     def close(self) -> None:
         if self._alive is not None:
             self._alive.cancel()
 
     def _keys(self, tenant: str) -> list[str]:
-        return [f"{self.prefix}t:{tenant}:a", f"{self.prefix}t:{tenant}:s"]
+        tagged = redis_keys.tag(tenant)
+        return [f"{self.prefix}t:{tagged}:a", f"{self.prefix}t:{tagged}:s"]
+
+    def _alive_prefix(self, tenant: str) -> str:
+        return f"{self.prefix}t:{redis_keys.tag(tenant)}:p:"

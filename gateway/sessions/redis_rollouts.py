@@ -1,6 +1,7 @@
 """Rollouts in Redis: the trajectory as append-only logs, one script call per model call.
 
-Keys under `{prefix}ro:{id}`: a header hash (`v` calls so far, `n` tokens, `closed`
+Keys under `{prefix}ro:{{id}}` (one Redis Cluster hash tag, so one slot, per rollout:
+gateway/sessions/redis_keys.py): a header hash (`v` calls so far, `n` tokens, `closed`
 segments, `seg` where the open segment starts, `meta` its `TokenState` metadata), and
 logs appended to by every call: `:t` int32 tokens (all segments in order), `:m` the loss
 mask (one byte per token), `:l` float64 logprobs (one per generated token), `:u` one JSON
@@ -8,10 +9,11 @@ record per call. A call commits only if the header is still at the version it be
 from; a call that lost that race (another process's call on the rollout committed in
 between) is recorded again as a new segment, flagged `non_monotonic`, as within one process.
 
-A rollout that is gone leaves a tombstone (`{prefix}rg:{id}`: why), so asking for it
-answers 410 with the reason. One that the store lost without a tombstone (Redis restarted
-empty, or evicted it under maxmemory) is known to be lost by a process that saw it alive;
-while Redis is unreachable, rollout calls answer 503 (retryable) rather than start over.
+A rollout that is gone leaves a tombstone (`{prefix}rg:{{id}}`: why, in the rollout's slot),
+so asking for it answers 410 with the reason. One that the store lost without a tombstone
+(Redis restarted empty, or evicted it under maxmemory) is known to be lost by a process that
+saw it alive; while Redis is unreachable, rollout calls answer 503 (retryable) rather than
+start over.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from functools import partial
 from typing import Any
 
 from gateway.core.errors import APIError
-from gateway.sessions import codec
+from gateway.sessions import codec, redis_keys
 from gateway.sessions.redis_link import RedisLink, StoreDown
 from gateway.sessions.rollouts import Pending, Rollout, RolloutStore, RolloutTurn, addition
 from gateway.tokenfix.record import TurnRecord
@@ -69,13 +71,36 @@ for _, suffix in ipairs({'', ':t', ':m', ':l', ':u'}) do redis.call('PEXPIRE', K
 return v + 1
 """
 
-# KEYS: the parent's header, the branch's. Copies the parent's five keys to the branch unless the
-# branch exists. Returns 1 when copied, 0 when not (the branch exists, or the parent is gone).
-_FORK = """
-if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-for _, suffix in ipairs({'', ':t', ':m', ':l', ':u'}) do
-  if redis.call('EXISTS', KEYS[1] .. suffix) == 1 then redis.call('COPY', KEYS[1] .. suffix, KEYS[2] .. suffix) end
+# A branch starts as its parent's copy. The two are different rollouts, so (on a cluster) in
+# different slots: the parent's five keys are read in one script (DUMP; '' for a missing one, {}
+# when the parent is gone) and written in another unless the branch exists (RESTORE with the TTL
+# in ms, ARGV[6]). Returns 1 when copied, 0 when the branch exists.
+_FORK_READ = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+local dumps = {}
+for i, suffix in ipairs({'', ':t', ':m', ':l', ':u'}) do dumps[i] = redis.call('DUMP', KEYS[1] .. suffix) or '' end
+return dumps
+"""
+_FORK_WRITE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+for i, suffix in ipairs({'', ':t', ':m', ':l', ':u'}) do
+  if ARGV[i] ~= '' then redis.call('RESTORE', KEYS[1] .. suffix, ARGV[6], ARGV[i]) end
 end
+return 1
+"""
+
+# The whole trajectory: the header's `seg` and `v`, the three logs, the call records, the tombstone.
+_EXPORT = """
+local h = redis.call('HMGET', KEYS[1], 'seg', 'v')
+return {h[1] or '', h[2] or '', redis.call('GET', KEYS[1] .. ':t') or '', redis.call('GET', KEYS[1] .. ':m') or '',
+        redis.call('GET', KEYS[1] .. ':l') or '', redis.call('LRANGE', KEYS[1] .. ':u', 0, -1),
+        redis.call('GET', KEYS[2]) or ''}
+"""
+
+# The rollout's keys go, its tombstone (ARGV[1], kept ARGV[2] seconds) stays.
+_DELETE = """
+redis.call('UNLINK', KEYS[1], KEYS[1] .. ':t', KEYS[1] .. ':m', KEYS[1] .. ':l', KEYS[1] .. ':u')
+redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
 return 1
 """
 
@@ -96,7 +121,10 @@ class RedisRollouts:
         self.prefix = prefix
         self._begin = link.script(_BEGIN)
         self._commit = link.script(_COMMIT)
-        self._fork = link.script(_FORK)
+        self._fork_read = link.script(_FORK_READ)
+        self._fork_write = link.script(_FORK_WRITE)
+        self._export = link.script(_EXPORT)
+        self._delete = link.script(_DELETE)
         self._known: OrderedDict[str, None] = OrderedDict()  # ids seen alive
         self._held: OrderedDict[str, tuple[int, TokenState | None]] = OrderedDict()  # id -> version, open segment
 
@@ -105,7 +133,7 @@ class RedisRollouts:
         held = self._held.get(rollout_id)
         args = [held[0] if held is not None else -1, int(self.local.ttl * 1000)]
         try:
-            reply = await self.link.call("rollout_begin", lambda: self._begin(keys=[key, gone], args=args))
+            reply = await self.link.call("rollout_begin", lambda: self._begin(keys=[key, gone], args=args), key=key)
         except StoreDown as exc:
             raise _unavailable(rollout_id, exc.reason) from exc
         if len(reply) == 1:
@@ -130,9 +158,13 @@ class RedisRollouts:
         assert isinstance(pending, SharedPending)
         continues = True
         if pending.fork_from is not None and pending.version > 0:  # a branch starts as its parent's copy
-            keys = [self._keys(pending.fork_from)[0], self._keys(pending.rollout_id)[0]]
+            parent, branch = self._keys(pending.fork_from)[0], self._keys(pending.rollout_id)[0]
             try:
-                await self.link.call("rollout_fork", partial(self._fork, keys=keys))
+                dumps = await self.link.call("rollout_fork", partial(self._fork_read, keys=[parent]), key=parent)
+                if dumps:
+                    args = [*dumps, int(self.local.ttl * 1000)]
+                    await self.link.call("rollout_fork", partial(self._fork_write, keys=[branch], args=args),
+                                         n_sent=sum(map(len, dumps)), key=branch)
             except StoreDown:
                 return
         for _ in range(2):
@@ -145,7 +177,7 @@ class RedisRollouts:
             key, _ = self._keys(pending.rollout_id)
             try:
                 version = await self.link.call("rollout_commit", partial(self._commit, keys=[key], args=args),
-                                                n_sent=sum(len(a) for a in args[2:7]))
+                                                n_sent=sum(len(a) for a in args[2:7]), key=key)
             except StoreDown:
                 return  # the call's tokens are not in the trajectory: the next call starts a new segment
             if version > 0:
@@ -165,17 +197,13 @@ class RedisRollouts:
     async def export(self, rollout_id: str) -> dict[str, Any]:
         key, gone = self._keys(rollout_id)
 
-        async def read() -> list[Any]:
-            async with self.link.client.pipeline(transaction=True) as pipe:
-                return await (pipe.hmget(key, "seg", "v").get(f"{key}:t").get(f"{key}:m").get(f"{key}:l")
-                              .lrange(f"{key}:u", 0, -1).get(gone).execute())
-
         try:
-            (seg, version), tokens, mask, logprobs, turns, why = await self.link.call("rollout_export", read)
+            seg, version, tokens, mask, logprobs, turns, why = await self.link.call(
+                "rollout_export", lambda: self._export(keys=[key, gone]), key=key)
         except StoreDown as exc:
             raise _unavailable(rollout_id, exc.reason) from exc
-        if version is None:
-            if why is not None:
+        if not version:
+            if why:
                 raise _gone(rollout_id, why.decode())
             if rollout_id in self._known:
                 raise _gone(rollout_id, _LOST)
@@ -195,7 +223,7 @@ class RedisRollouts:
     async def summary(self, prefix: str) -> dict[str, int]:
         """The rollouts the store holds whose id starts with `prefix` (one tenant's) and their tokens:
         a SCAN of the rollout headers, for a stats request, never on a model call's path."""
-        pattern = f"{self.prefix}ro:{_glob_literal(prefix)}*"
+        pattern = f"{self.prefix}ro:{_glob_literal(redis_keys.tag_start(prefix))}*"
 
         async def count() -> list[Any]:
             keys = [key async for key in self.link.client.scan_iter(match=pattern, count=1000, _type="HASH")]
@@ -215,13 +243,9 @@ class RedisRollouts:
         await self.export(rollout_id)  # 404 or 410 as for GET
         key, gone = self._keys(rollout_id)
 
-        async def drop() -> None:
-            async with self.link.client.pipeline(transaction=True) as pipe:
-                await (pipe.unlink(key, f"{key}:t", f"{key}:m", f"{key}:l", f"{key}:u")
-                       .set(gone, "deleted", ex=TOMBSTONE_TTL).execute())
-
         try:
-            await self.link.call("rollout_delete", drop)
+            await self.link.call("rollout_delete",
+                                 lambda: self._delete(keys=[key, gone], args=["deleted", TOMBSTONE_TTL]), key=key)
         except StoreDown as exc:
             raise _unavailable(rollout_id, exc.reason) from exc
         self._forget(rollout_id)
@@ -230,8 +254,9 @@ class RedisRollouts:
     async def _tombstone(self, rollout_id: str, why: str) -> None:
         self._forget(rollout_id)
         try:
-            await self.link.call("rollout_tombstone",
-                                 lambda: self.link.client.set(self._keys(rollout_id)[1], why, ex=TOMBSTONE_TTL))
+            gone = self._keys(rollout_id)[1]
+            await self.link.call("rollout_tombstone", lambda: self.link.client.set(gone, why, ex=TOMBSTONE_TTL),
+                                 key=gone)
         except StoreDown:
             pass
 
@@ -250,7 +275,8 @@ class RedisRollouts:
         self._held.pop(rollout_id, None)
 
     def _keys(self, rollout_id: str) -> tuple[str, str]:
-        return f"{self.prefix}ro:{rollout_id}", f"{self.prefix}rg:{rollout_id}"
+        tagged = redis_keys.tag(rollout_id)
+        return f"{self.prefix}ro:{tagged}", f"{self.prefix}rg:{tagged}"
 
 
 _LOST = ("lost by the shared state store (Redis restarted without its data, was flushed, or evicted it under "

@@ -2,10 +2,11 @@
 
 Any gateway process or pod continues any session exactly, and a restart loses nothing.
 
-A session is a small header (`{prefix}s:{key}`: the id of its token log, a version, the
+A session is a small header (`{prefix}s:{{key}}`: the id of its token log, a version, the
 token count and the `TokenState`'s metadata as JSON) and an append-only int32 log
-(`{prefix}s:{key}:{log}`). A turn that continues the session's tokens appends only what
-it added (its prompt delta and generation) and moves the header on, in one script call
+(`{prefix}s:{{key}}:{log}`), under one Redis Cluster hash tag, so in one slot
+(gateway/sessions/redis_keys.py). A turn that continues the session's tokens appends only
+what it added (its prompt delta and generation) and moves the header on, in one script call
 that first checks the header is still the version the turn continued; one that does not
 (a rewritten history, or another process's turn committed in between) writes a new log.
 This process keeps its sessions in memory (the in-process store, with its bounds) tagged
@@ -14,7 +15,9 @@ current (the common case: the same process served the previous turn), only the m
 suffix when the log grew, the whole log otherwise — always one round trip.
 
 A stored response is one hash (JSON metadata, int32 tokens) with a TTL; rollouts are in
-gateway/sessions/redis_rollouts.py. Every failure is soft (gateway/sessions/redis_link.py).
+gateway/sessions/redis_rollouts.py. Every failure is soft (gateway/sessions/redis_link.py),
+and every call is a single command or one script on one slot, so the same code runs on a
+single Redis, a Sentinel-managed one and a Redis Cluster.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import os
 from array import array
 from typing import Any
 
-from gateway.sessions import codec
+from gateway.sessions import codec, redis_keys
 from gateway.sessions.observer import FALLBACK, StateObserver
 from gateway.sessions.redis_link import RedisLink, StoreDown
 from gateway.sessions.redis_rollouts import RedisRollouts
@@ -70,6 +73,13 @@ redis.call('PEXPIRE', KEYS[1], ARGV[8])
 return {v + 1, log}
 """
 
+# ARGV: metadata, tokens, TTL in ms.
+_PUT_RESPONSE = """
+redis.call('HSET', KEYS[1], 'meta', ARGV[1], 't', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
 
 class RedisState:
     kind = "redis"
@@ -83,6 +93,7 @@ class RedisState:
         self.response_ttl = response_ttl
         self._read = self.link.script(_READ)
         self._write = self.link.script(_WRITE)
+        self._put_response = self.link.script(_PUT_RESPONSE)
         self._rollouts = RedisRollouts(self.link, rollouts, key_prefix)
 
     # -- sessions ------------------------------------------------------------------------
@@ -93,7 +104,8 @@ class RedisState:
         n_held = len(held.state.tokens) if held is not None else 0
         args = [tag[0], tag[1], n_held] if tag is not None else ["", "", 0]
         try:
-            reply = await self.link.call("session_read", lambda: self._read(keys=[self._session_key(key)], args=args))
+            name = self._session_key(key)
+            reply = await self.link.call("session_read", lambda: self._read(keys=[name], args=args), key=name)
         except StoreDown:
             return self._miss(count)
         if not reply:
@@ -159,21 +171,22 @@ class RedisState:
         self.sessions.put(key, Session(state, session.resent, tag))
 
     async def _write_session(self, key: str, args: list[Any], n_bytes: int) -> Any:
-        return await self.link.call("session_write", lambda: self._write(keys=[self._session_key(key)], args=args),
-                                    n_sent=n_bytes)
+        name = self._session_key(key)
+        return await self.link.call("session_write", lambda: self._write(keys=[name], args=args), n_sent=n_bytes,
+                                    key=name)
 
     async def discard_session(self, key: str) -> None:
         self.sessions.discard(key)
         try:
             header = self._session_key(key)
-            log_id = await self.link.call("session_discard", lambda: self.link.client.hget(header, "log"))
+            log_id = await self.link.call("session_discard", lambda: self.link.client.hget(header, "log"), key=header)
             names = [header, f"{header}:{log_id.decode()}"] if log_id else [header]
-            await self.link.call("session_discard", lambda: self.link.client.unlink(*names))
+            await self.link.call("session_discard", lambda: self.link.client.unlink(*names), key=header)
         except StoreDown:
             pass
 
     def _session_key(self, key: str) -> str:
-        return f"{self.prefix}s:{key}"
+        return f"{self.prefix}s:{redis_keys.tag(key)}"
 
     # -- stored responses ----------------------------------------------------------------
 
@@ -182,11 +195,12 @@ class RedisState:
         held = self.responses.get(response_id)
         try:
             if held is not None:  # immutable once stored: only whether it still exists (DELETE elsewhere)
-                if await self.link.call("response_exists", lambda: self.link.client.exists(name)):
+                if await self.link.call("response_exists", lambda: self.link.client.exists(name), key=name):
                     return held
                 self.responses.delete(response_id)
                 return None
-            meta, tokens = await self.link.call("response_read", lambda: self.link.client.hmget(name, "meta", "t"))
+            meta, tokens = await self.link.call("response_read", lambda: self.link.client.hmget(name, "meta", "t"),
+                                                key=name)
         except StoreDown:
             return held
         if meta is None:
@@ -207,22 +221,18 @@ class RedisState:
                             "response": response.response, "inputs": response.inputs})
         tokens = codec.ids_to_bytes(state.tokens) if state is not None else b""
         name = f"{self.prefix}r:{response.response_id}"
-
-        async def write() -> None:
-            async with self.link.client.pipeline(transaction=True) as pipe:
-                await pipe.hset(name, mapping={"meta": meta, "t": tokens}).pexpire(
-                    name, int(self.response_ttl * 1000)).execute()
-
+        args = [meta, tokens, int(self.response_ttl * 1000)]
         try:
-            await self.link.call("response_write", write, n_sent=len(meta) + len(tokens))
+            await self.link.call("response_write", lambda: self._put_response(keys=[name], args=args),
+                                 n_sent=len(meta) + len(tokens), key=name)
         except StoreDown:
             pass  # kept in this process only
 
     async def delete_response(self, response_id: str) -> bool:
         held = self.responses.delete(response_id)
         try:
-            return bool(await self.link.call("response_delete",
-                                             lambda: self.link.client.unlink(f"{self.prefix}r:{response_id}")))
+            name = f"{self.prefix}r:{response_id}"
+            return bool(await self.link.call("response_delete", lambda: self.link.client.unlink(name), key=name))
         except StoreDown:
             return held
 
@@ -247,16 +257,22 @@ class RedisState:
         return {**self.rollouts.summary(), **held, "backend": self.kind,
                 "note": "counters are this process's; the rollouts themselves are in the shared store"}
 
-    async def figures(self) -> dict[str, int] | None:
-        """One INFO round trip (never a SCAN: a scrape must stay cheap whatever the store holds)."""
+    async def figures(self) -> dict[str, Any] | None:
+        """The store's memory, keys, evictions and expirations, in all and by node (a cluster's
+        masters): one INFO round trip to each, never a SCAN (a scrape must stay cheap)."""
         try:
-            info = await self.link.call("info", lambda: self.link.client.info())
+            infos = await self.link.call("info", self.link.figures)
         except StoreDown:
             return None
-        db = info.get(f"db{self.link.client.connection_pool.connection_kwargs.get('db', 0)}", {})
-        return {"memory_bytes": int(info.get("used_memory", 0)), "maxmemory_bytes": int(info.get("maxmemory", 0)),
-                "keys": int(db.get("keys", 0)) if isinstance(db, dict) else 0,
-                "evicted_keys": int(info.get("evicted_keys", 0)), "expired_keys": int(info.get("expired_keys", 0))}
+        db = f"db{self.link.address.db}"
+        nodes = {node: {"memory_bytes": int(info.get("used_memory", 0)),
+                        "maxmemory_bytes": int(info.get("maxmemory", 0)),
+                        "keys": int(info[db].get("keys", 0)) if isinstance(info.get(db), dict) else 0,
+                        "evicted_keys": int(info.get("evicted_keys", 0)),
+                        "expired_keys": int(info.get("expired_keys", 0))} for node, info in infos.items()}
+        totals = {name: sum(figures[name] for figures in nodes.values())
+                  for name in ("memory_bytes", "maxmemory_bytes", "keys", "evicted_keys", "expired_keys")}
+        return {**totals, "nodes": nodes}
 
     async def close(self) -> None:
         await self.link.close()

@@ -62,5 +62,5 @@ def test_a_resent_turn_makes_one_read_and_one_write(qwen_tokenizer_dir, tmp_path
         assert prompt[:len(previous) + 2] == [*previous, HELLO, IM_END]  # spliced: the exact earlier tokens
     assert len(commands) == 2, commands
     read, write = commands
-    assert '"EVALSHA"' in read and '"gw:s:thread"' in read and '"append"' not in read
-    assert '"EVALSHA"' in write and '"gw:s:thread" "append"' in write
+    assert '"EVALSHA"' in read and '"gw:s:{thread}"' in read and '"append"' not in read
+    assert '"EVALSHA"' in write and '"gw:s:{thread}" "append"' in write

@@ -1,4 +1,5 @@
-"""The state store's contract, run against both backends: in process and a real Redis.
+"""The state store's contract, run against every backend: in process, and a real Redis alone, as a
+Redis Cluster (3 masters + 3 replicas) and behind Sentinel.
 
 What one store answers after what was put into it — sessions, stored responses, rollouts —
 must not depend on the backend; what only a shared store can do (a second process reads
@@ -22,6 +23,7 @@ from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import ResentPrefix, Session, SessionStore
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
+from tests.sessions.conftest import state_url
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")  # the loop the async fixtures run in
@@ -52,9 +54,9 @@ def open_store(url: str | None, observer: StateObserver | None = None, prefix: s
     return open_state(url, SessionStore(), ResponseStore(), RolloutStore(), observer=observer, key_prefix=prefix)
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def store(request, redis_server: RedisServer) -> AsyncIterator[StateStore]:
-    opened = open_store(redis_server.url if request.param == "redis" else None,
+@pytest.fixture(params=["memory", "redis", "cluster", "sentinel"])
+async def store(request) -> AsyncIterator[StateStore]:
+    opened = open_store(state_url(request, request.param) if request.param != "memory" else None,
                         prefix=f"t{time.monotonic_ns()}:")  # a fresh namespace per test
     yield opened
     await opened.close()
@@ -197,11 +199,12 @@ async def test_a_wrong_response_mask_is_a_422_before_anything_is_recorded(store:
 
 # -- only a shared store: two processes ------------------------------------------------------
 
-@pytest.fixture
-async def two(redis_server: RedisServer) -> AsyncIterator[tuple[StateStore, StateStore, Seen, Seen]]:
+@pytest.fixture(params=["redis", "cluster", "sentinel"])
+async def two(request) -> AsyncIterator[tuple[StateStore, StateStore, Seen, Seen]]:
     prefix = f"t{time.monotonic_ns()}:"
     seen_a, seen_b = Seen(), Seen()
-    a, b = open_store(redis_server.url, seen_a, prefix), open_store(redis_server.url, seen_b, prefix)
+    url = state_url(request, request.param)
+    a, b = open_store(url, seen_a, prefix), open_store(url, seen_b, prefix)
     yield a, b, seen_a, seen_b
     await a.close()
     await b.close()

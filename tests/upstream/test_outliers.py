@@ -37,7 +37,7 @@ def metric(url: str, name: str) -> dict[str, float]:
     """`name`'s samples in /metrics, by their label text."""
     samples = {}
     for line in httpx.get(url + "/metrics").text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
+        if line.startswith((name + "{", name + " ")):
             labels, _, value = line[len(name):].rpartition(" ")
             samples[labels] = float(value)
     return samples
