@@ -46,7 +46,7 @@ class RedisConversations:
         name = self._key(conversation_id)
         try:
             version, meta, tokens = await self.link.call(
-                "conversation_read", lambda: self.link.client.hmget(name, "v", "meta", "t"))
+                "conversation_read", lambda: self.link.client.hmget(name, "v", "meta", "t"), key=name)
         except StoreDown as exc:
             raise _unavailable(exc) from exc
         if version is None:
@@ -68,8 +68,9 @@ class RedisConversations:
         args = ["" if expected_version is None else str(expected_version), str(version), meta, tokens,
                 str(int(ttl * 1000))]
         try:
-            written = await self.link.call("conversation_write", lambda: self._put(
-                keys=[self._key(conversation.conversation_id)], args=args), n_sent=len(meta) + len(tokens))
+            name = self._key(conversation.conversation_id)
+            written = await self.link.call("conversation_write", lambda: self._put(keys=[name], args=args),
+                                           n_sent=len(meta) + len(tokens), key=name)
         except StoreDown as exc:
             raise _unavailable(exc) from exc
         if written:
