@@ -161,13 +161,6 @@ class Turn:
         output = TurnOutput(self.record, self.runtime.format, self.request.spans, self.sampling.stop,
                             self.sampling.constraint)
 
-        def handed_on(events: list[ParseEvent]) -> Hold:
-            try:
-                hold = sink(events)
-            except Exception as exc:
-                raise _ConsumerFailed from exc
-            return None if hold is None else _Consumers(hold)
-
         def take(chunks: list[TokenChunk | Usage]) -> Hold:
             events: list[ParseEvent] = []
             for chunk in chunks:
@@ -175,12 +168,12 @@ class Turn:
                 if output.stopped:
                     stream.stop_relay()
                     break
-            return handed_on(events) if events else None
+            return handed_on(sink, events) if events else None
 
         async with self._generating():
             await stream.relay(take)
             if not output.stopped and (events := output.finish()):
-                await held(handed_on(events))
+                await held(handed_on(sink, events))
 
     @contextlib.asynccontextmanager
     async def _generating(self) -> AsyncIterator[None]:
@@ -224,6 +217,16 @@ class Turn:
         is unfinished. Every way out calls it (idempotent, and safe under cancellation)."""
         if self._stream is not None:
             await self._stream.aclose()
+
+
+def handed_on(sink: Sink[T], items: T) -> Hold:
+    """`items` to a relay's consumer: what it raises, or raises while its hold is awaited, is
+    told apart from the turn's own failure (`_generating`)."""
+    try:
+        hold = sink(items)
+    except Exception as exc:
+        raise _ConsumerFailed from exc
+    return None if hold is None else _Consumers(hold)
 
 
 class _ConsumerFailed(Exception):

@@ -44,6 +44,7 @@ from gateway.server.routes.messages import count_tokens, create_message
 from gateway.server.routes.responses import create_response
 from gateway.server.routes.rollouts import delete_rollout, export_rollouts, get_rollout, rollout_stats
 from gateway.server.routes.stored_responses import cancel_response, delete_response, get_response, list_input_items
+from gateway.server.routes.token_in import create_completion, generate
 from gateway.server.routes.tokenize import detokenize, tokenize
 from gateway.server.routes.websocket import responses_websocket
 from gateway.server.tenant_limits import TenantLimitMiddleware, TenantLimits
@@ -170,6 +171,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         Route("/v1/rollouts/{rollout_id}", delete_rollout, methods=["DELETE"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/v1/completions", create_completion, methods=["POST"]),
+        Route("/inference/v1/generate", generate, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
         Route("/openapi.json", openapi_endpoint, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
@@ -182,7 +185,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     admission = Admission(settings.max_concurrent_requests)
     keys, tenant_limits = KeyRing.load(settings), TenantLimits.load(settings)
     warn_if_open(keys, settings.host)
-    generating = frozenset({"/v1/responses", "/v1/chat/completions", "/v1/messages"})
+    generating = frozenset({"/v1/responses", "/v1/chat/completions", "/v1/messages", "/v1/completions",
+                            "/inference/v1/generate"})
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan,
                     middleware=[Middleware(AuthMiddleware, keys=keys),  # refused before anything else is taken
                                 Middleware(DrainMiddleware, drain=drain),

@@ -30,6 +30,15 @@ _EXTENSIONS: dict[str, Any] = {
     "top_k": {"type": "integer"}, "min_p": {"type": "number"}, "repetition_penalty": {"type": "number"},
 }
 
+# vLLM's own fields on Chat Completions (gateway/adapters/vllm_fields.py)
+_VLLM_CHAT: dict[str, Any] = {
+    "return_tokens_as_token_ids": {"type": "boolean", "description": "Every logprobs token is \"token_id:N\"."},
+    "min_tokens": {"type": "integer"}, "stop_token_ids": _IDS, "ignore_eos": {"type": "boolean"},
+    "cache_salt": {"type": "string"}, "priority": {"type": "integer"},
+}
+_VLLM_BODY = {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "description": "vLLM's request body (its OpenAI server's protocol)"}}}}
+
 _RESPONSE_EXTENSIONS: dict[str, Any] = {
     "prompt_token_ids": _IDS, "output_token_ids": _IDS,
     "output_logprobs": {"type": "array", "items": {"type": "number"}},
@@ -110,7 +119,7 @@ def description() -> dict[str, Any]:
             "/v1/chat/completions": {"post": {
                 "summary": "Create a chat completion",
                 "requestBody": _body("CreateChatCompletionRequest", {
-                    **_EXTENSIONS, "messages": {"type": "array", "items": {"type": "object",
+                    **_EXTENSIONS, **_VLLM_CHAT, "messages": {"type": "array", "items": {"type": "object",
                                                                              "properties": chat_message_ids}}}),
                 "responses": _ok({"allOf": [_ref("CreateChatCompletionResponse"), {"type": "object", "properties": {
                     "prompt_token_ids": _IDS, "choices": {"type": "array", "items": {
@@ -118,6 +127,22 @@ def description() -> dict[str, Any]:
                             "token_ids": _IDS, "stop_reason": {"type": ["integer", "string", "null"]},
                             "rollout_id": {"type": "string", "description": "With n > 1 and a rollout_id: "
                                            "the rollout branch this sample is recorded in"}}}}}}]})}},
+            "/tokenize": {"post": {
+                "summary": "vLLM's /tokenize: a conversation's prompt as the gateway sends it (exact ids spliced "
+                           "in), or a text prompt's ids", "requestBody": _VLLM_BODY,
+                "responses": _ok({"type": "object", "properties": {
+                    "count": {"type": "integer"}, "max_model_len": {"type": ["integer", "null"]}, "tokens": _IDS,
+                    "token_strs": {"type": "array", "items": {"type": "string"}}}})}},
+            "/detokenize": {"post": {"summary": "vLLM's /detokenize", "requestBody": _VLLM_BODY,
+                                     "responses": _ok({"type": "object", "properties": {"prompt": {"type": "string"}}})}},
+            "/v1/completions": {"post": {
+                "summary": "vLLM's Completions (text or token-id prompts), passed through to a replica; "
+                           "`rollout_id` or the X-Session-ID header records it in that rollout",
+                "requestBody": _VLLM_BODY, "responses": _ok({"type": "object"})}},
+            "/inference/v1/generate": {"post": {
+                "summary": "vLLM's token-in generate, passed through to a replica; `rollout_id` or the "
+                           "X-Session-ID header records it in that rollout",
+                "requestBody": _VLLM_BODY, "responses": _ok({"type": "object"})}},
             "/v1/models": {"get": {"summary": "The served model", "responses": _ok(_ref("ListModelsResponse"))}},
             "/v1/rollouts": {"get": {"summary": "Rollout store counters", "responses": _ok({"type": "object"})}},
             "/v1/rollouts/{rollout_id}": {

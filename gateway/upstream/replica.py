@@ -21,7 +21,7 @@ from gateway.upstream.protocol import (
     engine_request_id,
     request_body,
 )
-from gateway.upstream.stream import UpstreamStream
+from gateway.upstream.stream import StreamMode, UpstreamStream
 
 log = logging.getLogger(__name__)
 
@@ -81,25 +81,30 @@ class Replica:
         """
         body = request_body(self.api, model=self.served_model or "", prompt_ids=prompt_ids,
                             sampling=sampling, request_id=request_id, stream=True)
-        request = self.connections.request_bytes(PATHS[self.api], encode(body))
+        return await self.forward(PATHS[self.api], encode(body), request_id)
+
+    async def forward(self, path: str, body: bytes, request_id: str, mode: StreamMode = "tokens") -> UpstreamStream:
+        """`open` for a body the caller made: a client's own request to one of vLLM's endpoints
+        (`mode`: how its answer is handed on, gateway/upstream/stream.py)."""
+        request = self.connections.request_bytes(path, body)
         self.inflight += 1  # counted from the pick on, so concurrent picks see it
         self.requests += 1
         try:
-            stream = await self._send(request, request_id)
+            stream = await self._send(request, request_id, mode)
         except BaseException:  # cancelled too
             self.inflight -= 1
             raise
         self.streams.add(stream)
         return stream
 
-    async def _send(self, request: bytes, request_id: str) -> UpstreamStream:
-        stream = UpstreamStream(self, request_id)
+    async def _send(self, request: bytes, request_id: str, mode: StreamMode) -> UpstreamStream:
+        stream = UpstreamStream(self, request_id, mode)
         try:
             async with asyncio.timeout(self.header_timeout):
                 stream.connection = await self.connections.send(request, stream)
                 error = await stream.answered()
                 if isinstance(error, Stale):  # the request never reached the replica: once more, on a new one
-                    stream = UpstreamStream(self, request_id)
+                    stream = UpstreamStream(self, request_id, mode)
                     stream.connection = await self.connections.send(request, stream)
                     error = await stream.answered()
         except TimeoutError as exc:  # a replica that stalls is suspected like one that refuses connections

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
 
 import orjson
 
@@ -28,6 +28,10 @@ from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.connection import Connection, IdleTimeout
 from gateway.upstream.protocol import UpstreamAPI, parse_choice, parse_usage
 
+# What a stream hands its sink: "tokens", the decoded TokenChunks (a turn the gateway parses);
+# "events", each SSE event's JSON payload as the replica sent it; "body", a non-streamed answer's
+# whole JSON body, once (token-in traffic passed through: gateway/pipeline/token_turn.py).
+StreamMode = Literal["tokens", "events", "body"]
 MAX_UNTAKEN = 1024  # payloads read ahead of a slow client before the connection stops reading
 
 
@@ -51,13 +55,15 @@ class UpstreamStream:
     """A generation's response. `Replica.open` returns it once the replica accepted (HTTP 200);
     `relay` hands on its chunks; `aclose()` aborts the generation if it is unfinished."""
 
-    def __init__(self, replica: Owner, request_id: str) -> None:
+    def __init__(self, replica: Owner, request_id: str, mode: StreamMode = "tokens") -> None:
         self.replica = replica
         self.request_id = request_id
+        self.mode = mode
         self.status: int | None = None
         self.connection: Connection | None = None  # None once the response ended or was dropped
         self._answer: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
         self._error_body: list[bytes] = []  # a non-200 answer's body
+        self._whole: list[bytes] = []  # mode "body": the answer's body so far
         self._pending = b""  # the unfinished last line of the body read so far
         self._payloads: list[bytes] = []  # SSE `data:` payloads read and not yet taken
         self._paused = False  # the connection stopped reading for us
@@ -82,6 +88,9 @@ class UpstreamStream:
     def on_body(self, data: bytes) -> None:
         if self.status != 200:
             self._error_body.append(data)
+            return
+        if self.mode == "body":
+            self._whole.append(data)  # handed on once it ended
             return
         if not self._pending and data[-2:] == b"\n\n" and data.find(b"\n") == len(data) - 2:
             lines: Sequence[bytes] = (data[:-2],)  # one whole event (a read at engine pace): no split
@@ -109,6 +118,9 @@ class UpstreamStream:
     def on_end(self, error: Exception | None) -> None:
         self.connection = None
         self._ended = True
+        if self.mode == "body" and error is None and self.status == 200:
+            self._payloads.append(b"".join(self._whole))
+            self._finished = True
         if error is not None and self.status == 200:
             self._error = self._stream_error(error)
         if not self._answer.done():
@@ -193,7 +205,7 @@ class UpstreamStream:
     def _deliver(self) -> None:
         """Hand what was read to the sink, from the read's callback (or the relay, after a hold)."""
         payloads, self._payloads = self._payloads, []
-        items, error = self._decode(payloads)
+        items, error = self._decode(payloads) if self.mode == "tokens" else (payloads, None)
         try:
             hold = self._sink(items) if items and self._sink is not None else None
         except Exception as exc:  # noqa: BLE001 - raised where the relay waits, in the request's task

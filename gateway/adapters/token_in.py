@@ -1,0 +1,104 @@
+"""vLLM's token-in endpoints as clients call them: `POST /v1/completions` and
+`POST /inference/v1/generate` bodies read for the gateway, and their answers written back as
+the replica gave them (gateway/pipeline/token_turn.py passes them through).
+
+The body is vLLM's to check (a replica answers what is wrong with it, and the client hears
+that answer); the gateway reads only what it acts on: the model, whether it streams, the
+prompt's ids (for routing and the rollout), and its own fields, which it takes out before
+forwarding — `rollout_id` names the rollout the call is recorded in (else the `X-Session-ID`
+header, SkyRL's); the session key routes the call to the replica holding its cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.adapters.validation import expect
+from gateway.core.errors import APIError, invalid_request
+from gateway.core.push import Hold, Sink
+from gateway.pipeline.token_turn import COMPLETIONS, GENERATE
+from gateway.pipeline.turn import Turn
+
+_GATEWAY_FIELDS = ("rollout_id",)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInRequest:
+    body: dict[str, Any]  # what goes to the replica
+    model: str
+    stream: bool
+    prompt_ids: list[int] | None  # the prompt, when it is one list of ids
+    rollout_id: str | None
+    affinity: str | None
+
+
+def parse_token_in(body: Any, path: str, *, model: str, session: str | None) -> TokenInRequest:
+    """`model`: the served model (vLLM's default when the body names none); `session`: the
+    `X-Session-ID` header."""
+    if not isinstance(body, dict):
+        raise invalid_request("The request body must be a JSON object.", code="invalid_type")
+    name = expect(body.get("model"), str, "model") or model
+    rollout_id = expect(body.get("rollout_id"), str, "rollout_id") or session
+    prompt = body.get("token_ids") if path == GENERATE else body.get("prompt")
+    prompt_ids = prompt if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt) else None
+    if rollout_id is not None and path == COMPLETIONS and prompt_ids is None and not isinstance(prompt, str):
+        raise invalid_request("A call recorded in a rollout has one prompt (text or ids), not a batch.",
+                              param="prompt", code="invalid_value")
+    forward = {key: value for key, value in body.items() if key not in _GATEWAY_FIELDS}
+    affinity = rollout_id or expect(body.get("session_id"), str, "session_id")
+    return TokenInRequest(body=forward, model=name, stream=body.get("stream") is True, prompt_ids=prompt_ids,
+                          rollout_id=rollout_id, affinity=affinity)
+
+
+class EventsWriter:
+    """A streamed answer: the replica's events as it sent them, then `[DONE]`."""
+
+    keeps = True
+
+    def __init__(self, emit: Sink[bytes]) -> None:
+        self.emit = emit
+        self._started = False
+
+    def started(self, turn: Turn) -> Hold:
+        self._started = True
+        return None
+
+    def events(self, payloads: list[bytes]) -> Hold:
+        return self.emit(b"".join(b"data: " + payload + b"\n\n" for payload in payloads))
+
+    def answer(self, turn: Turn) -> None:
+        return None
+
+    def ended(self, turn: Turn) -> Hold:
+        return self.emit(b"data: [DONE]\n\n")
+
+    def failed(self, turn: Turn, error: APIError) -> Hold:
+        if not self._started:
+            raise error  # nothing went out: an HTTP error
+        return self.emit(b"data: " + orjson.dumps(error.http_body()) + b"\n\ndata: [DONE]\n\n")
+
+
+class BodyWriter:
+    """A JSON answer: the replica's body, once it ended."""
+
+    keeps = True
+    body = b""
+
+    def started(self, turn: Turn) -> Hold:
+        return None
+
+    def events(self, payloads: list[bytes]) -> Hold:
+        self.body = payloads[-1]
+        return None
+
+    def answer(self, turn: Turn) -> None:
+        return None
+
+    def ended(self, turn: Turn) -> Hold:
+        return None
+
+    def failed(self, turn: Turn, error: APIError) -> Hold:
+        raise error

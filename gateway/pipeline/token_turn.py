@@ -1,0 +1,135 @@
+"""A token-in turn: a client's own request to vLLM's `/v1/completions` or
+`/inference/v1/generate`, passed through to a replica — not rendered, not parsed — but owned
+like every turn (gateway/pipeline/exchange.py).
+
+RL trainers that render prompts themselves (TRL, AReaL, SkyRL, verifiers' TrainClient) send
+token ids to these endpoints of a stock vLLM server. The gateway forwards their body as they
+wrote it, with two changes: the replica's model name, and the gateway's request id (what an
+abort names); and when it records the call but the client did not ask for the ids
+(`return_token_ids`), it asks for them and nulls them in the answer again, as vLLM leaves them. What the
+replica answers goes to the client event by event, byte for byte otherwise — vLLM's RL fields
+(`routed_experts`, `weight_versions`, `sampling_mask`, `kv_transfer_params`) included.
+
+What it shares with every turn: routing (the session key, else the prompt's prefix), failover
+to another replica before anything was generated, the abort of the replica's work when the
+client leaves, and the one commit: a finished call with a rollout is recorded in it (choice 0
+of `n`), its prompt ids and generated ids exactly as they went and came.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from gateway.core.errors import APIError, UpstreamUnavailable
+from gateway.core.push import Hold, Sink
+from gateway.core.sampling import SamplingOptions
+from gateway.pipeline.request import TurnRequest
+from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn, handed_on
+from gateway.upstream.protocol import parse_usage
+from gateway.upstream.stream import StreamMode
+
+log = logging.getLogger(__name__)
+
+GENERATE, COMPLETIONS = "/inference/v1/generate", "/v1/completions"
+_ID_FIELDS = ("token_ids", "prompt_token_ids")
+
+
+class TokenTurn(Turn):
+    def __init__(self, runtime: Runtime, request: TurnRequest, *, path: str, body: dict[str, Any],
+                 prompt_ids: Sequence[int] | None, affinity: str | None) -> None:
+        """`body`: the client's request as it goes upstream (less the gateway's own fields);
+        `prompt_ids`: its prompt when it is ids (text is tokenized by the replica)."""
+        wants_logprobs = body.get("logprobs") is not None if path == COMPLETIONS else \
+            (body.get("sampling_params") or {}).get("logprobs") is not None
+        super().__init__(runtime, request, sampling=SamplingOptions(logprobs=0 if wants_logprobs else None),
+                         prefix=None, covered=None, affinity=affinity)
+        self.path = path
+        self.stream_mode: StreamMode = "events" if body.get("stream") else "body"
+        self.record.prompt_ids = list(prompt_ids or ())
+        self._body = body
+        self._strip_ids = False  # the gateway asked for ids the client did not
+        if request.rollout is not None and path == COMPLETIONS and not body.get("return_token_ids"):
+            self._body = {**body, "return_token_ids": True}
+            self._strip_ids = True
+
+    async def start(self) -> None:
+        """Get the request accepted by a replica (another one if one cannot take it)."""
+        record, pool = self.record, self.runtime.pool
+        tried = []
+        last_error: APIError | None = None
+        for _ in range(len(pool.replicas)):
+            try:
+                replica = pool.pick(self.affinity, exclude=tried, prompt_ids=record.prompt_ids or None,
+                                    cache_salt=self._body.get("cache_salt"))
+            except UpstreamUnavailable as exc:
+                raise last_error or exc
+            body = orjson.dumps({**self._body, "model": replica.served_model or self._body.get("model"),
+                                 "request_id": record.request_id})
+            try:
+                record.attempts += 1
+                self._stream = await replica.forward(self.path, body, record.request_id, self.stream_mode)
+                record.replica = replica.url
+                return
+            except UpstreamUnavailable as exc:
+                log.warning("request %s: %s; trying another replica", record.request_id, exc.message)
+                tried.append(replica)
+                last_error = exc
+        raise last_error or UpstreamUnavailable("no healthy vLLM replica is available")
+
+    async def relay(self, sink: Sink[list[bytes]]) -> None:
+        """The replica's answer, pushed: each read's events (or the whole body) to `sink` as JSON
+        payloads, recorded on the way."""
+        stream = self._stream
+        assert stream is not None, "start() first"
+
+        def take(payloads: list[bytes]) -> Hold:
+            out = [self._take(payload) for payload in payloads]
+            return handed_on(sink, out)
+
+        async with self._generating():
+            await stream.relay(take)  # type: ignore[arg-type]
+
+    def _take(self, payload: bytes) -> bytes:
+        """Record what `payload` (one event, or the whole answer) says; the payload to hand on."""
+        event = orjson.loads(payload)
+        if not isinstance(event, dict) or "error" in event:
+            return payload  # the replica's in-stream error: passed on, and nothing finishes
+        record = self.record
+        if event.get("usage"):
+            record.usage = parse_usage(event)
+        if not record.prompt_ids and isinstance(prompt := event.get("prompt_token_ids"), list):
+            record.prompt_ids = prompt  # generate's answer carries it at the top
+        for choice in event.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue  # n > 1: the rollout records the first sample
+            if not record.prompt_ids and isinstance(prompt := choice.get("prompt_token_ids"), list):
+                record.prompt_ids = prompt  # a text prompt, as the replica tokenized it
+            ids = choice.get("token_ids") or ()
+            record.output_ids.extend(ids)
+            if record.logprobs is not None:
+                record.logprobs.extend(_chosen_logprobs(choice.get("logprobs"), len(ids)))
+            if choice.get("finish_reason") is not None:
+                record.finish_reason = choice["finish_reason"]
+        if not self._strip_ids:
+            return payload
+        for choice in event.get("choices") or ():
+            for name in _ID_FIELDS:
+                if name in choice:
+                    choice[name] = None  # as vLLM answers when not asked
+        return orjson.dumps(event)
+
+
+def _chosen_logprobs(raw: Any, count: int) -> list[float]:
+    """The sampled tokens' logprobs in either answer's shape (generate: `content[].logprob`,
+    completions: `token_logprobs`); NaN where there are none."""
+    if isinstance(raw, dict):
+        if isinstance(content := raw.get("content"), list):
+            return [entry.get("logprob", float("nan")) for entry in content]
+        if isinstance(values := raw.get("token_logprobs"), list):
+            return [float("nan") if value is None else value for value in values]
+    return [float("nan")] * count
