@@ -177,6 +177,7 @@ def test_the_gateway_describes_its_api_and_extensions(stack):
     assert set(spec["paths"]) >= {"/v1/responses", "/v1/responses/compact", "/v1/responses/{response_id}",
                                   "/v1/responses/{response_id}/input_items", "/v1/responses/{response_id}/cancel",
                                   "/v1/chat/completions", "/v1/models", "/v1/rollouts/{rollout_id}",
-                                  "/v1/conversations", "/v1/conversations/{conversation_id}/items/{item_id}"}
+                                  "/v1/conversations", "/v1/conversations/{conversation_id}/items/{item_id}",
+                                  "/tokenize", "/detokenize", "/v1/completions", "/inference/v1/generate"}
     body = spec["paths"]["/v1/responses"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert {"return_token_ids", "rollout_id", "response_mask"} <= set(body["allOf"][1]["properties"])
