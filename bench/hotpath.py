@@ -14,7 +14,7 @@ upstream connections get fake transports, and the loop feeds each connection one
 Instructions are what to compare between two versions of the hot path on a noisy machine:
 callgrind counts the timed loop only (instrumentation is switched on around it), the same
 for the same code whatever else runs. It reaches into three private names (the route's
-`_sse`, the SSE response's `_BodySink`, the turn's stream) to skip the sockets.
+`sse_sink`, the SSE response's `_Body`, the turn's stream) to skip the sockets.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from gateway.adapters.responses_turn import from_http
 from gateway.core.settings import Settings
 from gateway.server.app import build_runtime
 from gateway.server.body_writer import BodyWriter
-from gateway.server.http import _BodySink
-from gateway.server.routes.responses import _sse
+from gateway.server.http import _Body
+from gateway.server.routes.responses import sse_sink
 from gateway.upstream.connection import Connection
 from gateway.upstream.stream import UpstreamStream
 
@@ -106,9 +106,9 @@ async def _streams(n: int, written: list[int], fmt: str
         cycle = types.SimpleNamespace(disconnected=False, response_started=True, response_complete=False,
                                       chunked_encoding=True, transport=clients[-1],
                                       flow=types.SimpleNamespace(write_paused=False))
-        sink = _BodySink(BodyWriter(cycle), None)  # type: ignore[arg-type]
-        sink.started = True  # the headers went out with response.created
-        output = made.output(lambda events, sink=sink: _sse(sink, events))
+        answer = _Body(BodyWriter(cycle), None)  # type: ignore[arg-type]
+        answer.started = True  # the headers went out with response.created
+        output = made.output(sse_sink(answer.write))
         output.started(turn)
         tasks.append(asyncio.create_task(turn.relay(output.events)))
         reads.append(connection.data_received)

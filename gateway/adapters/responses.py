@@ -55,6 +55,7 @@ class ResponseEvents:
         self.parsed = parsed
         self.sink = sink or _dropped
         self.streamed = sink is not None
+        self._on_parse_event = writer.on_parse_event
         self.last: Event | None = None  # the final event, once there is one
         self._started = False
 
@@ -67,7 +68,13 @@ class ResponseEvents:
         return self.sink(writer.start())
 
     def events(self, parse_events: list[ParseEvent]) -> Hold:
-        events = item_events(self.writer, parse_events)
+        """The Responses events of one read's parse events (at engine pace, one event: one call)."""
+        if len(parse_events) == 1:
+            events = self._on_parse_event(parse_events[0])
+        else:
+            events = []
+            for parse_event in coalesce(parse_events):
+                events += self._on_parse_event(parse_event)
         return self.sink(events) if events else None
 
     def answer(self, turn: Turn) -> dict[str, Any] | None:
@@ -121,17 +128,6 @@ class CompactionEvents(ResponseEvents):
     def ended(self, turn: Turn) -> Hold:
         assert self.last is not None, "answer() first"
         return self.sink([*self._summary, self.last])
-
-
-def item_events(writer: ResponseWriter, parse_events: list[ParseEvent]) -> list[Event]:
-    """The Responses events of one batch of parse events."""
-    on_parse_event = writer.on_parse_event
-    if len(parse_events) == 1:
-        return on_parse_event(parse_events[0])
-    events: list[Event] = []
-    for parse_event in coalesce(parse_events):
-        events += on_parse_event(parse_event)
-    return events
 
 
 def final_event(turn: TurnRecord, writer: ResponseWriter, parsed: ResponsesRequest,

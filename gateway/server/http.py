@@ -103,11 +103,11 @@ class SSEResponse:
         task = asyncio.current_task()
         assert task is not None
         gone = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task))
-        sink = _BodySink(BodyWriter.of(scope), send)
+        body = _Body(BodyWriter.of(scope), send)
         try:
-            await self.relay(sink)
-            if not sink.started:
-                await sink.start()
+            await self.relay(body.write)
+            if not body.started:
+                await body.start()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not gone.done() or gone.cancelled():
@@ -117,8 +117,8 @@ class SSEResponse:
             gone.cancel()
 
 
-class _BodySink:
-    """A streamed body's `Sink[bytes]`: the first chunk sends the headers with it."""
+class _Body:
+    """A streamed body: `write` is its `Sink[bytes]`, and the first chunk sends the headers with it."""
 
     __slots__ = ("_send", "_writer", "started")
 
@@ -127,7 +127,7 @@ class _BodySink:
         self._send = send
         self.started = False
 
-    def __call__(self, chunk: bytes) -> Hold:
+    def write(self, chunk: bytes) -> Hold:
         if not self.started:
             return self._first(chunk)
         writer = self._writer

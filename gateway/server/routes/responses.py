@@ -28,7 +28,7 @@ async def _create(request: Request, raw: bytes) -> Response:
         return await run_in_background(request.app.state.runtime, made, request.app.state.admission)
     if made.parsed.stream:
         async def relay(sink: Sink[bytes]) -> None:
-            await exchange.run(made.turn, made.output(lambda events: _sse(sink, events)))
+            await exchange.run(made.turn, made.output(sse_sink(sink)))
         return sse_response(relay)
     output = made.output()
     await exchange.run(made.turn, output)
@@ -38,6 +38,8 @@ async def _create(request: Request, raw: bytes) -> Response:
 create_response = model_route(_create)
 
 
-def _sse(sink: Sink[bytes], events: list[Event]) -> Hold:
-    """One write for the events of one upstream read."""
-    return sink(sse_event(events[0]) if len(events) == 1 else b"".join([sse_event(event) for event in events]))
+def sse_sink(sink: Sink[bytes]) -> Sink[list[Event]]:
+    """Responses events as SSE into `sink`: one write for the events of one upstream read."""
+    def write(events: list[Event]) -> Hold:
+        return sink(sse_event(events[0]) if len(events) == 1 else b"".join([sse_event(event) for event in events]))
+    return write
