@@ -5,12 +5,17 @@ goes to vLLM unchanged, so any `vllm serve` option works:
 
     vllm-gateway launch --model-path Qwen/Qwen3-8B --replicas 2 --gpus-per-replica 1 \\
         --context-length 32768 --enable-prefix-caching --port 8080
+
+With prefix routing (the default) over several replicas, each publishes its KV-cache events
+and the gateway subscribes (`kv_events`), unless vLLM's `--kv-events-config` or the gateway's
+`--kv-events` is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import shlex
@@ -24,7 +29,7 @@ from gateway.core.settings import Settings
 from gateway.ops.flags import settings_from_args
 from gateway.ops.serve import run
 from gateway.ops.supervisor import Supervisor
-from gateway.ops.vllm_process import VLLMError, VLLMProcess
+from gateway.ops.vllm_process import VLLMError, VLLMProcess, free_port
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +85,23 @@ def replicas(args: argparse.Namespace, passthrough: Sequence[str]) -> list[VLLMP
     ]
 
 
+def kv_events(processes: Sequence[VLLMProcess], args: argparse.Namespace, passthrough: Sequence[str]) -> list[str]:
+    """Have each replica publish its KV-cache events on two free ports (events, replay) and
+    return the gateway's `--kv-events` specs for them; none for one replica, for another
+    routing, or when vLLM's events or the gateway's subscriptions were configured by hand."""
+    if args.routing != "prefix" or len(processes) < 2 or args.kv_events or \
+            any(arg.startswith("--kv-events-config") for arg in passthrough):
+        return []
+    specs = []
+    for process in processes:
+        events, replay = free_port(), free_port()
+        config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{events}",
+                  "replay_endpoint": f"tcp://*:{replay}"}
+        process.extra_args += ("--kv-events-config", json.dumps(config))
+        specs.append(f"{process.url}=tcp://{process.host}:{events},tcp://{process.host}:{replay}")
+    return specs
+
+
 def launch(args: argparse.Namespace, passthrough: Sequence[str]) -> int:
     if not args.model_path:
         log.error("vllm-gateway launch: --model-path (or GATEWAY_MODEL) is required")
@@ -97,6 +119,7 @@ def launch(args: argparse.Namespace, passthrough: Sequence[str]) -> int:
         for i, process in enumerate(processes):
             process.log_path = log_dir / f"vllm-{i}.log"
     settings = settings_from_args(args, model=args.model_path, upstreams=[])
+    settings = dataclasses.replace(settings, kv_events=[*settings.kv_events, *kv_events(processes, args, passthrough)])
     return serve_supervised(processes, settings, max_restarts=args.max_restarts, ready_timeout=args.ready_timeout,
                             workers=args.workers)
 

