@@ -197,6 +197,20 @@ def test_multi_replica_gateways_share_state_in_redis_and_scale(monkeypatch: pyte
     assert gateway["resources"]["requests"]["cpu"] == str(args.workers)  # one core per worker
 
 
+def test_multi_replica_gateways_subscribe_to_the_replicas_kv_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = documents(K8S / "multi-replica")
+    [(_, gateway)] = [(w, c) for w, c in containers(docs) if c["image"] == GATEWAY_IMAGE]
+    [(_, vllm)] = [(w, c) for w, c in containers(docs) if c["image"] == VLLM_IMAGE]
+    config = json.loads(vllm["args"][vllm["args"].index("--kv-events-config") + 1])
+    assert config["enable_kv_cache_events"] and config["publisher"] == "zmq"
+    [spec] = parse_gateway(gateway_argv(gateway), container_env(gateway), monkeypatch).kv_events
+    endpoint, replay = spec.split(",")  # every replica by its host: the headless Service's pod addresses
+    for subscribed, published in ((endpoint, config["endpoint"]), (replay, config["replay_endpoint"])):
+        assert subscribed.startswith("tcp://{host}:") and published.startswith("tcp://*:")
+        port = int(subscribed.rpartition(":")[2])
+        assert port == int(published.rpartition(":")[2]) == container_port(vllm, port)
+
+
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
 def test_vllm_containers_serve_the_token_endpoint(variant: Path) -> None:
     for _, vllm in [(w, c) for w, c in containers(documents(variant)) if c["image"] == VLLM_IMAGE]:
