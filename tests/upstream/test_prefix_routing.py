@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -183,3 +184,32 @@ def test_the_reported_queue_counts_as_load_and_a_restart_forgets_the_cache():
     assert router.pick(replicas, None, prompt_ids=prompt) is not home
     router.update_load(home.url, replica_load.parse(METRICS.replace("1.79571117357e+09", "1.8e+09")))
     assert view.sent.match(chunk_keys(prompt, C)) == 0  # restarted: its cache is empty
+
+
+def test_kv_event_endpoints_per_replica_from_a_template_or_by_name():
+    router = Router(metrics_interval=0, kv_events=["tcp://{host}:5557,tcp://{host}:5558",
+                                                   "http://127.0.0.1:8001=tcp://127.0.0.1:6001"])
+    for url in ("http://10.0.0.7:8000", "http://127.0.0.1:8001"):
+        router.track(url)
+    events = {url: view.events for url, view in router.views.items()}
+    assert (events["http://10.0.0.7:8000"].endpoint, events["http://10.0.0.7:8000"].replay_endpoint) == (
+        "tcp://10.0.0.7:5557", "tcp://10.0.0.7:5558")
+    assert (events["http://127.0.0.1:8001"].endpoint, events["http://127.0.0.1:8001"].replay_endpoint) == (
+        "tcp://127.0.0.1:6001", None)  # named: its own spec wins over the template
+    with pytest.raises(ValueError, match="ZMQ address"):
+        Router(kv_events=["http://127.0.0.1:8001=127.0.0.1:6001"])
+
+
+def test_with_events_live_a_replica_holds_what_they_report_and_what_it_was_sent_since():
+    router, replicas = Router(metrics_interval=0, kv_events=["tcp://{host}:5557"]), nodes(2)
+    for r in replicas:
+        router.track(r.url)
+    a, b = (router.views[r.url] for r in replicas)
+    reported = list(range(40 * C))
+    a.blocks.stored([1], None, reported, len(reported))  # 40 chunks, as vLLM's events re-keyed
+    a.events.live = b.events.live = True
+    assert router.pick(replicas, None, prompt_ids=reported + [5] * 20 * C) is replicas[0]
+    assert len(a.sent) == 20  # only the part the events have not reported is held as sent
+    replicas[0].requests += 1  # (the pool counts what it sends)
+    a.blocks.removed([1])  # evicted: the events say so, and the router believes them
+    assert router.pick(replicas, None, prompt_ids=reported) is replicas[1]  # where fewer requests went
