@@ -189,8 +189,12 @@ async def cancelled_on_disconnect(request: Request) -> AsyncIterator[None]:
 
 def error_response(exc: APIError, path: str | None = None) -> JSONResponse:
     """`exc` over HTTP, in the shape of the API at `path` (Anthropic's for /v1/messages...)."""
-    body = error_body(exc) if path is not None and path.startswith("/v1/messages") else exc.http_body()
-    return JSONResponse(body, status_code=exc.status, headers=exc.headers())
+    return JSONResponse(error_payload(exc, path), status_code=exc.status, headers=exc.headers())
+
+
+def error_payload(exc: APIError, path: str | None = None) -> dict:
+    """`exc`'s JSON body as the API at `path` writes errors (Anthropic's for /v1/messages...)."""
+    return error_body(exc) if path is not None and path.startswith("/v1/messages") else exc.http_body()
 
 
 async def api_error_handler(request: Request, exc: Exception) -> Response:

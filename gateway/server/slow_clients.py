@@ -6,7 +6,9 @@ that sends its headers a byte at a time ("slowloris"), or endless header lines, 
 connection and its buffers for as long as it likes. `BoundedHeaders` closes such a
 connection: 408 when a request's line and headers take longer than `--header-timeout`
 from its first byte (or from the connection's opening), 431 when they exceed
-`MAX_HEADER_BYTES`. Once the headers are in, the body has its own deadline
+`MAX_HEADER_BYTES`, each (and uvicorn's 400 for a request it cannot parse) in the JSON error
+shape of the API the request line names, as far as it came (Anthropic's for /v1/messages,
+OpenAI's otherwise). Once the headers are in, the body has its own deadline
 (`--request-body-timeout`, gateway/server/http.py) and a WebSocket's unread sends theirs
 (`--client-write-timeout`, gateway/ws/connection.py).
 
@@ -31,11 +33,14 @@ import asyncio
 from functools import partial
 from typing import Any
 
+import orjson
 import uvicorn
 from starlette.types import ASGIApp
 
+from gateway.core.errors import APIError
 from gateway.core.settings import Settings
 from gateway.server.body_writer import DirectBodies
+from gateway.server.http import error_payload
 from gateway.server.ws_frames import DirectFrames
 
 MAX_HEADER_BYTES = 64 * 1024  # request line and headers; nginx's default is 32 KiB, h11's 16 KiB
@@ -54,6 +59,7 @@ class BoundedHeaders(DirectBodies):
         self._deadline: asyncio.TimerHandle | None = None
         self._header_bytes = 0
         self._too_large = False
+        self._path = b""  # the request line's target, as far as it came (its API decides the error's shape)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -66,10 +72,13 @@ class BoundedHeaders(DirectBodies):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_bytes = 0
+        self._path = b""
         if self._deadline is None:  # a keep-alive connection's next request
             self._arm()
 
     def on_url(self, url: bytes) -> None:
+        if len(self._path) < 64:
+            self._path += url[:64]
         self._count(len(url))
         super().on_url(url)
 
@@ -83,10 +92,11 @@ class BoundedHeaders(DirectBodies):
 
     def send_400_response(self, msg: str) -> None:
         if self._too_large:  # raised from a callback: the parser stopped, uvicorn answers here
-            self._refuse(431, "Request Header Fields Too Large",
-                         f"request line and headers exceed {self.max_header_bytes} bytes")
+            self._refuse(431, "Request Header Fields Too Large", f"The request line and headers exceed "
+                         f"{self.max_header_bytes} bytes.", "request_header_fields_too_large")
         else:
-            super().send_400_response(msg)
+            self._refuse(400, "Bad Request", f"{msg.rstrip('.')}: not a valid HTTP/1.1 request.",
+                         "invalid_http_request")
 
     def _count(self, n_bytes: int) -> None:
         self._header_bytes += n_bytes
@@ -105,13 +115,15 @@ class BoundedHeaders(DirectBodies):
 
     def _timed_out(self) -> None:
         self._deadline = None
-        self._refuse(408, "Request Timeout", f"request headers did not arrive within {self.header_timeout:g} s")
+        self._refuse(408, "Request Timeout", f"The request headers did not arrive within {self.header_timeout:g} s.",
+                     "request_timeout")
 
-    def _refuse(self, status: int, reason: str, message: str) -> None:
+    def _refuse(self, status: int, reason: str, message: str, code: str) -> None:
         if self.transport.is_closing():
             return
-        body = message.encode()
-        self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+        path = self._path.decode("latin-1").partition("?")[0]
+        body = orjson.dumps(error_payload(APIError(message, status=status, code=code), path))
+        self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
                              b"connection: close\r\n\r\n%s" % (status, reason.encode(), len(body), body))
         self.transport.close()
 

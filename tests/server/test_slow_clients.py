@@ -107,6 +107,43 @@ def test_endless_headers_get_a_431_and_the_connection_closed(stack):
     _normal_request(fake, client)
 
 
+def _answer(raw: bytes) -> tuple[bytes, dict]:
+    """The status line and the JSON body of a raw HTTP answer."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"\r\ncontent-type: application/json\r\n" in head, head
+    return head.split(b"\r\n", 1)[0], orjson.loads(body)
+
+
+def test_a_request_line_over_the_cap_gets_a_431_in_the_apis_json_shape(stack):
+    fake, client, _ = stack
+    for path, want in (
+            (b"/v1/responses", {"error": {"message": f"The request line and headers exceed {MAX_HEADER_BYTES} bytes.",
+                                          "type": "invalid_request_error", "param": None,
+                                          "code": "request_header_fields_too_large"}}),
+            (b"/v1/messages", {"type": "error", "error": {
+                "type": "invalid_request_error",
+                "message": f"The request line and headers exceed {MAX_HEADER_BYTES} bytes."}})):
+        with socket.create_connection(_address(client)) as sock:
+            sock.sendall(b"GET " + path + b"?q=" + b"x" * (MAX_HEADER_BYTES + 1) + b" HTTP/1.1\r\nHost: g\r\n\r\n")
+            assert _answer(_read_until_closed(sock)) == (b"HTTP/1.1 431 Request Header Fields Too Large", want)
+    _normal_request(fake, client)
+
+
+def test_a_header_timeout_and_an_unparsable_request_answer_json_errors(stack):
+    _, client, _ = stack
+    with socket.create_connection(_address(client)) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\n")  # and nothing more
+        status, body = _answer(_read_until_closed(sock))
+    assert status == b"HTTP/1.1 408 Request Timeout"
+    assert body == {"error": {"message": "The request headers did not arrive within 2 s.",
+                              "type": "invalid_request_error", "param": None, "code": "request_timeout"}}
+    with socket.create_connection(_address(client)) as sock:
+        sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: g\r\nContent-Length: x\r\n\r\n")
+        status, body = _answer(_read_until_closed(sock))
+    assert status == b"HTTP/1.1 400 Bad Request"
+    assert body["error"]["code"] == "invalid_http_request" and body["error"]["type"] == "invalid_request_error"
+
+
 def _ws_connect(address: tuple[str, int]) -> socket.socket:
     """A WebSocket on /v1/responses from a client with a tiny receive buffer, handshake done."""
     sock = socket.socket()
