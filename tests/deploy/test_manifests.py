@@ -23,6 +23,7 @@ from gateway.core.settings import Settings
 from gateway.ops.flags import build_parser
 from gateway.ops.vllm_process import VLLM_VERSION, vllm_python
 from gateway.server.app import create_app
+from gateway.sessions import redis_url
 
 ROOT = Path(__file__).parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -239,7 +240,8 @@ def test_compose_gateway_parses_and_points_at_its_replicas(monkeypatch: pytest.M
     state = urlsplit(args.state_url)  # the workers share their state through the compose Redis
     assert args.workers > 1 and services[state.hostname]["image"] == REDIS_IMAGE and state.port == 6379
     assert gateway["depends_on"][state.hostname] == {"condition": "service_healthy"}
-    assert set(replicas) | {state.hostname} == set(gateway["depends_on"]) == {n for n in services if n != "gateway"}
+    assert set(replicas) | {state.hostname} == set(gateway["depends_on"]) == {
+        n for n, service in services.items() if n != "gateway" and "profiles" not in service}
     for name, port in replicas.items():
         vllm = services[name]
         assert vllm["image"] == VLLM_IMAGE and vllm["entrypoint"] == ["vllm", "serve"]
@@ -250,6 +252,32 @@ def test_compose_gateway_parses_and_points_at_its_replicas(monkeypatch: pytest.M
     # Each replica gets its own GPU.
     gpus = [services[n]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for n in replicas]
     assert sorted(gpus) == [["0"], ["1"]]
+
+
+@pytest.mark.parametrize("profile", ["redis-cluster", "redis-sentinel"])
+def test_compose_profiles_start_the_redis_topology_their_state_url_names(profile: str) -> None:
+    """The header's `COMPOSE_PROFILES=… STATE_URL=…` lines: the URL parses and names that profile's nodes."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    command = " ".join(line.lstrip("# ").rstrip("\\ ") for line in text.splitlines()
+                       if line.startswith("#"))
+    url = re.search(rf"COMPOSE_PROFILES={profile} +STATE_URL='?([^' ]+)", command).group(1)
+    address = redis_url.parse(url)
+    services = compose_services()
+    members = {name: s for name, s in services.items() if profile in s.get("profiles", [])}
+    assert {host for host, _ in address.nodes} <= set(members)
+    assert all(s["image"] == REDIS_IMAGE for s in members.values())
+    if profile == "redis-cluster":
+        assert address.topology == "cluster"
+        nodes = [s for s in members.values() if "--cluster-enabled" in s.get("command", [])]
+        assert len(nodes) == 6
+        create = members["redis-cluster-init"]["command"][0]
+        assert "--cluster create" in create and "--cluster-replicas 1" in create
+        assert all(name in create for name in members if name != "redis-cluster-init")
+    else:
+        assert address.topology == "sentinel" and address.master == "gateway" and len(address.nodes) == 3
+        assert "--replicaof" in members["redis-replica"]["command"]
+        assert all(f"sentinel monitor {address.master} redis-master 6379 2" in members[host]["command"][0]
+                   for host, _ in address.nodes)
 
 
 def test_dockerfile_serves_on_the_port_it_exposes() -> None:
