@@ -117,3 +117,18 @@ def test_hotpath_writes_one_delta_event_per_token():
     assert result["tokens"] == result["client_writes"] == 280  # 70 engine steps × 4 streams
     assert result["last_event"] == "response.output_text.delta"
     assert result["last_delta"] == " " + words[(70 - 1) % len(words)]
+
+
+def test_state_sizing_counts_every_key_of_each_kind_of_state():
+    import asyncio
+
+    from bench.state_sizing import measure
+    from tests.support.redis_server import RedisServer
+
+    with RedisServer() as server:
+        sizes = asyncio.run(measure(server.url))
+    assert [sizes[name]["keys"] for name in sizes] == [2, 2, 2, 2, 1, 5]  # header + log; a hash; five logs
+    at_once, grown = sizes["session_128k_at_once"], sizes["session_128k_grown"]
+    assert at_once["bytes"] >= 4 * at_once["tokens"]  # int32 ids, nothing smaller
+    assert grown["bytes"] > at_once["bytes"]  # an appended log carries Redis's slack
+    assert sizes["rollout_32_calls"]["bytes"] >= 64_000 * 5 + 32_000 * 8  # tokens, mask, logprobs at least
