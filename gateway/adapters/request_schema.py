@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
+from gateway.adapters.validation import type_name
 from gateway.core.errors import APIError, invalid_request
 
 MAX_DEPTH = 128  # nesting of a free-form object; orjson encodes at most 254 (the response adds a few)
@@ -49,7 +50,8 @@ TopP = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 Penalty = Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)]
 TokenIds = list[Annotated[int, Field(ge=0, lt=TOKEN_ID_LIMIT)]]
 Mask = list[Annotated[int, Field(ge=0, le=1)]]
-RolloutId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,256}$")]
+ROLLOUT_ID = r"^[A-Za-z0-9_.:-]{1,256}$"  # the one rule for a rollout id, wherever one comes from
+RolloutId = Annotated[str, Field(pattern=ROLLOUT_ID)]
 
 
 class _Model(BaseModel):
@@ -313,8 +315,6 @@ def validate(model: type[BaseModel], body: Any) -> None:
 
 _WANTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number", "bool_type": "a boolean",
            "list_type": "an array", "dict_type": "an object", "model_type": "an object", "literal_error": None}
-_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "an array",
-          dict: "an object", type(None): "null"}
 
 
 def _api_error(errors: list[Any], body: dict[str, Any]) -> APIError:
@@ -332,14 +332,14 @@ def _api_error(errors: list[Any], body: dict[str, Any]) -> APIError:
                                code="missing_required_parameter")
     if kind == "unsupported_item" and not isinstance(value, dict):
         return invalid_request(f"Invalid type for '{param}': expected an object, but got "
-                               f"{_NAMES.get(type(value), type(value).__name__)}.", param=param, code="invalid_type")
+                               f"{type_name(value)}.", param=param, code="invalid_type")
     if kind == "unsupported_item":
         return invalid_request(f"Unsupported input item type {value.get('type')!r} at '{param}'.",
                                param=f"{param}.type", code="unsupported_item")
     wanted = [w for p, e in deepest if p == path and (w := _WANTED.get(e["type"]))]
     if wanted:
         return invalid_request(f"Invalid type for '{param}': expected {' or '.join(dict.fromkeys(wanted))}, "
-                               f"but got {_NAMES.get(type(value), type(value).__name__)}.", param=param,
+                               f"but got {type_name(value)}.", param=param,
                                code="invalid_type")
     shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
     return invalid_request(f"Invalid value for '{param}': {shown[:100]}; {error['msg'][0].lower()}{error['msg'][1:]}.",

@@ -8,8 +8,8 @@ import orjson
 
 from gateway.core.errors import APIError, invalid_request
 
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
-               list: "an array", dict: "an object"}
+TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
+              list: "an array", dict: "an object", type(None): "null"}  # as every 400 names a JSON type
 
 
 def expect(value: Any, types: type | tuple[type, ...], param: str, *, optional: bool = True) -> Any:
@@ -21,8 +21,8 @@ def expect(value: Any, types: type | tuple[type, ...], param: str, *, optional: 
         return value
     if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
         return value
-    wanted = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
-    raise invalid_request(f"Invalid type for '{param}': expected {wanted}, but got {_describe(value)}.",
+    wanted = " or ".join(TYPE_NAMES.get(t, t.__name__) for t in types)
+    raise invalid_request(f"Invalid type for '{param}': expected {wanted}, but got {type_name(value)}.",
                           param=param, code="invalid_type")
 
 
@@ -36,10 +36,9 @@ def expect_range(value: float | None, param: str, low: float | None, high: float
                               code="invalid_value")
 
 
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    return _TYPE_NAMES.get(type(value), type(value).__name__)
+def type_name(value: Any) -> str:
+    """The JSON type of `value`, as an error message names it."""
+    return TYPE_NAMES.get(type(value), type(value).__name__)
 
 
 def check_model(served: str, model: str) -> None:
