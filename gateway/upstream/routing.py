@@ -3,17 +3,17 @@
 `choose` (the default, prefix-aware): the replica holding the longest prefix of the prompt
 in its KV cache (gateway/upstream/prefix_index.py), among those within the load bound;
 equal prefixes go to the least loaded. A continuing session is a long prefix match, so it
-stays where its cache is without a rule of its own; its key only decides where a prompt
-that no replica holds any of goes. The bound is that of "Consistent Hashing with Bounded
-Loads" (Mirrokni, Thorup, Zadimoghaddam): a replica already holding `load_factor` × the
-average load (in flight and queued) takes no more while another has room, so a popular
-prefix spills over to a second replica instead of queueing on one, and max load stays
-within `load_factor` of the mean. A replica whose KV cache is full (it would preempt) is
+stays where its cache is; a long prompt no replica holds (a new GRPO group, a new session)
+goes where the fewest new prefixes were placed, so they spread evenly. The bound is that of
+"Consistent Hashing with Bounded Loads" (Mirrokni, Thorup, Zadimoghaddam): a replica
+already holding `load_factor` × the average load (in flight and queued) plus `LOAD_SLACK`
+requests takes no more while another has room, so a popular prefix spills over to a second
+replica instead of queueing on one. A replica whose KV cache is full (it would preempt) is
 passed over while another is not.
 
 `pick` (`--routing session`, the rule before the cache was known): a session goes to its
 replica by rendezvous hashing (a replica joining or leaving moves only the sessions it gains
-or held), walked with the same bound; requests without a key go to the least busy replica.
+or held), walked with the bound (no slack); requests without a key go to the least busy replica.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 LOAD_FACTOR = 1.25
+# Requests a replica may run beyond the bound: at small counts the bound's granularity would
+# split a GRPO group of 8 for being 1–2 ahead, while vLLM batches that many in one step.
+LOAD_SLACK = 4
 KV_FULL = 0.98  # kv_cache_usage_perc from which a replica's cache counts as full
 
 
@@ -64,7 +67,8 @@ def _weight(key: str, url: str) -> int:
 
 def choose(candidates: Sequence[R], matched: Sequence[int], loads: Sequence[int],
            affinity: str | None = None, *, kv_usage: Sequence[float] | None = None, tie: int = 0,
-           sticky: R | None = None, placing: bool = False, load_factor: float = LOAD_FACTOR) -> tuple[R, str]:
+           sticky: R | None = None, placing: bool = False, placed: Sequence[int] | None = None,
+           load_factor: float = LOAD_FACTOR) -> tuple[R, str]:
     """The replica for a prompt and why. `matched[i]`: how much of the prompt candidate i holds
     (any unit: prefixes within `tie` of the longest count as equal, and one no longer than
     `tie` as nothing); `loads[i]`: its requests in flight and queued; `sticky`: where the
@@ -76,20 +80,23 @@ def choose(candidates: Sequence[R], matched: Sequence[int], loads: Sequence[int]
     Reasons: "prefix" (the longest held prefix), "session" or "least-loaded" (nothing held),
     "prefix-spilled" (a longer prefix is held by replicas over the bound)."""
     n = len(candidates)
-    bound = math.ceil(load_factor * (sum(loads) + 1) / n)
+    bound = math.ceil(load_factor * (sum(loads) + 1) / n) + LOAD_SLACK
     room = [i for i in range(n) if loads[i] < bound]  # never empty: not every load can be ≥ the bound
     if kv_usage is not None and (roomy := [i for i in room if kv_usage[i] < KV_FULL]):
         room = roomy
     best = max(matched[i] for i in room)
     top = [i for i in room if matched[i] >= best - tie]
     held = best > tie
-    if (placing and not held) or affinity is None:
-        order = {i: candidates[i].requests for i in top}
+    if placing and not held:  # a new prefix: where the fewest were placed, so they spread evenly
+        chosen = min(top, key=lambda i: (placed[i] if placed is not None else 0, loads[i], candidates[i].requests))
     else:
-        ranking = ranked(affinity, [candidates[i] for i in top])
-        order = {i: ranking.index(candidates[i]) for i in top}
-    chosen = min(top, key=lambda i: (loads[i], kv_usage[i] if kv_usage is not None else 0.0,
-                                     candidates[i] is not sticky, -matched[i] if held else 0, order[i]))
+        if affinity is None:
+            order = {i: candidates[i].requests for i in top}
+        else:
+            ranking = ranked(affinity, [candidates[i] for i in top])
+            order = {i: ranking.index(candidates[i]) for i in top}
+        chosen = min(top, key=lambda i: (loads[i], kv_usage[i] if kv_usage is not None else 0.0,
+                                         candidates[i] is not sticky, -matched[i] if held else 0, order[i]))
     if best < max(matched) - tie:
         return candidates[chosen], "prefix-spilled"
     return candidates[chosen], "prefix" if held else "session" if affinity is not None else "least-loaded"

@@ -30,36 +30,41 @@ def nodes(n: int) -> list[Node]:
 
 views = st.integers(1, 6).flatmap(lambda n: st.tuples(
     st.lists(st.integers(0, 8), min_size=n, max_size=n), st.lists(st.integers(0, 9), min_size=n, max_size=n),
-    st.lists(st.integers(0, 3), min_size=n, max_size=n), st.none() | st.text(min_size=1, max_size=6),
-    st.none() | st.integers(0, n - 1), st.booleans(), st.sampled_from([1.0, 1.25, 2.0]), st.integers(0, 2)))
+    st.lists(st.integers(0, 3), min_size=n, max_size=n), st.lists(st.integers(0, 3), min_size=n, max_size=n),
+    st.none() | st.text(min_size=1, max_size=6), st.none() | st.integers(0, n - 1), st.booleans(),
+    st.sampled_from([1.0, 1.25, 2.0]), st.integers(0, 2)))
 
 
 @given(views)
 def test_the_longest_prefix_within_the_bound_wins_and_ties_go_to_the_least_loaded(view):
-    matched, loads, served, key, last, placing, factor, tie = view
+    matched, loads, served, placed, key, last, placing, factor, tie = view
     replicas = nodes(len(matched))
     for replica, n in zip(replicas, served, strict=True):
         replica.requests = n
     sticky = replicas[last] if last is not None else None
     chosen, reason = routing.choose(replicas, matched, loads, key, tie=tie, sticky=sticky, placing=placing,
-                                    load_factor=factor)
+                                    placed=placed, load_factor=factor)
     i = replicas.index(chosen)
-    bound = routing.capacity([Node("", inflight=load) for load in loads], factor)
+    bound = routing.capacity([Node("", inflight=load) for load in loads], factor) + routing.LOAD_SLACK
     room = [j for j in range(len(loads)) if loads[j] < bound]
     assert i in room
     best = max(matched[j] for j in room)
     equals = [j for j in room if matched[j] >= best - tie]  # as good as the best, give or take `tie`
     assert i in equals
-    assert loads[i] == min(loads[j] for j in equals)
-    lightest = [j for j in equals if loads[j] == loads[i]]
-    if last in lightest:  # a continuing session stays where it was, all else equal
-        assert i == last
-    elif best > tie:  # then the longer prefix
-        assert matched[i] == max(matched[j] for j in lightest)
-    elif placing or key is None:  # a new prefix worth placing goes where fewer requests went
-        assert served[i] == min(served[j] for j in lightest)
-    else:  # a short keyed prompt: the key's own consistent-hash order, from any process
-        assert chosen is routing.ranked(key, [replicas[j] for j in lightest])[0]
+    if placing and best <= tie:  # a new prefix: where the fewest were placed, then the least loaded
+        fewest = [j for j in equals if placed[j] == min(placed[k] for k in equals)]
+        assert i in fewest and loads[i] == min(loads[j] for j in fewest)
+    else:
+        assert loads[i] == min(loads[j] for j in equals)
+        lightest = [j for j in equals if loads[j] == loads[i]]
+        if last in lightest:  # a continuing session stays where it was, all else equal
+            assert i == last
+        elif best > tie:  # then the longer prefix
+            assert matched[i] == max(matched[j] for j in lightest)
+        elif key is None:
+            assert served[i] == min(served[j] for j in lightest)
+        else:  # a short keyed prompt: the key's own consistent-hash order, from any process
+            assert chosen is routing.ranked(key, [replicas[j] for j in lightest])[0]
     if best < max(matched) - tie:
         assert reason == "prefix-spilled"  # a longer prefix is on replicas over the bound
     else:
@@ -101,15 +106,16 @@ def test_a_hot_prefix_spills_to_a_second_replica_instead_of_queueing():
     for r in replicas:
         router.track(r.url)
     chosen = []
-    for sample in range(8):
+    for sample in range(16):  # all in flight at once
         replica = router.pick(replicas, None, prompt_ids=group_prompt(0, sample))
         replica.inflight += 1
         chosen.append(replica)
-    # The third sample finds its prefix's replica at the bound (⌈1.25 × 3 / 2⌉ = 2) and spills;
-    # from then on both hold the prefix, and the rest go to the less loaded.
-    assert [replicas.index(r) for r in chosen][:3] in ([0, 0, 1], [1, 1, 0])
+    # The prompt's replica takes them while it holds less than ⌈1.25 × (m + 1) / 2⌉ + 4: the 14th
+    # (m = 13, bound 13) spills; from then on both hold the prompt, and the less loaded gets it.
+    home = chosen[0]
+    assert chosen[:13] == [home] * 13 and chosen[13] is not home
     assert router.stats.decisions["prefix-spilled"] == 1 and router.stats.below_best == 1
-    assert sorted(r.inflight for r in replicas) == [4, 4]
+    assert sorted(r.inflight for r in replicas) == [3, 13]
 
 
 def test_a_continuing_session_stays_where_its_prefix_is():
@@ -155,8 +161,8 @@ METRICS = """\
 process_start_time_seconds 1.79571117357e+09
 vllm:num_requests_running{engine="0",model_name="tiny"} 3.0
 vllm:num_requests_running{engine="1",model_name="tiny"} 1.0
-vllm:num_requests_waiting{engine="0",model_name="tiny"} 2.0
-vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny",reason="capacity"} 2.0
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 16.0
+vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny",reason="capacity"} 16.0
 vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.25
 vllm:kv_cache_usage_perc{engine="1",model_name="tiny"} 0.5
 vllm:cache_config_info{block_size="128",enable_prefix_caching="True",engine="0",kv_cache_size_tokens="2097152",\
@@ -166,7 +172,7 @@ num_gpu_blocks="16384"} 1.0
 
 def test_a_replicas_metrics_give_its_load_capacity_and_start():
     load = replica_load.parse(METRICS)
-    assert (load.running, load.waiting, load.kv_usage) == (4, 2, 0.5)
+    assert (load.running, load.waiting, load.kv_usage) == (4, 16, 0.5)
     assert (load.capacity_tokens, load.block_size, load.started_at) == (2_097_152, 128, 1.79571117357e9)
     assert replica_load.parse(METRICS.replace('kv_cache_size_tokens="2097152",', "")).capacity_tokens == 2_097_152
 
@@ -180,7 +186,8 @@ def test_the_reported_queue_counts_as_load_and_a_restart_forgets_the_cache():
     view = router.views[home.url]
     router.update_load(home.url, replica_load.parse(METRICS))  # what its /metrics poll hands over
     assert view.sent.capacity == 2_097_152 // C
-    # Two waiting in its queue (from other gateways): the bound sends the prompt elsewhere despite its prefix.
+    # Sixteen waiting in its queue (from other gateways), over the bound (⌈1.25 × 17 / 2⌉ + 4 = 15):
+    # the prompt goes elsewhere despite its prefix.
     assert router.pick(replicas, None, prompt_ids=prompt) is not home
     router.update_load(home.url, replica_load.parse(METRICS.replace("1.79571117357e+09", "1.8e+09")))
     assert view.sent.match(chunk_keys(prompt, C)) == 0  # restarted: its cache is empty

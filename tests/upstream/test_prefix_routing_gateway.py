@@ -83,13 +83,13 @@ def test_group_members_follow_their_prompt_to_one_replica(stack, tokenizer):
 def test_a_popular_prompt_spills_over_within_the_load_bound(stack, tokenizer):
     with held_open(stack, tokenizer) as open_stream:
         home = open_stream(task(7), "Attempt 0.")
-        for sample in range(1, 8):
+        for sample in range(1, 16):
             before = sum(inflight(stack))
             open_stream(task(7), f"Attempt {sample}.")
-            bound = math.ceil(1.25 * (before + 1) / 2)
-            assert max(inflight(stack)) <= bound
-        assert inflight(stack)[home] >= inflight(stack)[1 - home]
-        assert sorted(inflight(stack)) == [4, 4]  # once both hold the prompt, the less loaded takes it
+            assert max(inflight(stack)) <= math.ceil(1.25 * (before + 1) / 2) + 4  # the bound, with its slack
+        # 13 on the prompt's replica, then it is at the bound: the 14th spills, and once both hold
+        # the prompt the less loaded takes it.
+        assert inflight(stack)[home] == 13 and inflight(stack)[1 - home] == 3
 
 
 def test_a_session_keeps_its_replica_and_its_exact_tokens(stack, tokenizer, caplog):
