@@ -33,6 +33,7 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,11 +55,11 @@ WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa",
 @dataclass
 class Size:
     groups: int = 4  # grpo: groups of 8
-    group_words: int = 2200  # ≈ 2.5k tokens
+    group_words: int = 3000  # ≈ 3.1k tokens (1.04 tokens a word)
     sessions: int = 16  # fleet
     turns: int = 3
-    shared_words: int = 7600  # ≈ 8.5k tokens
-    own_words: int = 900  # ≈ 1k tokens per session
+    shared_words: int = 8200  # ≈ 8.5k tokens
+    own_words: int = 950  # ≈ 1k tokens per session
     disjoint: int = 24
     disjoint_words: int = 1500
     concurrency: int = 8
@@ -67,7 +68,7 @@ class Size:
 
 def text(seed: int, words: int) -> str:
     rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) + str(rng.randrange(100)) for _ in range(words))
+    return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
 # --- the workloads: each an async function of (client, gateway url, router) -------------
@@ -122,7 +123,11 @@ async def grpo(client: httpx.AsyncClient, url: str, router: str, size: Size, url
             ttft, _ = await _stream(client, url + "/v1/chat/completions", body)
         return ttft
 
-    order = [(g, s) for s in range(8) for g in range(size.groups)]  # the groups interleaved
+    # The groups interleaved (each group's samples in order), as several prompts' samplers run at once.
+    pending = [[(g, s) for s in range(8)] for g in range(size.groups)]
+    rng, order = random.Random(7), []
+    while any(pending):
+        order.append(rng.choice([samples for samples in pending if samples]).pop(0))
     return list(await asyncio.gather(*(sample(g, s) for g, s in order)))
 
 
@@ -259,6 +264,9 @@ def measure(workload: str, router: str, size: Size, reps: list[Replica]) -> dict
         ttft = asyncio.run(drive())
         seconds = time.perf_counter() - started
         after = counters(reps)
+        reasons = {line.split('reason="')[1].split('"')[0]: int(float(line.rsplit(" ", 1)[1]))
+                   for line in httpx.get(gw.url + "/metrics").text.splitlines()
+                   if line.startswith("gateway_routing_decisions_total{")}
     delta = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before, strict=True)]
     queries, hits = sum(d["queries"] for d in delta), sum(d["hits"] for d in delta)
     requests = [d["requests"] for d in delta]
@@ -269,7 +277,7 @@ def measure(workload: str, router: str, size: Size, reps: list[Replica]) -> dict
             "ttft_p99_s": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 3),
             "per_replica_requests": requests,
             "max_over_mean_load": round(max(requests) / (sum(requests) / len(requests)), 3) if sum(requests) else None,
-            "seconds": round(seconds, 2)}
+            "decisions": reasons, "seconds": round(seconds, 2)}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -313,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"routing-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    with replicas(args.out) as reps:
+    with replicas(Path(tempfile.mkdtemp(prefix="bench-routing-"))) as reps:
         for repeat in range(size.repeats):
             for workload in args.only or WORKLOADS:
                 for router in routers if repeat % 2 == 0 else reversed(routers):  # alternate the order
