@@ -10,7 +10,7 @@ from gateway.adapters.request_schema import ChatBody, validate
 from gateway.adapters.responses_input import _content_text, _tool
 from gateway.adapters.rollout_fields import token_ids
 from gateway.adapters.sampling_fields import parse_sampling
-from gateway.adapters.validation import expect, expect_range
+from gateway.adapters.validation import expect
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from gateway.core.errors import invalid_request
 from gateway.core.sampling import SamplingOptions
@@ -34,9 +34,8 @@ class ChatRequest:
 
 def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest:
     """`tokens_as_ids`: the server's `--return-tokens-as-token-ids`, for requests that do not say."""
-    validate(ChatBody, body)
-    model = body["model"]
-    messages = expect(body.get("messages"), list, "messages", optional=False)
+    chat = validate(ChatBody, body)  # every field's type and range: what is read below is checked
+    messages = body["messages"]
     if not messages:
         raise invalid_request("'messages' must not be empty.", param="messages", code="empty_input")
     items: list[Item] = []
@@ -51,21 +50,15 @@ def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest
     instructions = None
     if items and isinstance(items[0], Message) and items[0].role in ("system", "developer"):
         instructions = items.pop(0).text
-    tools = [t for i, raw in enumerate(expect(body.get("tools"), list, "tools") or [])
-             if (t := _tool(raw, f"tools[{i}]")) is not None]
+    tools = [t for i, raw in enumerate(chat.tools or []) if (t := _tool(raw, f"tools[{i}]")) is not None]
     tool_choice, allowed = output_fields.tool_choice(body.get("tool_choice"))
     if tool_choice == "none":
         tools = []
-    n = expect(body.get("n"), int, "n")
-    expect_range(n, "n", 1, 16)
-    n = n or 1
-    max_tokens = expect(body.get("max_completion_tokens"), int, "max_completion_tokens")
-    if max_tokens is None:
-        max_tokens = expect(body.get("max_tokens"), int, "max_tokens")
-    logprobs = bool(expect(body.get("logprobs"), bool, "logprobs"))
-    return_token_ids = bool(expect(body.get("return_token_ids"), bool, "return_token_ids"))
-    rollout = body.get("rollout_id") is not None  # trajectories carry the sampled tokens' logprobs
-    stream_options = expect(body.get("stream_options"), dict, "stream_options") or {}
+    n = chat.n or 1
+    max_tokens = chat.max_completion_tokens if chat.max_completion_tokens is not None else chat.max_tokens
+    logprobs, return_token_ids = bool(chat.logprobs), bool(chat.return_token_ids)
+    rollout = chat.rollout_id is not None  # trajectories carry the sampled tokens' logprobs
+    stream_options = chat.stream_options or {}
     vllm_fields.check_logprobs(body)
     sampling = parse_sampling(body, max_tokens=max_tokens, logprobs=logprobs or return_token_ids or rollout)
     sampling.stop = _stop(body.get("stop"))
@@ -73,8 +66,8 @@ def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest
     sampling.constraint = output_fields.output_constraint(body, tool_choice, allowed,
                                                           answer_format=body.get("response_format"),
                                                           answer_param="response_format")
-    effort = expect(body.get("reasoning_effort"), str, "reasoning_effort")
-    if effort is None and (body.get("chat_template_kwargs") or {}).get("enable_thinking") is False:
+    effort = chat.reasoning_effort
+    if effort is None and (chat.chat_template_kwargs or {}).get("enable_thinking") is False:
         effort = "none"  # vLLM's per-request thinking switch, as the reasoning effort that means it
     conversation = Conversation(items=items, instructions=instructions, tools=tools, tool_choice=tool_choice,
                                 reasoning_effort=effort)
@@ -98,12 +91,11 @@ def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest
             raise invalid_request(f"'{param}.{empty}' is empty: the exact ids of a call are its prompt and its "
                                   f"generation, both non-empty. Send both, or neither.",
                                   param=f"{param}.{empty}", code="invalid_value")
-    return ChatRequest(conversation=conversation, sampling=sampling, model=model,
-                       stream=bool(expect(body.get("stream"), bool, "stream")),
+    return ChatRequest(conversation=conversation, sampling=sampling, model=chat.model, stream=bool(chat.stream),
                        include_usage=bool(stream_options.get("include_usage")), logprobs=logprobs,
                        return_token_ids=return_token_ids,
                        tokens_as_ids=vllm_fields.tokens_as_ids(body, server_default=tokens_as_ids),
-                       prompt_cache_key=expect(body.get("prompt_cache_key"), str, "prompt_cache_key"),
+                       prompt_cache_key=chat.prompt_cache_key,
                        client_prefix=prefix, n=n)
 
 

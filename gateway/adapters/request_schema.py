@@ -15,7 +15,7 @@ locations, are dropped by walking the location along the body itself.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
@@ -23,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field
 from gateway.adapters.validation import type_name
 from gateway.core.errors import APIError, invalid_request
 
+M = TypeVar("M", bound=BaseModel)
 MAX_DEPTH = 128  # nesting of a free-form object; orjson encodes at most 254 (the response adds a few)
 INT64 = 2**63
 TOKEN_ID_LIMIT = 2**31  # token ids travel as int32
@@ -243,7 +244,7 @@ class ChatBody(_Body):
     """POST /v1/chat/completions."""
 
     messages: list[_ChatMessage]
-    n: Annotated[int, Field(ge=1)] | None = None
+    n: Annotated[int, Field(ge=1, le=16)] | None = None
     stop: str | list[str] | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -303,12 +304,12 @@ class DetokenizeBody(_VLLMBody):
 
 # -- errors -------------------------------------------------------------------------------
 
-def validate(model: type[BaseModel], body: Any) -> None:
-    """Check `body` against `model`; the first problem as a 400 naming its path."""
+def validate(model: type[M], body: Any) -> M:
+    """`body` as `model` (what the adapter reads from then on); the first problem as a 400 naming its path."""
     if not isinstance(body, dict):
         raise invalid_request("The request body must be a JSON object.", code="invalid_type")
     try:
-        model.model_validate(body)
+        return model.model_validate(body)
     except ValidationError as exc:
         raise _api_error(exc.errors(include_url=False, include_context=False), body) from None
 
