@@ -65,12 +65,13 @@ def parse(url: str) -> StateAddress:
     userinfo, _, hosts = parts.netloc.rpartition("@")
     username, _, password = userinfo.partition(":")
     credentials = {"username": unquote(username) or None, "password": unquote(password) or None}
+    plain = url.replace("?" + parts.query, "?" + _without(parts.query, "cluster")) if parts.query else url
     if scheme == "unix":
         if cluster:
             raise _bad(url, "a Redis Cluster is reached over TCP (redis://host:port?cluster=true), not a unix socket")
         if not parts.path:
             raise _bad(url, "no socket path (unix:///path/to/redis.sock)")
-        return StateAddress("single", url, options=options)
+        return StateAddress("single", plain, options=options)
     nodes = _nodes(url, hosts, 26379 if "sentinel" in scheme else 6379)
     path = [p for p in parts.path.split("/") if p]
     if "sentinel" in scheme:
@@ -92,8 +93,7 @@ def parse(url: str) -> StateAddress:
         return StateAddress("cluster", url, nodes, tls=scheme == "rediss", options=options, **credentials)
     if len(nodes) > 1:
         raise _bad(url, "several hosts are a cluster's seeds (add ?cluster=true) or sentinels (redis+sentinel://)")
-    return StateAddress("single", url.replace(parts.query, _without(parts.query, "cluster")) if parts.query else url,
-                        nodes=(), db=db, options=options)
+    return StateAddress("single", plain, db=db, options=options)
 
 
 def connect(address: StateAddress, *, timeout: float, **client: Any) -> Any:

@@ -71,8 +71,9 @@ def test_urls_of_each_topology_are_understood():
     sentinel = parse("redis+sentinel://:pw@s1,s2:26380/mymaster/3?sentinel_password=spw")
     assert (sentinel.topology, sentinel.nodes, sentinel.master, sentinel.db, sentinel.password,
             sentinel.sentinel_password) == ("sentinel", (("s1", 26379), ("s2", 26380)), "mymaster", 3, "pw", "spw")
-    assert parse("redis://h:6379/1?cluster=false").topology == "single"
-    assert parse("unix:///run/redis.sock").topology == "single"
+    single = parse("redis://h:6379/1?cluster=false&max_connections=8")
+    assert (single.topology, single.url, single.db) == ("single", "redis://h:6379/1?max_connections=8", 1)
+    assert parse("unix:///run/redis.sock?cluster=false").url == "unix:///run/redis.sock?"  # redis-py takes it whole
 
 
 def test_serve_with_a_state_url_it_cannot_use_stops_at_start_saying_why(qwen_tokenizer_dir):
