@@ -15,8 +15,6 @@ import pytest
 from tests.support.redis_server import RedisServer
 from tests.support.redis_topologies import RedisClusterSet, RedisSentinelSet
 
-TOPOLOGIES = {"redis": "redis_server", "cluster": "redis_cluster", "sentinel": "redis_sentinel"}
-
 
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[RedisServer]:
@@ -34,8 +32,3 @@ def redis_cluster() -> Iterator[RedisClusterSet]:
 def redis_sentinel() -> Iterator[RedisSentinelSet]:
     with RedisSentinelSet() as sentinel:
         yield sentinel
-
-
-def state_url(request: pytest.FixtureRequest, topology: str) -> str:
-    """The `--state-url` of the running `topology` (redis | cluster | sentinel)."""
-    return request.getfixturevalue(TOPOLOGIES[topology]).url

@@ -23,8 +23,8 @@ from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import ResentPrefix, Session, SessionStore
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
-from tests.sessions.conftest import state_url
 from tests.support.redis_server import RedisServer
+from tests.support.redis_topologies import state_url
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")  # the loop the async fixtures run in
 

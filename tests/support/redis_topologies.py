@@ -33,6 +33,13 @@ from gateway.ops.vllm_process import free_port
 
 NODE_TIMEOUT_MS = 1000
 MASTER = "gateway"  # the Sentinel master's name
+FIXTURES = {"redis": "redis_server", "cluster": "redis_cluster", "sentinel": "redis_sentinel"}  # tests/sessions/
+
+
+def state_url(request: pytest.FixtureRequest, topology: str) -> str:
+    """The `--state-url` of the running `topology` (redis | cluster | sentinel), its fixture started
+    if no test started it yet."""
+    return request.getfixturevalue(FIXTURES[topology]).url
 
 
 def _binary(name: str) -> str:
@@ -43,7 +50,16 @@ def _binary(name: str) -> str:
     return path
 
 
-def _until(condition, what: str, timeout: float = 30.0) -> Any:
+def _ports(n: int) -> list[int]:
+    """`n` distinct free loopback ports."""
+    ports: list[int] = []
+    while len(ports) < n:
+        if (port := free_port()) not in ports:
+            ports.append(port)
+    return ports
+
+
+def _until(condition, what: str, timeout: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -62,9 +78,12 @@ class _Processes:
         self.processes: dict[int, subprocess.Popen[bytes]] = {}  # by port
 
     def start(self, port: int, *args: str) -> None:
-        self.processes[port] = subprocess.Popen(
-            [_binary("redis-server"), *args], cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _until(lambda: self.client(port).ping(), f"redis-server on {port} answered")
+        log = self.dir / f"redis-{port}.log"
+        self.processes[port] = process = subprocess.Popen(
+            [_binary("redis-server"), *args, "--logfile", str(log)], cwd=self.dir, stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT)
+        _until(lambda: process.poll() is not None or self.client(port).ping(), f"redis-server on {port} answered")
+        assert process.poll() is None, f"redis-server on {port} exited: {log.read_text()[-2000:]}"
 
     def client(self, port: int) -> redis.Redis:
         return redis.Redis(port=port, socket_timeout=2, socket_connect_timeout=2)
@@ -86,20 +105,23 @@ class RedisClusterSet(_Processes):
 
     def __init__(self) -> None:
         super().__init__("gateway-test-cluster-")
-        self.ports = [free_port() for _ in range(6)]
+        ports = _ports(12)
+        self.ports, self.bus_ports = ports[:6], ports[6:]
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.ports[0]}?cluster=true"
 
     def start_all(self) -> Self:
-        for port in self.ports:
+        for port, bus in zip(self.ports, self.bus_ports, strict=True):
             self.start(port, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-                       "--cluster-port", str(free_port()), "--cluster-config-file", f"nodes-{port}.conf",
+                       "--cluster-port", str(bus), "--cluster-config-file", f"nodes-{port}.conf",
                        "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--cluster-require-full-coverage", "no",
                        "--save", "", "--appendonly", "no")
-        subprocess.run([_binary("redis-cli"), "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
-                        "--cluster-replicas", "1", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        nodes = [f"127.0.0.1:{port}" for port in self.ports]
+        created = subprocess.run([_binary("redis-cli"), "--cluster", "create", *nodes, "--cluster-replicas", "1",
+                                  "--cluster-yes"], check=False, capture_output=True, text=True, timeout=120)
+        assert created.returncode == 0, created.stdout + created.stderr
         _until(self._settled, "every node saw the cluster whole (state ok, each replica in sync)")
         return self
 
@@ -182,8 +204,7 @@ class RedisSentinelSet(_Processes):
 
     def __init__(self) -> None:
         super().__init__("gateway-test-sentinel-")
-        self.master, self.replica = free_port(), free_port()
-        self.sentinels = [free_port() for _ in range(3)]
+        self.master, self.replica, *self.sentinels = _ports(5)
 
     @property
     def url(self) -> str:
