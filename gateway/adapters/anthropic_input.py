@@ -22,8 +22,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
 
 from gateway.adapters import reasoning_blob
-from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.adapters.images import anthropic_image
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput, with_parts
 from gateway.core.errors import invalid_request
+from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
 
 log = logging.getLogger(__name__)
@@ -63,13 +65,18 @@ class ToolResultBlock(_Model):
     is_error: bool | None = None
 
 
+class ImageBlock(_Model):
+    type: Literal["image"]
+    source: dict[str, Any]
+
+
 class OtherBlock(_Model):
     """Images, documents, server tools: named in a clear 400 below."""
 
     type: str
 
 
-_KNOWN = frozenset({"text", "thinking", "redacted_thinking", "tool_use", "tool_result"})
+_KNOWN = frozenset({"text", "thinking", "redacted_thinking", "tool_use", "tool_result", "image"})
 
 
 def _block_tag(value: Any) -> str:
@@ -80,6 +87,7 @@ def _block_tag(value: Any) -> str:
 Block = Annotated[Annotated[TextBlock, Tag("text")] | Annotated[ThinkingBlock, Tag("thinking")]
                   | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")]
                   | Annotated[ToolUseBlock, Tag("tool_use")] | Annotated[ToolResultBlock, Tag("tool_result")]
+                  | Annotated[ImageBlock, Tag("image")]
                   | Annotated[OtherBlock, Tag("other")], Discriminator(_block_tag)]
 
 
@@ -183,17 +191,21 @@ def _message(message: MessageParam, param: str, names: dict[str, str],
     if message.role == "system":
         return [Message(role="system", text=_texts(blocks, param))]
     items: list[Item] = []
-    texts: list[str] = []  # consecutive text blocks make one message
+    texts: list[str | Image] = []  # consecutive text (and a user's image) blocks make one message
 
     def flush() -> None:
         if texts:
-            items.append(Message(role=message.role, text="".join(texts)))
+            text, parts = with_parts(texts)
+            items.append(Message(role=message.role, text=text, parts=parts))
             texts.clear()
 
     for j, block in enumerate(blocks):
         where = f"{param}.content.{j}"
         if isinstance(block, TextBlock):
             texts.append(block.text)
+            continue
+        if message.role == "user" and isinstance(block, ImageBlock):
+            texts.append(anthropic_image(block.source, where))
             continue
         flush()
         if message.role == "assistant" and isinstance(block, ThinkingBlock):
@@ -207,8 +219,9 @@ def _message(message: MessageParam, param: str, names: dict[str, str],
             if block.tool_use_id not in names:
                 raise invalid_request(f"{where}.tool_use_id: no earlier tool_use has id {block.tool_use_id!r}.",
                                       param=f"{where}.tool_use_id")
-            items.append(ToolOutput(call_id=block.tool_use_id, output=_result_text(block, where),
-                                    name=names[block.tool_use_id]))
+            text, parts = with_parts(_result(block, where))
+            items.append(ToolOutput(call_id=block.tool_use_id, output=text, name=names[block.tool_use_id],
+                                    parts=parts))
         else:
             raise invalid_request(f"{where}: a {message.role} message cannot hold a {block.type!r} block here "
                                   f"(this gateway serves a text-only model).", param=f"{where}.type")
@@ -243,16 +256,22 @@ def _texts(blocks: list[Any], where: str) -> str:
     return "".join(texts)
 
 
-def _result_text(block: ToolResultBlock, where: str) -> str:
+def _result(block: ToolResultBlock, where: str) -> list[str | Image]:
+    """A tool result's text blocks (joined by newlines) and images, in order."""
     if isinstance(block.content, str):
-        return block.content
-    texts = []
+        return [block.content]
+    found: list[str | Image] = []
     for j, part in enumerate(block.content):
+        if part.get("type") == "image":
+            found.append(anthropic_image(part.get("source"), f"{where}.content.{j}"))
+            continue
         if part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise invalid_request(f"{where}.content.{j}: tool results hold text only here.",
+            raise invalid_request(f"{where}.content.{j}: tool results hold text and images only here.",
                                   param=f"{where}.content.{j}")
-        texts.append(part["text"])
-    return "\n".join(texts)
+        if found and isinstance(found[-1], str):
+            found.append("\n")
+        found.append(part["text"])
+    return found
 
 
 def _tool_choice(choice: ToolChoice | None) -> str:

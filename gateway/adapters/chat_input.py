@@ -6,13 +6,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.adapters import output_fields, vllm_fields
+from gateway.adapters.images import chat_image
 from gateway.adapters.request_schema import ChatBody, validate
 from gateway.adapters.responses_input import _content_text, _tool
 from gateway.adapters.rollout_fields import token_ids
 from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.validation import expect
-from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput, with_parts
 from gateway.core.errors import invalid_request
+from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
 from gateway.tokenfix.state import TokenState
 
@@ -111,15 +113,18 @@ def _stop(raw: Any) -> tuple[str, ...] | None:
 
 def _message(raw: dict[str, Any], param: str, names: dict[str, str]) -> list[Item]:
     role = raw.get("role")
-    if role in ("system", "developer", "user"):
+    if role == "user":
+        text, parts = with_parts(_content(raw.get("content") or "", f"{param}.content"))
+        return [Message(role=role, text=text, parts=parts)]
+    if role in ("system", "developer"):
         return [Message(role=role, text=_content_text(raw.get("content") or "", f"{param}.content"))]
     if role == "tool":
         call_id = expect(raw.get("tool_call_id"), str, f"{param}.tool_call_id", optional=False)
         if call_id not in names:
             raise invalid_request(f"No assistant tool call has id {call_id!r} (at '{param}').",
                                   param=f"{param}.tool_call_id")
-        return [ToolOutput(call_id=call_id, output=_content_text(raw.get("content") or "", f"{param}.content"),
-                           name=names.get(call_id))]
+        text, parts = with_parts(_content(raw.get("content") or "", f"{param}.content"))
+        return [ToolOutput(call_id=call_id, output=text, name=names.get(call_id), parts=parts)]
     if role != "assistant":
         raise invalid_request(f"Invalid value for '{param}.role': {role!r}; expected 'system', 'developer', "
                               f"'user', 'assistant' or 'tool'.", param=f"{param}.role")
@@ -140,3 +145,16 @@ def _message(raw: dict[str, Any], param: str, names: dict[str, str]) -> list[Ite
         names[tool_call.call_id] = tool_call.name
         items.append(tool_call)
     return items
+
+
+def _content(content: Any, param: str) -> list[str | Image]:
+    """User and tool content in order: text, and `image_url` parts (a data URL)."""
+    if not isinstance(content, list):
+        return [_content_text(content, param)]
+    found: list[str | Image] = []
+    for j, part in enumerate(content):
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            found.append(chat_image(part, f"{param}[{j}]"))
+        else:
+            found.append(_content_text([part], f"{param}[{j}]"))
+    return found

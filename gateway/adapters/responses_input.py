@@ -17,10 +17,12 @@ from typing import Any
 
 from gateway.adapters import compaction, output_fields, reasoning_blob
 from gateway.adapters.codex_tools import LOCAL_SHELL, custom_arguments, flat_name, function_tool, offered_tools
+from gateway.adapters.images import responses_image
 from gateway.adapters.request_schema import ResponsesBody, validate
 from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.validation import expect
-from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput, with_parts
+from gateway.core.image import Image
 from gateway.core.errors import invalid_request
 from gateway.core.sampling import SamplingOptions
 
@@ -188,9 +190,10 @@ def _item(raw: dict[str, Any], param: str) -> Item | None:
         if role not in ("user", "assistant", "system", "developer"):
             raise invalid_request(f"Invalid value for '{param}.role': {role!r}; expected one of 'user', "
                                   f"'assistant', 'system', 'developer'.", param=f"{param}.role")
-        text = _content_text(raw.get("content"), f"{param}.content")
+        content = _content(raw.get("content"), f"{param}.content", images=role == "user")
+        text, parts = with_parts(content)
         channel = "commentary" if role == "assistant" and raw.get("phase") == "commentary" else None
-        return Message(role=role, text=text, channel=channel)
+        return Message(role=role, text=text, channel=channel, parts=parts)
     if kind == "reasoning":
         return _reasoning(raw, param)
     if kind == "function_call":
@@ -214,10 +217,9 @@ def _item(raw: dict[str, Any], param: str) -> Item | None:
         return ToolOutput(call_id=_local_shell_call_id(raw, param),
                           output=_output_text(raw.get("output"), f"{param}.output"))
     if kind in ("function_call_output", "custom_tool_call_output"):
-        return ToolOutput(
-            call_id=expect(raw.get("call_id"), str, f"{param}.call_id", optional=False),
-            output=_output_text(raw.get("output"), f"{param}.output"),
-        )
+        text, parts = with_parts(_output(raw.get("output"), f"{param}.output"))
+        return ToolOutput(call_id=expect(raw.get("call_id"), str, f"{param}.call_id", optional=False), output=text,
+                          parts=parts)
     if kind == "compaction":
         return compaction.summary_message(raw, param)
     if kind == "item_reference":
@@ -258,33 +260,44 @@ def _local_shell_call_id(raw: dict[str, Any], param: str) -> str:
 
 
 def _content_text(content: Any, param: str) -> str:
+    return "".join(part for part in _content(content, param, images=False) if isinstance(part, str))
+
+
+def _content(content: Any, param: str, *, images: bool) -> list[str | Image]:
+    """A content string or part list, in order; `input_image` parts where `images` (user messages, tool
+    outputs), else a 400."""
     if isinstance(content, str):
-        return content
+        return [content]
     parts = expect(content, list, param, optional=False)
-    texts: list[str] = []
+    found: list[str | Image] = []
     for j, part in enumerate(parts):
         part = expect(part, dict, f"{param}[{j}]", optional=False)
         kind = part.get("type")
         if kind in _TEXT_PARTS:
-            texts.append(expect(part.get("text"), str, f"{param}[{j}].text", optional=False))
+            found.append(expect(part.get("text"), str, f"{param}[{j}].text", optional=False))
         elif kind == "refusal":
-            texts.append(part.get("refusal") or "")
+            found.append(part.get("refusal") or "")
+        elif kind == "input_image" and images:
+            found.append(responses_image(part, f"{param}[{j}]"))
         elif kind in ("input_image", "input_file", "input_audio"):
-            raise invalid_request(f"'{param}[{j}]' is {kind}, but the served model accepts text only.",
+            where = "here" if kind == "input_image" else "by this gateway"
+            raise invalid_request(f"'{param}[{j}]' is {kind}, which is not accepted {where}.",
                                   param=f"{param}[{j}]", code="unsupported_content")
         else:
             raise invalid_request(f"Unsupported content part type {kind!r} at '{param}[{j}]'.",
                                   param=f"{param}[{j}].type", code="unsupported_content")
-    return "".join(texts)
+    return found
+
+
+def _output(output: Any, param: str) -> list[str | Image]:
+    """Tool outputs are strings, or content-part lists (text and, from Codex's view_image, images)."""
+    if isinstance(output, dict) and "text" in output:
+        return [expect(output["text"], str, f"{param}.text", optional=False)]
+    return _content(output, param, images=True)
 
 
 def _output_text(output: Any, param: str) -> str:
-    """Tool outputs are strings, or content-part lists (text parts joined)."""
-    if isinstance(output, str):
-        return output
-    if isinstance(output, dict) and "text" in output:
-        return expect(output["text"], str, f"{param}.text", optional=False)
-    return _content_text(output, param)
+    return "".join(part for part in _output(output, param) if isinstance(part, str))
 
 
 def _take_leading_instructions(items: list[Item]) -> str | None:

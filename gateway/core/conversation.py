@@ -10,17 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.core.image import Image
+
 Role = Literal["system", "developer", "user", "assistant"]
 NO_THINKING = ("none", "minimal")  # reasoning efforts that turn a template's thinking off
 
 
 @dataclass(slots=True)
 class Message:
-    """A text message. Assistant messages may carry a harmony channel ("final"/"commentary")."""
+    """A message. Assistant messages may carry a harmony channel ("final"/"commentary"). A message
+    with images keeps its content in order in `parts` (text and images); `text` is its text."""
 
     role: Role
     text: str
     channel: str | None = None
+    parts: tuple[str | Image, ...] = ()
 
 
 @dataclass(slots=True)
@@ -41,14 +45,28 @@ class ToolCall:
 
 @dataclass(slots=True)
 class ToolOutput:
-    """The result of a tool call, as text. `name` is filled in from the matching call."""
+    """The result of a tool call, as text (and images in order in `parts`, when it has any: Codex's
+    `view_image`, Claude Code's Read of a PNG). `name` is filled in from the matching call."""
 
     call_id: str
     output: str
     name: str | None = None
+    parts: tuple[str | Image, ...] = ()
 
 
 Item = Message | Reasoning | ToolCall | ToolOutput
+
+
+def with_parts(parts: list[str | Image]) -> tuple[str, tuple[str | Image, ...]]:
+    """An item's text and its `parts`: none unless it holds an image."""
+    text = "".join(p for p in parts if isinstance(p, str))
+    return text, tuple(parts) if any(isinstance(p, Image) for p in parts) else ()
+
+
+def images_of(items: list[Item]) -> list[Image]:
+    """The conversation's images in the order a template writes them."""
+    return [p for item in items if isinstance(item, (Message, ToolOutput)) for p in item.parts
+            if isinstance(p, Image)]
 
 
 @dataclass(slots=True)

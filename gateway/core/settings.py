@@ -36,6 +36,10 @@ class Settings:
     replica_metrics_interval: float = 1.0  # seconds between reads of each replica's /metrics (0: never)
     drain_timeout: float = 30.0  # on SIGTERM, how long in-flight streams may run on
     max_body_bytes: int = 64 * 1024 * 1024
+    max_image_bytes: int = 20 * 1024 * 1024  # per image (413 beyond)
+    max_images: int = 32  # per request
+    max_image_pixels: int = 8192 * 8192  # per image
+    allow_image_urls: bool = False  # pass http(s) image URLs on for vLLM to fetch (never fetched here)
     log_level: str = "info"
     max_websocket_connections: int = 100
     websocket_lifetime: float = 3600.0  # seconds a WebSocket connection may stay open

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall
+from gateway.core.image import Image
 from gateway.core.sampling import OutputConstraint
 
 ItemKind = Literal["reasoning", "text", "tool_call"]
@@ -110,6 +111,8 @@ class ChatFormat(Protocol):
     turn_openers: frozenset[int]
     # Bytes of text the longest token stands for (gateway/formats/length.py bounds prompts by it).
     max_token_bytes: int
+    # The placeholder a vision model's template writes once per image (vLLM expands it); None: text only.
+    image_token_id: int | None
 
     def render(self, conversation: Conversation) -> list[int]:
         """Prompt token ids for the whole conversation, ending with the generation prompt.
@@ -139,6 +142,10 @@ class ChatFormat(Protocol):
 
     def token_bytes(self, token_id: int) -> bytes:
         """What one id stands for, as bytes (a special token: its markup), for logprobs."""
+        ...
+
+    def image_tokens(self, image: Image) -> int:
+        """The prompt tokens `image` becomes once vLLM expands its placeholder (at least 1)."""
         ...
 
     def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool]) -> dict[str, Any]:

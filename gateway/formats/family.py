@@ -76,4 +76,5 @@ class Family:
     parsers: Callable[[Mapping[str, int]], ParserFactory] = hermes_parsers  # the vocabulary -> its parser factory
     # renders without a chat template: (tokenizer, enable_thinking) -> a SafeTemplateEncoder; None: the template does
     encoder: Callable[[Any, bool | None], Any] | None = None
+    image: str | None = None  # the token its template writes once per image (vLLM expands it); None: no images
     grammar: str = "none"  # the calls a structured-output grammar can force (gateway.formats.hf_constraints)

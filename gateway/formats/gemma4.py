@@ -263,4 +263,4 @@ FAMILY = Family(
              "call_close": CALL_CLOSE},
     markup=(STRING,), needs=(STRING, *TURN_TOKENS),
     turns=Turns(stops=STOP_TOKENS, terminators=TURN_TOKENS, openers=OPENER_TOKENS),
-    prepare=template_messages, parsers=_parsers)
+    prepare=template_messages, parsers=_parsers, image="<|image|>")

@@ -8,6 +8,7 @@ from typing import Any
 from openai_harmony import HarmonyEncoding, HarmonyEncodingName, load_harmony_encoding
 
 from gateway.core.conversation import Conversation, Tool
+from gateway.core.image import Image
 from gateway.core.sampling import OutputConstraint
 from gateway.formats import harmony_constraints
 from gateway.formats.base import Covered, Tail
@@ -21,6 +22,10 @@ O200K_MAX_TOKEN_BYTES = 128
 
 class HarmonyFormat:
     name = "harmony"
+    image_token_id: int | None = None  # text only
+
+    def image_tokens(self, image: Image) -> int:
+        return 1
     max_token_bytes = O200K_MAX_TOKEN_BYTES
 
     def __init__(self, encoding: HarmonyEncoding, *, start_date: str | None = None,

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from gateway.formats.family import Family
 
+# Qwen's image placeholder: its templates write `<|vision_start|><|image_pad|><|vision_end|>` per image.
+IMAGE_PAD = "<|image_pad|>"
+
 HERMES = Family(name="hermes", tool_parsers=("hermes",), reasoning_parsers=("qwen3",),
-                detect=lambda template: True, grammar="hermes")
+                detect=lambda template: True, image=IMAGE_PAD, grammar="hermes")
 NONE = Family(name="none", tool_parsers=("none",), markers={"call_open": None, "call_close": None})

@@ -29,6 +29,8 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.errors import APIError
+from gateway.core.image import Image
+from gateway.core.vision import PatchGrid, is_vision_model, load_grid
 from gateway.core.sampling import OutputConstraint
 from gateway.formats import families, hf_constraints
 from gateway.formats.base import Covered, LocalityProbe, Tail
@@ -47,9 +49,10 @@ class HFChatFormat:
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast, *, enable_thinking: bool | None = None,
                  extra_eos_ids: Iterable[int] = (), tool_parser: str = "auto", reasoning_parser: str = "auto",
-                 locality: LocalityProbe | None = None) -> None:
+                 locality: LocalityProbe | None = None, vision: PatchGrid | bool = False) -> None:
         """`tool_parser` / `reasoning_parser` are vLLM's names (auto: read the template); `locality`
-        decides which new items render alone (`render_tail`; gateway.tokenfix.locality), none without."""
+        decides which new items render alone (`render_tail`; gateway.tokenfix.locality), none without;
+        `vision`: the model has a vision encoder (its patch grid, when images are counted by size)."""
         if not isinstance(tokenizer, PreTrainedTokenizerFast):
             raise TypeError(f"the hf format needs a fast (tokenizers) tokenizer, got {type(tokenizer).__name__}")
         reasoning_parsers = families.reasoning_parser_names()
@@ -84,6 +87,9 @@ class HFChatFormat:
         self.max_token_bytes = max(map(len, self._token_bytes))
         self._markup = _markup(vocab, family, own, reasoning=reasoning_parser != "none")
         self._parsers = family.parsers(vocab)
+        image = own.image or family.image
+        self.image_token_id: int | None = vocab.get(image) if vision and image is not None else None
+        self._grid = vision if isinstance(vision, PatchGrid) else None
         self._starts_in_reasoning = self._prompt_opens_reasoning(thinking=True)
         self._quiet_starts_in_reasoning = self._prompt_opens_reasoning(thinking=False)
         if turns.stops_close_turns:
@@ -134,6 +140,11 @@ class HFChatFormat:
         off starts it where the template's switched-off generation prompt leaves the model."""
         starts = self._starts_in_reasoning if thinking else self._quiet_starts_in_reasoning
         return self._parsers(Parsing(self._token_bytes, self._markup, frozenset(self.stop_token_ids)), starts, tools)
+
+    def image_tokens(self, image: Image) -> int:
+        if self._grid is None or image.width is None or image.height is None:
+            return 1
+        return self._grid.tokens(image.width, image.height)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=False)
@@ -205,6 +216,8 @@ def load_hf_format(tokenizer_path: str | Path, **options: Any) -> HFChatFormat:
     if generation_config.is_file() and "extra_eos_ids" not in options:
         eos = json.loads(generation_config.read_text()).get("eos_token_id")
         options["extra_eos_ids"] = [eos] if isinstance(eos, int) else list(eos or [])
+    if "vision" not in options and is_vision_model(tokenizer_path):
+        options["vision"] = load_grid(tokenizer_path) or True
     return HFChatFormat(tokenizer, **options)
 
 

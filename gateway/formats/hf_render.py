@@ -25,6 +25,7 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from gateway.core.conversation import Conversation, Message, Reasoning, ToolCall, ToolOutput
+from gateway.core.image import Image
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +62,14 @@ def hf_messages(conversation: Conversation) -> tuple[list[dict[str, Any]], list[
         else:
             turn = None
             if isinstance(item, ToolOutput):
-                message = {"role": "tool", "content": item.output, "tool_call_id": item.call_id}
+                message = {"role": "tool", "content": _content(item.parts) if item.parts else item.output,
+                           "tool_call_id": item.call_id}
                 if item.name:
                     message["name"] = item.name
                 messages.append(message)
             else:
                 role = "system" if item.role == "developer" else item.role
-                messages.append({"role": role, "content": item.text})
+                messages.append({"role": role, "content": _content(item.parts) if item.parts else item.text})
     for message in messages:
         if message.get("tool_calls") == []:
             del message["tool_calls"]
@@ -79,6 +81,12 @@ def hf_messages(conversation: Conversation) -> tuple[list[dict[str, Any]], list[
         for tool in conversation.tools
     ]
     return messages, tools
+
+
+def _content(parts: tuple[str | Image, ...]) -> list[dict[str, Any]]:
+    """Content with images as templates read it: `{"type": "image"}` items (each template writes its
+    placeholder for one) between `{"type": "text"}` items."""
+    return [{"type": "text", "text": part} if isinstance(part, str) else {"type": "image"} for part in parts]
 
 
 def _assistant(messages: list[dict[str, Any]]) -> dict[str, Any]:

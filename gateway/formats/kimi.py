@@ -53,4 +53,4 @@ FAMILY = Family(
     name="kimi", tool_parsers=("kimi_k2",), reasoning_parsers=("kimi_k2",),
     detect=lambda template: TEMPLATE_MARKER in template,
     markers={"call_open": CALLS_BEGIN, "call_close": CALLS_END}, markup=CALL_TOKENS,
-    needs=(CALLS_BEGIN, CALLS_END, *CALL_TOKENS), parsers=_parsers)
+    needs=(CALLS_BEGIN, CALLS_END, *CALL_TOKENS), parsers=_parsers, image="<|media_pad|>")

@@ -45,6 +45,7 @@ from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 from pydantic import ValidationError
 
 from gateway.core.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.image import Image
 from gateway.core.errors import APIError
 from gateway.core.sampling import OutputConstraint
 from gateway.formats.base import Covered, Tail
@@ -60,6 +61,10 @@ _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 class MistralFormat:
     name = "mistral"
+    image_token_id: int | None = None  # text only
+
+    def image_tokens(self, image: Image) -> int:
+        return 1
 
     def __init__(self, tokenizer: MistralTokenizer) -> None:
         tekken = tokenizer.instruct_tokenizer.tokenizer

@@ -482,4 +482,4 @@ def _parsers(vocab: dict[str, int]) -> ParserFactory:
 FAMILY = Family(
     name="xml", tool_parsers=("qwen3_coder", "qwen3_xml"), reasoning_parsers=("qwen3",),
     detect=lambda template: FUNCTION_OPEN in template or PARAMETER_OPEN in template,
-    prepare=template_messages, parsers=_parsers, grammar="xml")
+    prepare=template_messages, parsers=_parsers, image="<|image_pad|>", grammar="xml")

@@ -158,6 +158,17 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-write-timeout", type=float, default=float(_env("client_write_timeout", "60")),
                         help="seconds a WebSocket event may wait on a client that does not read; beyond, its "
                              "responses fail, their generations are aborted and the connection is closed")
+    images = parser.add_argument_group("images", "what a request may attach for a vision model (config.json "
+                                       "with a vision_config); a text-only model refuses images")
+    images.add_argument("--max-image-bytes", type=int, default=int(_env("max_image_bytes", str(20 * 1024 * 1024))),
+                        help="bytes per image (413 beyond; default 20 MiB)")
+    images.add_argument("--max-images", type=int, default=int(_env("max_images", "32")),
+                        help="images per request, history included (400 beyond)")
+    images.add_argument("--max-image-pixels", type=int, default=int(_env("max_image_pixels", str(8192 * 8192))),
+                        help="pixels per image (400 beyond)")
+    images.add_argument("--allow-image-urls", action="store_true", default=_env("allow_image_urls") == "1",
+                        help="pass http(s) image URLs on for vLLM to fetch (its --allowed-media-domains decide); "
+                             "the gateway never fetches them. Default: a 400")
     parser.add_argument("--max-request-bytes", "--max-body-bytes", dest="max_body_bytes", type=int,
                         default=int(_env("max_request_bytes", str(64 * 1024 * 1024))),
                         help="largest request body or WebSocket frame accepted (413 beyond; default 64 MiB)")
@@ -245,6 +256,8 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         upstream_header_timeout=args.upstream_header_timeout, request_body_timeout=args.request_body_timeout,
         header_timeout=args.header_timeout, client_write_timeout=args.client_write_timeout,
         max_body_bytes=args.max_body_bytes,
+        max_image_bytes=args.max_image_bytes, max_images=args.max_images, max_image_pixels=args.max_image_pixels,
+        allow_image_urls=args.allow_image_urls,
         state_url=args.state_url or None,
         api_keys=[*_env_keys(), *(args.api_key or [])], api_key_file=args.api_key_file, admin_key=args.admin_key,
         metrics_key=args.metrics_key, tenant_max_concurrent_requests=args.tenant_max_concurrent_requests,

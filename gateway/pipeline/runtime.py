@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gateway.core.image import ImageLimits
 from gateway.core.sampling import GenerationDefaults
 from gateway.formats.base import ChatFormat
 from gateway.sessions.backend import MemoryState, StateStore
@@ -26,6 +27,7 @@ class Runtime:
     # Where the three live for other requests: by default these very stores (in memory); with
     # --state-url, Redis, these being this process's cache of it. Only pipeline/session.py uses it.
     state_store: StateStore | None = None
+    image_limits: ImageLimits = field(default_factory=ImageLimits)  # what a request may attach
     # /v1/conversations: in process, or beside the rest in Redis (only pipeline/conversations.py uses it).
     conversations: ConversationStore = field(default_factory=MemoryConversations)
     tokens_as_ids: bool = False  # --return-tokens-as-token-ids: logprobs `token`s are "token_id:N" by default

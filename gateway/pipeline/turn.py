@@ -21,9 +21,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from typing import Any, Self, TypeVar
 
-from gateway.core.conversation import Item, Message
-from gateway.core.errors import APIError, UpstreamUnavailable, context_length_exceeded
+from gateway.core.conversation import Item, Message, images_of
+from gateway.core.errors import APIError, UpstreamUnavailable, context_length_exceeded, invalid_request
 from gateway.core.ids import new_id
+from gateway.core.image import check_images, text_only
 from gateway.core.push import Hold, Sink, held
 from gateway.core.sampling import SamplingOptions, resolve
 from gateway.formats.base import Covered, ParseEvent
@@ -110,12 +111,32 @@ class Turn:
         await self.render()
         if (rollout := self.request.rollout) is not None:
             rollout.check(record)
+        prompt_tokens = len(record.prompt_ids) + self._images()
         if max_model_len is not None:
-            room = max_model_len - len(record.prompt_ids)
+            room = max_model_len - prompt_tokens
             if room < needed:
-                raise context_length_exceeded(len(record.prompt_ids), max_model_len, needed)
+                raise context_length_exceeded(prompt_tokens, max_model_len, needed)
             return min(requested or room, room)
         return requested or 4096
+
+    def _images(self) -> int:
+        """Check the prompt's images (the model takes them, the server's limits, one placeholder in the
+        rendered ids for each: vLLM would silently misplace them otherwise) into the record; the
+        tokens their placeholders grow by once vLLM expands them."""
+        record, chat_format = self.record, self.runtime.format
+        images = images_of(record.conversation.items)
+        if not images:
+            return 0
+        if chat_format.image_token_id is None:
+            raise text_only("input")
+        check_images(images, self.runtime.image_limits)
+        placeholders = sum(1 for t in record.prompt_ids if t == chat_format.image_token_id)
+        if placeholders != len(images):
+            raise invalid_request(f"The prompt has {len(images)} images but the chat template wrote {placeholders} "
+                                  "image placeholders (an image where the template does not render one).",
+                                  param="input", code="image_placeholder_mismatch")
+        record.images = images
+        return sum(chat_format.image_tokens(image) - 1 for image in images)
 
     async def render(self) -> Sequence[int]:
         """The prompt (gateway/tokenfix/prompt.py), into the record; renders of big inputs run
@@ -144,7 +165,7 @@ class Turn:
                 raise last_error or exc
             try:
                 record.attempts += 1
-                return await replica.open(record.prompt_ids, params, record.request_id)
+                return await replica.open(record.prompt_ids, params, record.request_id, images=record.images)
             except UpstreamUnavailable as exc:
                 log.warning("request %s: %s; trying another replica", record.request_id, exc.message)
                 tried.append(replica)

@@ -17,6 +17,7 @@ from starlette.routing import Route, WebSocketRoute
 from gateway.adapters import reasoning_blob
 from gateway.adapters.codex_catalog import codex_model_info
 from gateway.core.errors import APIError
+from gateway.core.image import ImageLimits
 from gateway.core.sampling import GenerationDefaults
 from gateway.core.settings import Settings
 from gateway.formats import load_format
@@ -91,6 +92,8 @@ def build_runtime(settings: Settings, observer: StateObserver | None = None) -> 
                                key_prefix=settings.state_key_prefix),
         conversations=open_conversations(settings.state_url, key_prefix=settings.state_key_prefix,
                                          observer=observer),
+        image_limits=ImageLimits(max_bytes=settings.max_image_bytes, max_images=settings.max_images,
+                                 max_pixels=settings.max_image_pixels, allow_urls=settings.allow_image_urls),
     )
 
 
@@ -101,7 +104,8 @@ async def list_models(request: Request) -> Response:
              "max_model_len": runtime.pool.max_model_len}
     body: dict = {"object": "list", "data": [model]}
     if "client_version" in request.query_params:
-        body["models"] = [codex_model_info(runtime.model_name, runtime.pool.max_model_len)]
+        body["models"] = [codex_model_info(runtime.model_name, runtime.pool.max_model_len,
+                                           images=runtime.format.image_token_id is not None)]
     return JSONResponse(body)
 
 

@@ -21,11 +21,14 @@ from typing import Any
 import orjson
 
 from gateway.core.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.image import Image
 from gateway.tokenfix.state import TokenState
 
 _LITTLE = sys.byteorder == "little"
+# An Image travels as its data URL: a stored conversation is continued by another process with its
+# images (bounded by --max-image-bytes and --max-images per request).
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (Conversation, Message, Reasoning, Tool, ToolCall,
-                                                         ToolOutput)}
+                                                         ToolOutput, Image)}
 
 
 def ids_to_bytes(ids: Any) -> bytes:
@@ -85,5 +88,7 @@ def _decode(value: Any) -> Any:
             return bytes.fromhex(value["@bytes"])
         tag = value.get("@")
         fields = {k: _decode(v) for k, v in value.items() if k != "@"}
+        if tag in ("Message", "ToolOutput") and "parts" in fields:
+            fields["parts"] = tuple(fields["parts"])
         return _TYPES[tag](**fields) if tag in _TYPES else fields
     return value

@@ -14,6 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from gateway.core.conversation import Conversation, Item, Message
+from gateway.core.image import Image
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.chunks import Usage
 
@@ -49,6 +50,7 @@ class TurnRecord:
     ended_early: str | None = None  # "failed" | "cancelled" when the stream stopped before its end
     stop_string: str | None = None  # the request's stop string that ended the generation
     truncated_items: int = 0  # oldest history items dropped to fit the context (truncation: auto)
+    images: list[Image] = field(default_factory=list)  # the prompt's images, one placeholder each, in order
 
     @property
     def turn_items(self) -> list[Item]:
@@ -94,6 +96,9 @@ class TurnRecord:
 
     @property
     def input_tokens(self) -> int:
+        """The prompt's tokens; with images, as vLLM expanded their placeholders (its usage)."""
+        if self.images and self.usage is not None and self.usage.prompt_tokens:
+            return self.usage.prompt_tokens
         return len(self.prompt_ids)
 
     @property

@@ -47,7 +47,22 @@ def history_digest(items: Iterable[Item]) -> bytes:
     return HistoryHash().update(items).digest()
 
 
-_FIELDS = {cls: attrgetter("__class__.__name__", *cls.__slots__) for cls in (Message, Reasoning, ToolCall, ToolOutput)}
+def _fields(cls: type) -> Any:
+    """The item's class name and fields; an item's images (`parts`) as one more value, only when it has
+    any (text-only items hash as they always did): each part its text (length-prefixed) or image digest."""
+    text = attrgetter("__class__.__name__", *(name for name in cls.__slots__ if name != "parts"))
+    if "parts" not in cls.__slots__:
+        return text
+
+    def fields(item: Any) -> tuple[str | None, ...]:
+        if not item.parts:
+            return text(item)
+        parts = "".join(f"t{len(p)}:{p}" if isinstance(p, str) else f"i{p.digest}" for p in item.parts)
+        return (*text(item), "\0parts" + parts)
+    return fields
+
+
+_FIELDS = {cls: _fields(cls) for cls in (Message, Reasoning, ToolCall, ToolOutput)}
 
 
 def context_digest(conversation: Conversation) -> bytes:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 import orjson
 
+from gateway.core.image import Image
 from gateway.upstream.chunks import TokenChunk, Usage
 
 UpstreamAPI = Literal["generate", "completions"]
@@ -38,9 +39,12 @@ def request_body(
     sampling: dict[str, Any],
     request_id: str,
     stream: bool,
+    images: Sequence[Image] = (),
 ) -> dict[str, Any]:
     """`sampling` holds SamplingParams fields (max_tokens, temperature, stop_token_ids, logprobs …).
-    An int32 `array` of ids goes in as a numpy view: `encode` writes it without boxing each id."""
+    An int32 `array` of ids goes in as a numpy view: `encode` writes it without boxing each id.
+    `images` (generate only) go as `content_parts`, in the order of their placeholders in the ids
+    (one unexpanded placeholder each: vLLM's processor expands them)."""
     if isinstance(prompt_ids, array):
         prompt_ids = np.frombuffer(prompt_ids, dtype=np.int32)
     if api == "generate":
@@ -55,6 +59,8 @@ def request_body(
         for name in REQUEST_FIELDS:  # the request's, not SamplingParams'
             if name in params:
                 body[name] = params.pop(name)
+        if images:
+            body["content_parts"] = [{"type": "image_url", "url": image.url} for image in images]
     else:
         body = {
             "model": model,

@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import orjson
 
-from gateway.core.errors import UpstreamFailed, UpstreamRejected, UpstreamUnavailable
+from gateway.core.errors import UpstreamFailed, UpstreamRejected, UpstreamUnavailable, invalid_request
+from gateway.core.image import Image
 from gateway.upstream.connection import ConnectError, Connections, Stale
 from gateway.upstream.outlier import OutlierDetector, OutlierRecord
 from gateway.upstream.protocol import (
@@ -73,14 +74,19 @@ class Replica:
         if self.detector is not None:
             self.detector.record(self, failure)
 
-    async def open(self, prompt_ids: Sequence[int], sampling: dict[str, Any], request_id: str) -> UpstreamStream:
+    async def open(self, prompt_ids: Sequence[int], sampling: dict[str, Any], request_id: str,
+                   images: Sequence[Image] = ()) -> UpstreamStream:
         """Send the request and wait for the replica to accept it (HTTP 200).
 
         Raises UpstreamUnavailable when nothing was accepted, so the caller may try
         another replica, and UpstreamFailed when the replica rejected the request.
         """
+        if images and self.api != "generate":  # /v1/completions drops them without a word
+            raise invalid_request(f"Images need vLLM's /inference/v1/generate (--enable-scale-out); replica "
+                                  f"{self.url} serves token prompts on /v1/completions only.", param="input",
+                                  code="images_need_generate")
         body = request_body(self.api, model=self.served_model or "", prompt_ids=prompt_ids,
-                            sampling=sampling, request_id=request_id, stream=True)
+                            sampling=sampling, request_id=request_id, stream=True, images=images)
         return await self.forward(PATHS[self.api], encode(body), request_id)
 
     async def forward(self, path: str, body: bytes, request_id: str, mode: StreamMode = "tokens") -> UpstreamStream:

@@ -84,6 +84,7 @@ class FakeVLLM:
     model: str = "tiny-qwen3"
     max_model_len: int = 32768
     enable_scale_out: bool = True  # False: /inference/* answers 403 like a stock replica without the flag
+    image_tokens: int = 1  # what each `content_parts` image expands to in the prompt vLLM counts
     healthy: bool = True
     requests: list[Recorded] = field(default_factory=list)  # model calls (and aborts), not probes
     probes: list[Recorded] = field(default_factory=list)  # the pool's probe and warmup requests
@@ -167,7 +168,8 @@ class FakeVLLM:
             return _error_response(script.error_message, script.status)
         request_id = "generate-tokens-" + (body.get("request_id") or secrets.token_hex(8))
         params = body.get("sampling_params") or {}
-        output = _Output(script, len(body.get("token_ids") or []), params.get("logprobs"))
+        expanded = len(body.get("token_ids") or []) + len(body.get("content_parts") or []) * (self.image_tokens - 1)
+        output = _Output(script, expanded, params.get("logprobs"))
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             events = self._generate_events(request_id, output, include_usage)

@@ -1,0 +1,47 @@
+"""Image parts as each API writes them, read into `Image`s (gateway/core/image.py).
+
+Responses: `{"type": "input_image", "image_url": "data:…", "detail": …}` (or `file_id`) in a message's
+content or a `function_call_output`'s output array (Codex's `view_image`). Chat Completions:
+`{"type": "image_url", "image_url": {"url": …, "detail": …}}`. Anthropic: `{"type": "image",
+"source": {"type": "base64", "media_type": …, "data": …}}` (or `url`, or `file`), in a message or
+a `tool_result` (Claude Code's Read of an image). `detail` is accepted and has no effect: vLLM's
+processor sizes an image by the model's own preprocessor config.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.core.errors import invalid_request
+from gateway.core.image import Image, file_image, image_from_base64, image_from_url
+
+
+def responses_image(part: dict[str, Any], param: str) -> Image:
+    url = part.get("image_url")
+    if url is None and part.get("file_id") is not None:
+        raise file_image(f"{param}.file_id")
+    if not isinstance(url, str):
+        raise invalid_request(f"Missing required parameter: '{param}.image_url'.", param=f"{param}.image_url",
+                              code="missing_required_parameter")
+    return image_from_url(url, param=f"{param}.image_url")
+
+
+def chat_image(part: dict[str, Any], param: str) -> Image:
+    raw = part.get("image_url")
+    url = raw.get("url") if isinstance(raw, dict) else raw
+    if not isinstance(url, str):
+        raise invalid_request(f"Missing required parameter: '{param}.image_url.url'.", param=f"{param}.image_url.url",
+                              code="missing_required_parameter")
+    return image_from_url(url, param=f"{param}.image_url.url")
+
+
+def anthropic_image(source: Any, param: str) -> Image:
+    source = source if isinstance(source, dict) else {}
+    kind = source.get("type")
+    if kind == "base64" and isinstance(source.get("data"), str):
+        return image_from_base64(source["data"], param=f"{param}.source.data")
+    if kind == "url" and isinstance(source.get("url"), str):
+        return image_from_url(source["url"], param=f"{param}.source.url")
+    if kind == "file":
+        raise file_image(f"{param}.source.file_id")
+    raise invalid_request(f"{param}.source: expected a base64 or url image source.", param=f"{param}.source")
