@@ -21,7 +21,8 @@ def codex_model_info(model: str, context_window: int | None, *, images: bool = F
     return {
         "slug": model, "display_name": model, "description": "served by vllm-gateway", "visibility": "list",
         "supported_in_api": True, "priority": 1, "shell_type": "shell_command", "supported_reasoning_levels": [],
-        "apply_patch_tool_type": "freeform", "input_modalities": ["text", "image"] if images else ["text"], "context_window": context_window,
+        "apply_patch_tool_type": "freeform", "input_modalities": ["text", "image"] if images else ["text"],
+        "context_window": context_window,
         "support_verbosity": False, "truncation_policy": {"mode": "tokens", "limit": 10000},
         "experimental_supported_tools": [], "base_instructions": BASE_INSTRUCTIONS,
     }

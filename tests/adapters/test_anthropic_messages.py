@@ -169,6 +169,9 @@ def test_count_tokens_is_the_prompt_the_model_gets(stack, fake, tokenizer):
     assert counted.input_tokens == len(fake.requests[-1].body["token_ids"])
 
 
+TINY_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAFklEQVR4nGPk5ORkYGBgYmBgYGBgAAABbgAfXn6dLgAAAABJRU5ErkJggg=="  # 2×2
+
+
 def test_errors_are_anthropic_shaped(stack, fake):
     sdk = client(stack)
     with pytest.raises(anthropic.NotFoundError) as missing:
@@ -187,7 +190,11 @@ def test_errors_are_anthropic_shaped(stack, fake):
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}
     with pytest.raises(anthropic.BadRequestError) as images:
         sdk.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": [image]}])
-    assert "'image'" in images.value.body["error"]["message"]
+    assert "messages.0.content.0.source.data' is not an image" in images.value.body["error"]["message"]
+    png = {**image, "source": {**image["source"], "data": TINY_PNG}}  # a real image, to a text-only model
+    with pytest.raises(anthropic.BadRequestError) as text_only:
+        sdk.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": [png]}])
+    assert "accepts text only" in text_only.value.body["error"]["message"]
     with pytest.raises(anthropic.BadRequestError) as orphan:
         sdk.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "toolu_x", "content": "?"}]}])

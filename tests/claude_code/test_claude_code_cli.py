@@ -24,13 +24,13 @@ from tests.support.stack import fake_stack
 pytestmark = pytest.mark.claude_code
 
 
-def run_claude(binary: Path, url: str, home: Path, prompt: str, **env: str) -> dict:
+def run_claude(binary: Path, url: str, home: Path, prompt: str, tools: str = "Bash", **env: str) -> dict:
     home.mkdir(exist_ok=True)
     environment = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": url,
                    "ANTHROPIC_API_KEY": "dummy", "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", **env}
     done = subprocess.run([str(binary), "-p", prompt, "--output-format", "json", "--model", "tiny-qwen3",
-                           "--allowedTools", "Bash"], env=environment, cwd=home, capture_output=True, text=True,
+                           "--allowedTools", tools], env=environment, cwd=home, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.stdout, done.stderr
     return json.loads(done.stdout)

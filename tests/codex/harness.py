@@ -156,15 +156,15 @@ class Run:
         return [e["message"] for e in self.events if e["type"] == "error"]
 
 
-def catalog(path: Path, *, context_window: int = 32768) -> Path:
+def catalog(path: Path, *, context_window: int = 32768, images: bool = False) -> Path:
     """A `model_catalog_json` entry for the served model. Without one Codex uses fallback
     metadata, which offers no apply_patch tool; 0.169 only knows the freeform (custom) kind.
     `base_instructions` replaces Codex's ~3k-token default prompt with one line."""
     entry = {
         "slug": MODEL, "display_name": MODEL, "description": "served by vllm-gateway", "visibility": "list",
         "supported_in_api": True, "priority": 1, "shell_type": "shell_command", "supported_reasoning_levels": [],
-        "apply_patch_tool_type": "freeform", "input_modalities": ["text"], "context_window": context_window,
-        "support_verbosity": False,
+        "apply_patch_tool_type": "freeform", "input_modalities": ["text", "image"] if images else ["text"],
+        "context_window": context_window, "support_verbosity": False,
         "truncation_policy": {"mode": "tokens", "limit": 10000}, "experimental_supported_tools": [],
         "base_instructions": "You are a coding agent. Use the tools to change files.",
     }
