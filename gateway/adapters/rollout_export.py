@@ -71,9 +71,13 @@ def _verl(export: dict[str, Any], index: int, segment: dict[str, Any], turns: li
           decode: Decode) -> dict[str, Any]:
     tokens = export["token_ids"]
     mask, logprobs = _response(export, segment, split)
-    return {"prompt_ids": tokens[segment["start"]:split], "response_ids": tokens[split:segment["end"]],
-            "response_mask": mask, "response_logprobs": logprobs, "num_turns": len(turns),
-            "metrics": {}, "extra_fields": _audit(export, index, segment, turns)}
+    sample = {"prompt_ids": tokens[segment["start"]:split], "response_ids": tokens[split:segment["end"]],
+              "response_mask": mask, "response_logprobs": logprobs, "num_turns": len(turns),
+              "metrics": {}, "extra_fields": _audit(export, index, segment, turns)}
+    if images := _images(turns, segment):
+        sample["multi_modal_data"] = {"image": [image["url"] for image in images]}  # verl's field, in order
+        sample["extra_fields"]["images"] = images
+    return sample
 
 
 def _slime(export: dict[str, Any], index: int, segment: dict[str, Any], turns: list[dict[str, Any]], split: int,
@@ -85,4 +89,16 @@ def _slime(export: dict[str, Any], index: int, segment: dict[str, Any], turns: l
             "response_length": len(mask), "response": decode(export["token_ids"][split:segment["end"]]),
             "loss_mask": mask,
             "rollout_log_probs": logprobs, "status": "truncated" if truncated else "completed",
-            "metadata": _audit(export, index, segment, turns)}
+            "metadata": _audit(export, index, segment, turns),
+            **({"multimodal_inputs": {"images": [i["url"] for i in images]}}  # slime's field, in order
+               if (images := _images(turns, segment)) else {})}
+
+
+def _images(turns: list[dict[str, Any]], segment: dict[str, Any]) -> list[dict[str, Any]]:
+    """The segment's images once each, in placeholder order (every call resends the earlier ones),
+    with offsets into the segment's tokens."""
+    found: dict[int, dict[str, Any]] = {}
+    for turn in turns:
+        for image in turn.get("images") or ():
+            found.setdefault(image["placeholder"], {**image, "placeholder": image["placeholder"] - segment["start"]})
+    return [found[at] for at in sorted(found)]

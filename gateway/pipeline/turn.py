@@ -130,13 +130,14 @@ class Turn:
         if chat_format.image_token_id is None:
             raise text_only("input")
         check_images(images, self.runtime.image_limits)
-        placeholders = sum(1 for t in record.prompt_ids if t == chat_format.image_token_id)
-        if placeholders != len(images):
-            raise invalid_request(f"The prompt has {len(images)} images but the chat template wrote {placeholders} "
+        at = [i for i, t in enumerate(record.prompt_ids) if t == chat_format.image_token_id]
+        if len(at) != len(images):
+            raise invalid_request(f"The prompt has {len(images)} images but the chat template wrote {len(at)} "
                                   "image placeholders (an image where the template does not render one).",
                                   param="input", code="image_placeholder_mismatch")
         record.images = images
-        return sum(chat_format.image_tokens(image) - 1 for image in images)
+        record.image_spans = [(i, chat_format.image_tokens(image)) for i, image in zip(at, images, strict=True)]
+        return sum(tokens - 1 for _, tokens in record.image_spans)
 
     async def render(self) -> Sequence[int]:
         """The prompt (gateway/tokenfix/prompt.py), into the record; renders of big inputs run

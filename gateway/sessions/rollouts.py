@@ -58,6 +58,9 @@ class RolloutTurn:
     timing: dict[str, float | None] | None = None
     client_ids_mismatch: str | None = None  # why the client's own ids were not used
     stop_reason: int | str | None = None  # the stop string that ended the generation, else `stop_token_id`
+    # The prompt's images: content hash, data URL, its placeholder's offset in the rollout's (unexpanded)
+    # token sequence and the tokens the model saw for it (vLLM's expansion, as smart_resize counts it).
+    images: list[dict[str, Any]] | None = None
 
     def export(self, index: int) -> dict[str, Any]:
         return {"index": index, "segment": self.segment, "start": self.start, "prompt_end": self.prompt_end,
@@ -65,7 +68,7 @@ class RolloutTurn:
                 "spliced": self.spliced, "non_monotonic": self.non_monotonic, "mask_source": self.mask_source,
                 "stop_token_id": self.stop_token_id, "replica": self.replica, "request_id": self.request_id,
                 "sampling": self.sampling, "timing": self.timing, "client_ids_mismatch": self.client_ids_mismatch,
-                "stop_reason": self.stop_reason}
+                "stop_reason": self.stop_reason, "images": self.images}
 
 
 @dataclass(slots=True, eq=False)
@@ -324,7 +327,14 @@ def addition(pending: Pending, turn: TurnRecord, state: TokenState, *, continues
             mask_source="client" if mask is not None else "gateway", stop_token_id=turn.stop_token_id,
             replica=turn.replica, request_id=turn.request_id, sampling=_applied(turn.upstream_params),
             timing=_timing(turn), client_ids_mismatch=turn.client_ids_mismatch,
-            stop_reason=turn.stop_reason))
+            stop_reason=turn.stop_reason, images=_images(turn, offset)))
+
+
+def _images(turn: TurnRecord, offset: int) -> list[dict[str, Any]] | None:
+    if not turn.images:
+        return None
+    return [{"digest": image.digest, "url": image.url, "placeholder": offset + at, "tokens": tokens}
+            for image, (at, tokens) in zip(turn.images, turn.image_spans, strict=True)]
 
 
 def _applied(params: dict[str, Any] | None) -> dict[str, Any] | None:

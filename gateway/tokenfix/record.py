@@ -51,6 +51,8 @@ class TurnRecord:
     stop_string: str | None = None  # the request's stop string that ended the generation
     truncated_items: int = 0  # oldest history items dropped to fit the context (truncation: auto)
     images: list[Image] = field(default_factory=list)  # the prompt's images, one placeholder each, in order
+    # Per image: where its placeholder is in `prompt_ids` and the tokens vLLM expands it to (counted here).
+    image_spans: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def turn_items(self) -> list[Item]:

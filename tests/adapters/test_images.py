@@ -12,6 +12,7 @@ import httpx
 import pytest
 from PIL import Image as PILImage
 
+from gateway.core.vision import PatchGrid
 from tests.support.fake_vllm import Script
 from tests.support.stack import fake_stack
 from tests.support.vision import vision_model_dir
@@ -201,3 +202,29 @@ def vision_completions_stack():
     with fake_stack(vision_model_dir(), served_model_name="vl",
                     fake={"model": "vl", "enable_scale_out": False}) as stack:
         yield stack
+
+
+def test_a_rollout_records_its_images_and_the_trainers_get_them(stack, fake, answer):
+    """Two calls of one episode: each image once, its placeholder's offset in the unexpanded tokens, the
+    tokens it expands to; verl's `multi_modal_data` and slime's `multimodal_inputs` carry them in order."""
+    fake.queue(Script(answer), Script(answer))
+    post(stack, "/v1/chat/completions", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": BLUE}}, {"type": "text", "text": "and?"}]}], "rollout_id": "mm"})
+    first = fake.bodies(GENERATE)[0]
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": BLUE}},
+                                             {"type": "text", "text": "and?"}]},
+                {"role": "assistant", "content": "A red square."},
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": RED}}]}]
+    post(stack, "/v1/chat/completions", {"messages": messages, "rollout_id": "mm"})
+    second = fake.bodies(GENERATE)[1]
+    turns = httpx.get(stack.url + "/v1/rollouts/mm").json()["turns"]
+    assert [[(i["url"], i["placeholder"]) for i in t["images"]] for t in turns] == [
+        [(BLUE, placeholders(first)[0])], [(BLUE, placeholders(second)[0]), (RED, placeholders(second)[1])]]
+    grid = PatchGrid(patch_size=16, min_pixels=65536, max_pixels=16777216)  # the stand-in's preprocessor config
+    assert [i["tokens"] for i in turns[1]["images"]] == [grid.tokens(64, 64), grid.tokens(300, 200)]
+    [verl] = httpx.get(stack.url + "/v1/rollouts/mm", params={"format": "verl"}).json()["data"]
+    assert verl["multi_modal_data"] == {"image": [BLUE, RED]}
+    sequence = verl["prompt_ids"] + verl["response_ids"]  # the second image came in the second call's prompt delta
+    assert [sequence[i["placeholder"]] for i in verl["extra_fields"]["images"]] == [IMAGE_PAD, IMAGE_PAD]
+    [slime] = httpx.get(stack.url + "/v1/rollouts/mm", params={"format": "slime"}).json()["data"]
+    assert slime["multimodal_inputs"] == {"images": [BLUE, RED]}
