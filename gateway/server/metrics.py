@@ -100,8 +100,8 @@ class StateMetrics(StateObserver):
         self.fallbacks = Counter("gateway_state_store_fallbacks", "Turns or writes that went on without the shared "
                                  "store, by reason: unreachable, full, conflict (another process's turn came "
                                  "first), lost", ["reason"], registry=registry)
-        self.node_errors = Counter("gateway_state_store_node_errors", "Failed calls by store node (a cluster's "
-                                   "master, host:port; sentinel:MASTER) and reason: unreachable, full",
+        self.node_errors = Counter("gateway_state_store_node_errors", "Failed calls by store node (host:port: "
+                                   "a cluster's master, the Sentinel master) and reason: unreachable, full",
                                    ["node", "reason"], registry=registry)
 
     def round_trip(self, op: str, seconds: float) -> None:

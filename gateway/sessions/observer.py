@@ -31,4 +31,5 @@ class StateObserver:
         """A turn could not use the shared state (`reason`: unreachable, full, conflict, lost)."""
 
     def node_failed(self, node: str, reason: str) -> None:
-        """A call on `node` (host:port; a cluster's master, a single Redis, `sentinel:NAME`) failed."""
+        """A call on `node` (host:port: a cluster's master, a single Redis, the master the sentinels
+        named last) failed."""

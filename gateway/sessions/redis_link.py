@@ -56,12 +56,16 @@ class RedisLink:
         return self.client.register_script(source)
 
     def node(self, key: str | None = None) -> str:
-        """The node that holds `key` (a cluster's master for its slot), for metrics and outages."""
+        """The node that holds `key` (a cluster's master for its slot; the master the sentinels
+        named last), for metrics and outages."""
         if self.cluster and key is not None:
             try:
                 return self.client.nodes_manager.get_node_from_slot(self.client.keyslot(key)).name
             except (RedisError, LookupError, AttributeError):  # the slot map is not read yet
                 return "cluster"
+        if self.address.topology == "sentinel":
+            master = getattr(self.client.connection_pool, "master_address", None)  # None before the first call
+            return f"{master[0]}:{master[1]}" if master else self.url
         return self.url
 
     async def call(self, op: str, make: Callable[[], Awaitable[T]], *, n_sent: int = 0, key: str | None = None) -> T:
@@ -114,7 +118,8 @@ class RedisLink:
             replies = await self.client.info(target_nodes=self.client.PRIMARIES)
             return replies if isinstance(replies, dict) and all(isinstance(v, dict) for v in replies.values()) \
                 else {self.url: replies}
-        return {self.url: await self.client.info()}
+        info = await self.client.info()
+        return {self.node(): info}
 
     async def close(self) -> None:
         await self.client.aclose()

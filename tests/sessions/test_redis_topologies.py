@@ -221,3 +221,5 @@ def test_a_session_continues_exactly_after_sentinel_fails_the_master_over(
         prompts = [body["token_ids"] for body in gateways.fake.bodies(GENERATE)]
         assert_exact(prompts, tokenizer, range(4))
         assert redis.Redis(port=promoted).dbsize() > 0
+        metrics = httpx.get(a + "/metrics").text  # the store's figures name the master the sentinels name now
+        assert f'gateway_state_store_node_keys{{node="127.0.0.1:{promoted}"}}' in metrics
