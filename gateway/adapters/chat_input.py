@@ -101,6 +101,15 @@ def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest
                        client_prefix=prefix, n=n)
 
 
+def unwrap_extra_body(body: Any) -> Any:
+    """A literal `extra_body` object (the openai SDK's name for extra fields, sent as a field by
+    proxies such as rLLM's model gateway) read as the top-level fields it stands for; the body's
+    own win."""
+    if isinstance(body, dict) and isinstance(extra := body.get("extra_body"), dict):
+        return {**extra, **{key: value for key, value in body.items() if key != "extra_body"}}
+    return body
+
+
 def _stop(raw: Any) -> tuple[str, ...] | None:
     """Up to 4 stop strings (a string is one), as OpenAI takes them."""
     if raw is None:

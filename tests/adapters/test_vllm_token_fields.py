@@ -134,3 +134,13 @@ def test_the_server_flag_names_tokens_by_id_unless_a_request_says_not_to(qwen_to
         content = post(stack.url, logprobs=True,
                        return_tokens_as_token_ids=False).json()["choices"][0]["logprobs"]["content"]
         assert content[0]["token"] == tokenizer.decode([generated[0]])
+
+
+def test_a_literal_extra_body_is_read_as_the_fields_it_stands_for(stack, fake, tokenizer):
+    """rLLM's model gateway (rllm_model_gateway/middleware.py) puts `extra_body` into the JSON
+    itself; vLLM would ignore it, the gateway reads its fields (the body's own win)."""
+    generated = [*ids(tokenizer, "Hi"), IM_END]
+    fake.queue(Script(generated))
+    body = post(stack.url, extra_body={"return_token_ids": True, "max_tokens": 9}, max_tokens=5).json()
+    assert body["choices"][0]["token_ids"] == generated
+    assert fake.bodies(GENERATE)[-1]["sampling_params"]["max_tokens"] == 5

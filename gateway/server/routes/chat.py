@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.chat_input import parse_chat_request
+from gateway.adapters.chat_input import parse_chat_request, unwrap_extra_body
 from gateway.adapters.chat_output import ChatChunks, completion, completions, samples_ending
 from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import check_model, parse_json
@@ -28,7 +28,7 @@ from gateway.server.http import JSONResponse, model_route, sse_response
 
 async def _complete(request: Request, raw: bytes) -> Response:
     runtime = request.app.state.runtime
-    body: Any = parse_json(raw)
+    body: Any = unwrap_extra_body(parse_json(raw))
     parsed = parse_chat_request(body, tokens_as_ids=runtime.tokens_as_ids)
     check_model(runtime.model_name, parsed.model)
     rollout = await begin_rollout(runtime, body)
