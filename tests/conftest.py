@@ -221,6 +221,22 @@ def codex_bin() -> Path:
     return path
 
 
+RL_CLIENTS = "rl-clients-verifiers-0.3.1-rllm-0.1.0"  # scripts/install-rl-clients.sh's venv
+
+
+@pytest.fixture(scope="session")
+def rl_clients_python() -> Path:
+    """The python of the RL clients' own venv (verifiers, rllm-model-gateway), where
+    scripts/install-rl-clients.sh puts it ($GATEWAY_RL_CLIENTS_PYTHON overrides)."""
+    from gateway.ops.cache import cache_dir
+
+    configured = os.environ.get("GATEWAY_RL_CLIENTS_PYTHON")
+    path = Path(configured) if configured else cache_dir() / RL_CLIENTS / "bin" / "python"
+    if not path.exists() or not configured and not (path.parent.parent / ".complete").exists():
+        _missing(f"no RL clients venv at {path.parent.parent}; install it with scripts/install-rl-clients.sh")
+    return path
+
+
 @pytest.fixture(scope="session")
 def claude_code_bin() -> Path:
     """The real Claude Code CLI ($GATEWAY_CLAUDE_CODE_BIN, else where scripts/install-claude-code.sh puts it)."""
