@@ -131,11 +131,15 @@ def test_streamed_events_pass_through_as_the_replica_sent_them(stack, fake, toke
 
 def test_a_replica_that_cannot_take_it_is_failed_over_before_the_first_token(stack, fake, tokenizer):
     generated = [*ids(tokenizer, "ok"), IM_END]
-    stack.fakes[0].queue(Script([0], status=503), Script(generated))
-    stack.fakes[1].queue(Script(generated))
-    output = httpx.post(stack.url + COMPLETIONS, json=trl_payload(ids(tokenizer, "y")), timeout=30).json()
+    session = "failover-session"
+    first_url = stack.runtime.pool.pick(session).url  # the session's replica, which answers 503
+    first, other = sorted(stack.fakes, key=lambda f: f.url != first_url)
+    first.queue(Script([0], status=503))
+    other.queue(Script(generated))
+    output = httpx.post(stack.url + COMPLETIONS, json=trl_payload(ids(tokenizer, "y")), timeout=30,
+                        headers={"X-Session-ID": session}).json()
     assert output["choices"][0]["token_ids"] == generated
-    assert [len(f.bodies(COMPLETIONS)) for f in stack.fakes] == [1, 1]
+    assert (len(first.bodies(COMPLETIONS)), len(other.bodies(COMPLETIONS))) == (1, 1)
 
 
 def test_a_client_that_leaves_aborts_the_generation(stack, fake, tokenizer):
