@@ -2,7 +2,8 @@
 
 The ids live in context variables, set per HTTP request (`X-Request-Id`), per WebSocket
 connection and per response on it, so every log call made while serving one carries
-them without passing them around. Records are formatted where they are emitted (a
+them without passing them around; with traces on, the request's trace id too (the same
+context: gateway/core/tracing.py), to find its spans from a log line and back. Records are formatted where they are emitted (a
 StreamHandler), in the context of the request that logged them.
 """
 
@@ -16,6 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+
+from gateway.core import tracing
 
 request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 connection_id: ContextVar[str | None] = ContextVar("connection_id", default=None)
@@ -38,6 +41,8 @@ class JSONFormatter(logging.Formatter):
             line["request_id"] = rid
         if (cid := connection_id.get()) is not None:
             line["connection_id"] = cid
+        if tracing.tracer is not None and (ids := tracing.log_ids()) is not None:
+            line["trace_id"], line["span_id"] = ids
         if fields := getattr(record, "fields", None):
             line.update(fields)
         if record.exc_info:
@@ -46,13 +51,15 @@ class JSONFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """`time LEVEL logger [connection id] [request id]: message`."""
+    """`time LEVEL logger [connection id] [request id] [trace=trace id]: message`."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s%(ids)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         record.ids = "".join(f" [{value}]" for value in (connection_id.get(), request_id.get()) if value)
+        if tracing.tracer is not None and (ids := tracing.log_ids()) is not None:
+            record.ids += f" [trace={ids[0]}]"
         return super().format(record)
 
 

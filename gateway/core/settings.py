@@ -66,6 +66,9 @@ class Settings:
     tenant_max_concurrent_requests: int | None = None
     tenant_tokens_per_minute: int | None = None
     tenant_limits: str | None = None  # file: `TENANT concurrent=N tokens_per_minute=N` per line
+    # Traces (gateway/server/tracing.py): OTLP export on when an endpoint is set (here or OTEL_*).
+    otlp_traces_endpoint: str | None = None
+    otlp_traces_capture_content: bool = False  # prompt and output text on spans (privacy: off)
 
     @property
     def model_name(self) -> str:

@@ -200,6 +200,17 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     keys.add_argument("--tenant-limits", default=_env("tenant_limits"),
                       help="file of per-tenant limits, one line each: TENANT concurrent=N tokens_per_minute=N "
                            "('*' for every tenant not named)")
+    traces = parser.add_argument_group(
+        "traces", "OpenTelemetry: one span per request (per response.create on a WebSocket) with child spans per "
+        "phase, continuing the caller's traceparent and passed on to vLLM; the standard OTEL_* variables apply")
+    traces.add_argument("--otlp-traces-endpoint", default=_env("otlp_traces_endpoint"),
+                        help="export traces by OTLP to this URL, as vLLM's flag of the name does (e.g. "
+                             "http://collector:4318/v1/traces; grpc with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=grpc); "
+                             "default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else traces are off")
+    traces.add_argument("--otlp-traces-capture-content", action="store_true",
+                        default=(_env("otlp_traces_capture_content") or "").lower() in ("1", "true"),
+                        help="put prompt and output text on the spans (default: never; also "
+                             "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)")
     parser.add_argument("--log-level", default=_env("log_level", "info"))
     parser.add_argument("--log-format", choices=FORMATS, default=_env("log_format", "text"),
                         help="text lines, or JSON lines (timestamp, level, logger, message, request_id, ...)")
@@ -262,6 +273,8 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         api_keys=[*_env_keys(), *(args.api_key or [])], api_key_file=args.api_key_file, admin_key=args.admin_key,
         metrics_key=args.metrics_key, tenant_max_concurrent_requests=args.tenant_max_concurrent_requests,
         tenant_tokens_per_minute=args.tenant_tokens_per_minute, tenant_limits=args.tenant_limits,
+        otlp_traces_endpoint=args.otlp_traces_endpoint or None,
+        otlp_traces_capture_content=args.otlp_traces_capture_content,
     )
 
 

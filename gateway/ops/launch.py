@@ -30,6 +30,7 @@ from gateway.ops.flags import settings_from_args
 from gateway.ops.serve import run
 from gateway.ops.supervisor import Supervisor
 from gateway.ops.vllm_process import VLLMError, VLLMProcess, free_port
+from gateway.server.tracing import replica_options
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,11 @@ def serve_supervised(processes: Sequence[VLLMProcess], settings: Settings, *, ma
     # while the gateway serves, its own handler drains it first (and what uvicorn re-raises after
     # its shutdown lands here too).
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(1 if supervisor.gave_up else 0))
+    flags, env = replica_options(settings)  # traces on: the replicas export theirs to the same place
+    for process in processes:
+        if flags and "--otlp-traces-endpoint" not in process.extra_args:
+            process.extra_args = (*process.extra_args, *flags)
+            process.extra_env = env | process.extra_env
     log.info("starting %d vLLM replica(s) on %s", len(processes), ", ".join(supervisor.urls))
     try:
         supervisor.start()

@@ -27,6 +27,7 @@ class Trace:
     error_code: str | None = None  # what the client was told went wrong, if anything
     error_message: str | None = None
     tenant: str | None = None  # whose API key the request came with (gateway/core/tenancy.py)
+    response_id: str | None = None  # the id the client knows the answer by (resp_…, chatcmpl-…, msg_…)
 
     @property
     def outcome(self) -> str:
@@ -56,6 +57,12 @@ def attach(record: TurnRecord) -> None:
     """Make `record` the one the current request is measured by."""
     if (trace := current.get()) is not None:
         trace.record = record
+
+
+def answered_as(response_id: str) -> None:
+    """The current request's answer has this id (its span's `gen_ai.response.id`)."""
+    if (trace := current.get()) is not None:
+        trace.response_id = response_id
 
 
 def error(exc: APIError) -> None:

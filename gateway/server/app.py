@@ -49,6 +49,8 @@ from gateway.server.routes.token_in import create_completion, generate
 from gateway.server.routes.tokenize import detokenize, tokenize
 from gateway.server.routes.websocket import responses_websocket
 from gateway.server.tenant_limits import TenantLimitMiddleware, TenantLimits
+from gateway.server.tracing import start as start_tracing
+from gateway.server.tracing import stop as stop_tracing
 from gateway.sessions.backend import open_conversations, open_state
 from gateway.sessions.observer import StateObserver
 from gateway.sessions.responses import ResponseStore
@@ -142,6 +144,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         served = [r.served_model for r in app.state.runtime.pool.replicas if r.served_model]
         if settings.served_model_name is None and served:
             app.state.runtime.model_name = served[0]  # clients send what vLLM itself would accept
+        traces = start_tracing(settings)  # this process's exporter: after a --workers fork, not before
         try:
             yield
         finally:
@@ -149,6 +152,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
             await app.state.runtime.pool.close()
             await app.state.runtime.state.close()
             await app.state.runtime.conversations.close()
+            if traces:
+                stop_tracing()  # the spans still buffered are exported
 
     routes = [
         Route("/v1/responses", create_response, methods=["POST"]),

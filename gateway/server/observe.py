@@ -5,6 +5,10 @@ route, or one `response.create` on a WebSocket. The session module attaches the 
 record to it, and when the request ends `finish` reads what the turn recorded — tokens,
 splice, replica, first-token time — and the error the client was told, if any, into the
 metrics and one access log line. Nothing is counted on the hot path itself.
+
+With traces on (gateway/core/tracing.py), the request is one span too, continuing the caller's
+`traceparent` (the HTTP request's, or the WebSocket handshake's for each `response.create`);
+it ends after the access line, which carries its trace id, with the record's GenAI attributes.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from starlette.datastructures import MutableHeaders
@@ -22,8 +26,9 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
-from gateway.core import logs, tenancy
+from gateway.core import logs, tenancy, tracing
 from gateway.core.ids import new_id
+from gateway.pipeline import spans
 from gateway.pipeline.trace import Trace, current
 from gateway.server.metrics import Metrics
 from gateway.upstream.router import DECISIONS, Decision
@@ -42,26 +47,54 @@ _GONE = (asyncio.CancelledError, ClientDisconnect, WebSocketDisconnect, WebSocke
 
 
 @contextlib.contextmanager
-def traced(api: str, metrics: Metrics, request_id: str, received: float) -> Iterator[Trace]:
+def traced(api: str, metrics: Metrics, request_id: str, received: float, *, span_name: str = "",
+           headers: Sequence[tuple[bytes, bytes]] = ()) -> Iterator[Trace]:
+    """Observe one request: `span_name` and `headers` (its caller's, for `traceparent`) are its span's."""
     trace = Trace(api, request_id, received)
     if (tenant := tenancy.current.get()) is not None:  # a WebSocket's (an HTTP request's is known later)
         trace.tenant = tenant.name
     decisions: list[Decision] = []  # the router's, for this request's turns (gateway/upstream/router.py)
     tokens = current.set(trace), logs.request_id.set(request_id), DECISIONS.set(decisions)
+    span = tracing.start_request(span_name or api, headers, {
+        "gen_ai.operation.name": spans.OPERATION, "gateway.api": api, "gateway.request_id": request_id,
+    }) if tracing.tracer is not None else None
     metrics.in_progress.labels(api).inc()
     try:
         yield trace
     except _GONE:
         trace.cancelled = True
         raise
-    except Exception:
+    except Exception as exc:
         trace.status = 500
+        if span is not None:
+            span[0].record_exception(exc)
         raise
     finally:
         finish(trace, metrics, decisions[-1] if decisions else None)
+        if span is not None:
+            _end_span(span, trace)
         current.reset(tokens[0])
         logs.request_id.reset(tokens[1])
         DECISIONS.reset(tokens[2])
+
+
+def _end_span(span: tuple[Any, object], trace: Trace) -> None:
+    """The request's outcome and its turn's GenAI attributes on its span, then the span's end."""
+    outcome, record = trace.outcome, trace.record
+    attributes: dict[str, Any] = {"gateway.outcome": outcome}
+    if trace.api != "responses_ws":
+        attributes["http.response.status_code"] = trace.status
+    if trace.tenant is not None:
+        attributes["gateway.tenant"] = trace.tenant
+    if trace.response_id is not None:
+        attributes["gen_ai.response.id"] = trace.response_id
+    if record is not None:
+        attributes |= spans.request_attributes(record) | spans.result_attributes(record, trace.received)
+    failed = outcome == "failed" or trace.status >= 500
+    if outcome not in ("completed", "incomplete"):
+        attributes["error.type"] = trace.error_code or outcome
+    span[0].set_attributes(attributes)
+    tracing.end_request(span, (trace.error_message or outcome) if failed else None)
 
 
 def finish(trace: Trace, metrics: Metrics, decision: Decision | None = None) -> None:
@@ -136,7 +169,8 @@ class ObserveMiddleware:
             finally:
                 logs.request_id.reset(token)
             return
-        with traced(api, self.metrics, request_id, received):
+        with traced(api, self.metrics, request_id, received, span_name=f"POST {scope['path']}",
+                    headers=scope["headers"]):
             await self.app(scope, receive, send_with_id)
 
 

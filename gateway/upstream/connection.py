@@ -205,9 +205,10 @@ class Connections:
         self._busy: set[Connection] = set()
         self.opened = 0  # connections opened, ever
 
-    def request_bytes(self, path: str, body: bytes) -> bytes:
-        return (b"POST %s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
-                % (path.encode(), self._host_header, len(body))) + body
+    def request_bytes(self, path: str, body: bytes, headers: bytes = b"") -> bytes:
+        """A POST of `body`; `headers`: more header lines, each ending in CRLF (a `traceparent`)."""
+        return (b"POST %s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%b\r\n"
+                % (path.encode(), self._host_header, len(body), headers)) + body
 
     async def send(self, request: bytes, receiver: Receiver) -> Connection:
         """Send on an idle connection, else a new one; raises ConnectError if none opens."""

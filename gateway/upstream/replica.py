@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import orjson
 
+from gateway.core import tracing
 from gateway.core.errors import UpstreamFailed, UpstreamRejected, UpstreamUnavailable, invalid_request
 from gateway.core.image import Image
 from gateway.upstream.connection import ConnectError, Connections, Stale
@@ -92,7 +93,8 @@ class Replica:
     async def forward(self, path: str, body: bytes, request_id: str, mode: StreamMode = "tokens") -> UpstreamStream:
         """`open` for a body the caller made: a client's own request to one of vLLM's endpoints
         (`mode`: how its answer is handed on, gateway/upstream/stream.py)."""
-        request = self.connections.request_bytes(path, body)
+        # The current span as `traceparent` (traces on): the replica's spans join the request's trace.
+        request = self.connections.request_bytes(path, body, tracing.upstream_headers())
         self.inflight += 1  # counted from the pick on, so concurrent picks see it
         self.requests += 1
         try:
@@ -155,7 +157,7 @@ class Replica:
         if self.api != "generate":
             return
         try:
-            await self.client.post(self.url + "/inference/v1/abort_requests",
+            await self.client.post(self.url + "/inference/v1/abort_requests", headers=tracing.propagation_headers(),
                                    json={"request_ids": [engine_request_id(self.api, request_id)]}, timeout=2.0)
         except httpx.HTTPError as exc:
             log.debug("abort on %s failed: %r", self.url, exc)

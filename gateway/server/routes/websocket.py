@@ -31,7 +31,7 @@ async def responses_websocket(websocket: WebSocket) -> None:
         await refuse(websocket, settings.max_websocket_connections)
         return
     state.ws_connections += 1
-    traced = functools.partial(_traced, state.metrics)
+    traced = functools.partial(_traced, state.metrics, websocket.scope["headers"])
     budget = TenantBudget(state.admission, state.tenant_limits, tenancy.current.get())  # the handshake's key's
     socket = ResponsesSocket(websocket, state.runtime, settings, budget=budget, traced=traced,
                              draining=lambda: state.drain.draining)
@@ -43,6 +43,8 @@ async def responses_websocket(websocket: WebSocket) -> None:
         state.ws_connections -= 1
 
 
-def _traced(metrics: Metrics, received: float) -> AbstractContextManager[Trace]:
-    """One `response.create`'s trace, counted as the `responses_ws` API."""
-    return observe.traced("responses_ws", metrics, new_id("req"), received)
+def _traced(metrics: Metrics, headers: list[tuple[bytes, bytes]], received: float) -> AbstractContextManager[Trace]:
+    """One `response.create`'s trace, counted as the `responses_ws` API; its span continues the
+    handshake's `traceparent`, so each response on a socket is its own span in the caller's trace."""
+    return observe.traced("responses_ws", metrics, new_id("req"), received, span_name="response.create",
+                          headers=headers)

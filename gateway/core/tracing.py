@@ -1,0 +1,123 @@
+"""Traces (OpenTelemetry): the one tracer the gateway's spans come from, or none at all.
+
+`tracer` is None unless this process exports traces (`--otlp-traces-endpoint`, or the standard
+OTEL_EXPORTER_OTLP_*ENDPOINT variables: gateway/server/tracing.py sets it up). Every helper
+here looks at it first, so a gateway without traces pays one attribute load per request and
+per phase, and nothing per token. Spans live in OpenTelemetry's context, a context variable
+like the request id of gateway/core/logs.py: the request's span is current while the request
+is served, a phase's span while the phase runs, and every upstream request carries the current
+one as `traceparent` (`upstream_headers`), so the replica's own spans join the trace.
+
+Attribute names follow OpenTelemetry's GenAI semantic conventions (`gen_ai.*`). Prompt and
+output text is never put on a span unless `capture_content` is set (an explicit flag).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from opentelemetry import context, propagate, trace
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+tracer: trace.Tracer | None = None  # None: traces are off
+capture_content = False  # prompt and output text on the spans (off: never)
+_provider: Any = None
+
+
+def use(provider: trace.TracerProvider | None, *, content: bool = False) -> None:
+    """Make `provider` the source of the gateway's spans (None: traces off)."""
+    global tracer, capture_content, _provider
+    _provider = provider
+    tracer = provider.get_tracer("vllm-agent-gateway") if provider is not None else None
+    capture_content = content and provider is not None
+
+
+class _HeaderList(Getter[Iterable[tuple[bytes, bytes]]]):
+    """Reads W3C headers (`traceparent`, `tracestate`, `baggage`) from ASGI's header pairs."""
+
+    def get(self, carrier: Iterable[tuple[bytes, bytes]], key: str) -> list[str] | None:
+        name = key.encode("latin-1")
+        values = [value.decode("latin-1") for header, value in carrier if header == name]
+        return values or None
+
+    def keys(self, carrier: Iterable[tuple[bytes, bytes]]) -> list[str]:
+        return [header.decode("latin-1") for header, _ in carrier]
+
+
+_HEADERS = _HeaderList()
+
+
+def start_request(name: str, headers: Iterable[tuple[bytes, bytes]],
+                  attributes: Mapping[str, Any]) -> tuple[Span, object] | None:
+    """Open a request's span as a child of the caller's `traceparent` (if it sent one) and make
+    it current; `end_request` closes it. None when traces are off."""
+    if tracer is None:
+        return None
+    parent = propagate.extract(list(headers), getter=_HEADERS)
+    span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
+    return span, context.attach(trace.set_span_in_context(span, parent))
+
+
+def end_request(opened: tuple[Span, object], error: str | None = None) -> None:
+    span, token = opened
+    if error is not None:
+        span.set_status(Status(StatusCode.ERROR, error))
+    span.end()
+    context.detach(token)
+
+
+@contextlib.contextmanager
+def phase(name: str, attributes: Mapping[str, Any] | None = None,
+          kind: SpanKind = SpanKind.INTERNAL) -> Iterator[Span | None]:
+    """A child span of the current one around one phase of a request (None when traces are off);
+    an exception leaving it marks it failed."""
+    if tracer is None:
+        yield None
+        return
+    with tracer.start_as_current_span(name, kind=kind, attributes=attributes) as span:
+        yield span
+
+
+def current_span() -> Span | None:
+    """The span being served now, if traces are on and one is open."""
+    if tracer is None:
+        return None
+    span = trace.get_current_span()
+    return span if span.get_span_context().is_valid else None
+
+
+def propagation_headers() -> dict[str, str]:
+    """The current span as W3C headers (`traceparent`, `tracestate` when there is one) for a
+    request to a replica; empty when traces are off."""
+    carrier: dict[str, str] = {}
+    if tracer is not None:
+        propagate.inject(carrier)
+    return carrier
+
+
+def upstream_headers() -> bytes:
+    """`propagation_headers` as HTTP/1.1 header lines, each ending in CRLF; empty when off."""
+    if tracer is None:
+        return b""
+    return b"".join(b"%s: %s\r\n" % (key.encode("latin-1"), value.encode("latin-1"))
+                    for key, value in propagation_headers().items())
+
+
+def log_ids() -> tuple[str, str] | None:
+    """The current trace and span ids in hex, for a log line; None when there is no span."""
+    span = current_span()
+    if span is None:
+        return None
+    ids = span.get_span_context()
+    return format(ids.trace_id, "032x"), format(ids.span_id, "016x")
+
+
+def shutdown() -> None:
+    """Export what is still buffered and stop (the process is ending)."""
+    provider = _provider
+    use(None)
+    if provider is not None and hasattr(provider, "shutdown"):
+        provider.shutdown()

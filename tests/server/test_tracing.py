@@ -1,0 +1,187 @@
+"""Traces: the real gateway in front of the scripted vLLM, its spans caught by the SDK's
+in-memory exporter. One span per request (per `response.create` on a WebSocket) continuing the
+caller's `traceparent`, GenAI attributes read from the exact tokens, the replica handed the
+span as its own `traceparent`, log lines with the trace id, no text on any span; and nothing at
+all — no span, no header — with traces off.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from websockets.sync.client import connect
+
+from gateway.core import tracing
+from gateway.core.logs import JSONFormatter
+from tests.support.fake_vllm import Script
+from tests.support.qwen3_tokens import IM_END, ids
+from tests.support.sse import sse_events
+from tests.support.stack import fake_stack
+from tests.support.waiting import wait_for
+
+GENERATE = "/inference/v1/generate"
+MODEL = "tiny-qwen3"
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+PROMPT_TEXT = "Tell me the secret word"
+
+
+@pytest.fixture(scope="module")
+def stack(qwen_tokenizer_dir):
+    with fake_stack(qwen_tokenizer_dir, fake={"model": MODEL, "max_model_len": 4096}) as stack:
+        yield stack
+
+
+@pytest.fixture
+def exported(stack) -> Iterator[InMemorySpanExporter]:
+    """Traces on for the test: every ended span lands in the returned exporter."""
+    stack.reset()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use(provider)
+    yield exporter
+    tracing.use(None)
+    provider.shutdown()
+
+
+def request_spans(exporter: InMemorySpanExporter, count: int = 1) -> list[ReadableSpan]:
+    """The request spans, once `count` have ended (a span ends just after the client's last byte)."""
+    wait_for(lambda: len([s for s in exporter.get_finished_spans() if s.kind == SpanKind.SERVER]) >= count)
+    return [s for s in exporter.get_finished_spans() if s.kind == SpanKind.SERVER]
+
+
+def hex_ids(span: ReadableSpan) -> tuple[str, str]:
+    return format(span.context.trace_id, "032x"), format(span.context.span_id, "016x")
+
+
+def parent_of(traceparent: str) -> tuple[str, str]:
+    version, trace_id, span_id, flags = traceparent.split("-")
+    assert version == "00" and int(flags, 16) & 1  # sampled
+    return trace_id, span_id
+
+
+def no_text(spans: list[ReadableSpan], *texts: str) -> bool:
+    values = [str(v) for span in spans for v in dict(span.attributes or {}).values()]
+    return not any(text in value for text in texts for value in values)
+
+
+def test_a_streamed_response_is_one_span_in_the_callers_trace_and_the_replica_gets_it(stack, exported, tokenizer):
+    out = ids(tokenizer, "The word is plum") + [IM_END]
+    stack.fake.queue(Script(out, stop_reason=IM_END))
+    body = {"model": MODEL, "input": PROMPT_TEXT, "stream": True, "temperature": 0.5, "top_p": 0.9,
+            "max_output_tokens": 64}
+    with httpx.stream("POST", stack.url + "/v1/responses", json=body,
+                      headers={"traceparent": TRACEPARENT, "X-Request-Id": "traced-1"}) as response:
+        events = sse_events(response)
+    assert events[-1]["type"] == "response.completed"
+    [span] = request_spans(exported)
+    prompt = stack.fake.bodies(GENERATE)[-1]["token_ids"]
+
+    assert span.name == "POST /v1/responses" and span.parent is not None
+    assert hex_ids(span)[0] == CALLER_TRACE and format(span.parent.span_id, "016x") == CALLER_SPAN
+    attributes = dict(span.attributes or {})
+    assert {key: attributes[key] for key in (
+        "gen_ai.operation.name", "gen_ai.request.model", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+        "gen_ai.response.finish_reasons", "gen_ai.request.temperature", "gen_ai.request.top_p",
+        "gen_ai.request.max_tokens", "gateway.request_id", "gateway.api", "gateway.outcome",
+        "http.response.status_code")} == {
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": MODEL, "gen_ai.usage.input_tokens": len(prompt),
+        "gen_ai.usage.output_tokens": len(out), "gen_ai.response.finish_reasons": ("stop",),
+        "gen_ai.request.temperature": 0.5, "gen_ai.request.top_p": 0.9, "gen_ai.request.max_tokens": 64,
+        "gateway.request_id": "traced-1", "gateway.api": "responses_http", "gateway.outcome": "completed",
+        "http.response.status_code": 200}
+    assert 0 <= attributes["gen_ai.latency.time_to_first_token"] <= (span.end_time - span.start_time) / 1e9
+    assert span.status.status_code == StatusCode.UNSET
+    assert no_text(exported.get_finished_spans(), PROMPT_TEXT, "plum")  # privacy: no text without the flag
+
+    # The replica was handed this trace, so vLLM's own span joins it.
+    sent = stack.fake.requests[-1].headers["traceparent"]
+    trace_id, parent = parent_of(sent)
+    assert trace_id == CALLER_TRACE
+    assert parent in {hex_ids(s)[1] for s in exported.get_finished_spans()}
+
+
+def test_without_a_traceparent_the_request_starts_a_trace(stack, exported, tokenizer):
+    stack.fake.queue(Script(ids(tokenizer, "Fine") + [IM_END], stop_reason=IM_END))
+    r = httpx.post(stack.url + "/v1/chat/completions",
+                   json={"model": MODEL, "messages": [{"role": "user", "content": "How are you?"}], "seed": 7})
+    assert r.status_code == 200
+    [span] = request_spans(exported)
+    assert span.parent is None and span.name == "POST /v1/chat/completions"
+    assert span.attributes["gateway.api"] == "chat" and span.attributes["gen_ai.request.seed"] == 7
+    assert parent_of(stack.fake.requests[-1].headers["traceparent"])[0] == hex_ids(span)[0]
+
+
+def test_each_response_on_a_websocket_is_its_own_span_under_the_handshakes_traceparent(stack, exported,
+                                                                                         tokenizer):
+    stack.fake.queue(Script(ids(tokenizer, "One") + [IM_END], stop_reason=IM_END),
+                     Script(ids(tokenizer, "Two") + [IM_END], stop_reason=IM_END))
+    url = stack.url.replace("http://", "ws://") + "/v1/responses"
+    with connect(url, additional_headers={"traceparent": TRACEPARENT}) as socket:
+        for text in ("first", "second"):
+            socket.send(orjson.dumps({"type": "response.create", "model": MODEL, "input": text}).decode())
+            while orjson.loads(socket.recv())["type"] != "response.completed":
+                pass
+    spans = request_spans(exported, 2)
+    assert [s.name for s in spans] == ["response.create", "response.create"]
+    assert {hex_ids(s)[0] for s in spans} == {CALLER_TRACE}
+    assert {format(s.parent.span_id, "016x") for s in spans} == {CALLER_SPAN}
+    assert len({s.attributes["gateway.request_id"] for s in spans}) == 2
+    assert all(s.attributes["gateway.api"] == "responses_ws" and "http.response.status_code" not in s.attributes
+               for s in spans)
+    sent = [parent_of(r.headers["traceparent"]) for r in stack.fake.requests if r.path == GENERATE]
+    span_ids = {hex_ids(s)[1] for s in exported.get_finished_spans()}
+    assert len(sent) == 2 and all(t == CALLER_TRACE and p in span_ids for t, p in sent)
+
+
+def test_a_failed_generation_marks_its_span_failed(stack, exported, tokenizer):
+    stack.fake.queue(Script(ids(tokenizer, "a b c"), error_after=1))
+    r = httpx.post(stack.url + "/v1/responses", json={"model": MODEL, "input": "x"})
+    [span] = request_spans(exported)
+    assert r.status_code >= 500 and span.attributes["http.response.status_code"] == r.status_code
+    assert span.status.status_code == StatusCode.ERROR and span.attributes["gateway.outcome"] == str(r.status_code)
+    assert span.attributes["error.type"] == r.json()["error"]["code"]
+
+
+def test_log_lines_carry_the_trace_id_beside_the_request_id(stack, exported, tokenizer):
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JSONFormatter())
+    logger = logging.getLogger("gateway.access")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        stack.fake.queue(Script(ids(tokenizer, "Hi") + [IM_END], stop_reason=IM_END))
+        httpx.post(stack.url + "/v1/responses", json={"model": MODEL, "input": "x"},
+                   headers={"traceparent": TRACEPARENT, "X-Request-Id": "traced-log"})
+        [span] = request_spans(exported)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    [line] = [orjson.loads(text) for text in stream.getvalue().splitlines()]
+    assert (line["request_id"], line["trace_id"], line["span_id"]) == ("traced-log", *hex_ids(span))
+
+
+def test_with_traces_off_there_is_no_span_and_no_header(stack, tokenizer):
+    stack.reset()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))  # a provider the gateway was not given
+    stack.fake.queue(Script(ids(tokenizer, "Hi") + [IM_END], stop_reason=IM_END))
+    r = httpx.post(stack.url + "/v1/responses", json={"model": MODEL, "input": "x"},
+                   headers={"traceparent": TRACEPARENT})
+    assert r.status_code == 200 and tracing.tracer is None
+    assert "traceparent" not in stack.fake.requests[-1].headers
+    assert exporter.get_finished_spans() == ()
