@@ -23,14 +23,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @contextmanager
 def gateway_process(model_dir: Path | str, upstreams: list[str], log_path: Path, *args: str,
-                    model_name: str = "tiny-qwen3") -> Iterator[tuple[str, subprocess.Popen]]:
-    """The gateway's URL and process once it is ready; killed at exit if still running."""
+                    model_name: str = "tiny-qwen3",
+                    env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """The gateway's URL and process once it is ready (`env`: more environment); killed at exit
+    if still running."""
     port = free_port()
     command = [sys.executable, "-m", "gateway", "serve", "--model", str(model_dir), "--served-model-name", model_name,
                "--port", str(port), *[a for u in upstreams for a in ("--upstream", u)], *args]
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                   env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)})
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 120
