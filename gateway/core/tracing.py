@@ -81,6 +81,36 @@ def phase(name: str, attributes: Mapping[str, Any] | None = None,
         yield span
 
 
+def start_span(name: str, attributes: Mapping[str, Any] | None = None,
+               kind: SpanKind = SpanKind.INTERNAL) -> Span | None:
+    """A child span of the current one that outlives the block that opens it (a generation,
+    open from its request to its last token): `current(span)` makes it the current one where
+    its work happens, `end` closes it. None when traces are off."""
+    if tracer is None:
+        return None
+    return tracer.start_span(name, kind=kind, attributes=attributes)
+
+
+@contextlib.contextmanager
+def current(span: Span | None) -> Iterator[None]:
+    """`span` is the current span in the block (what `upstream_headers` sends on)."""
+    if span is None:
+        yield
+        return
+    token = context.attach(trace.set_span_in_context(span))
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
+def end(span: Span, attributes: Mapping[str, Any], error: str | None = None) -> None:
+    span.set_attributes(attributes)
+    if error is not None:
+        span.set_status(Status(StatusCode.ERROR, error))
+    span.end()
+
+
 def current_span() -> Span | None:
     """The span being served now, if traces are on and one is open."""
     if tracer is None:

@@ -26,6 +26,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from gateway.core import tracing
 from gateway.core.errors import APIError
 from gateway.core.push import Hold, held
 from gateway.formats.base import ParseEvent
@@ -64,6 +65,8 @@ async def run(turn: Turn, writer: Writer) -> None:
 async def run_samples(turns: Sequence[Turn], writers: Sequence[Writer]) -> None:
     """`n` turns of one prompt (Chat Completions' `n`): all accepted before any output, then
     generated together, turn i written by writer i."""
+    if (response_id := turns[0].request.response_id) is not None:
+        trace.answered_as(response_id)
     async with contextlib.AsyncExitStack() as started:
         for turn, writer in zip(turns, writers, strict=True):
             try:
@@ -77,7 +80,8 @@ async def run_samples(turns: Sequence[Turn], writers: Sequence[Writer]) -> None:
         if answer is _FAILED:
             continue
         if writer.keeps and turn.record.finished:
-            await session.commit(turn, answer)
+            with tracing.phase("gateway.commit"):
+                await session.commit(turn, answer)
         else:
             session.forget(turn.request)
         await held(writer.ended(turn))

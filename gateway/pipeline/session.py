@@ -45,6 +45,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from gateway.core import tracing
 from gateway.core.conversation import Item, Reasoning
 from gateway.core.errors import APIError, context_length_exceeded
 from gateway.core.tenancy import scoped, tenant_prefix
@@ -69,6 +70,11 @@ TURN_IDS = "turn-ids:"  # session store key prefix: a turn's exact tokens, by re
 
 async def prepare(runtime: Runtime, request: TurnRequest) -> Turn:
     """The turn for `request`, continuing the exact tokens chosen as above (not started)."""
+    with tracing.phase("gateway.prepare"):
+        return await _prepare(runtime, request)
+
+
+async def _prepare(runtime: Runtime, request: TurnRequest) -> Turn:
     FALLBACK.set(None)
     rejected = None  # why the client's own ids do not cover the history (then the prompt is rendered in full)
     client = request.client_prefix if not _own(request) else None  # the rollout's own state checks itself

@@ -9,8 +9,13 @@ prompt or output text (gateway/core/tracing.py's `capture_content` decides that,
 
 from __future__ import annotations
 
+import time
 from typing import Any
+from urllib.parse import urlsplit
 
+from opentelemetry.trace import Span, SpanKind
+
+from gateway.core import tracing
 from gateway.tokenfix.record import TurnRecord
 
 OPERATION = "chat"  # gen_ai.operation.name of every generating API (Responses, Chat, Messages)
@@ -59,3 +64,34 @@ def result_attributes(record: TurnRecord, started: float | None) -> dict[str, An
     if record.attempts > 1:
         attributes["gateway.upstream_retries"] = record.attempts - 1
     return attributes
+
+
+Generation = tuple[Span, float]  # a generation's span and the time.perf_counter() it opened at
+
+
+def open_generation(record: TurnRecord) -> Generation | None:
+    """The span of one generation (`chat MODEL`, a client span: the call to a replica), opened
+    as its prompt goes upstream; None when traces are off."""
+    if tracing.tracer is None:
+        return None
+    span = tracing.start_span(f"{OPERATION} {record.model}", request_attributes(record), SpanKind.CLIENT)
+    return (span, time.perf_counter()) if span is not None else None
+
+
+def end_generation(generation: Generation, record: TurnRecord) -> None:
+    """End it with what the record says: the replica, usage, TTFT, how it finished."""
+    span, started = generation
+    attributes = result_attributes(record, started)
+    if record.replica is not None:
+        url = urlsplit(record.replica)
+        attributes["server.address"] = url.hostname or ""
+        if url.port is not None:
+            attributes["server.port"] = url.port
+    error = None
+    if record.replica is None:
+        error = "no replica accepted the prompt"
+    elif record.ended_early == "failed":
+        error = "the generation failed"
+    if record.ended_early is not None:
+        attributes["gateway.ended_early"] = record.ended_early
+    tracing.end(span, attributes, error)

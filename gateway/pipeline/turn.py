@@ -21,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Sequence
 from typing import Any, Self, TypeVar
 
+from gateway.core import tracing
 from gateway.core.conversation import Item, Message, images_of
 from gateway.core.errors import APIError, UpstreamUnavailable, context_length_exceeded, invalid_request
 from gateway.core.ids import new_id
@@ -29,6 +30,7 @@ from gateway.core.push import Hold, Sink, held
 from gateway.core.sampling import SamplingOptions, resolve
 from gateway.formats.base import Covered, ParseEvent
 from gateway.formats.length import too_long
+from gateway.pipeline import spans
 from gateway.pipeline.output import TurnOutput
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
@@ -61,18 +63,20 @@ class Turn:
                                  top_logprobs=[] if sampling.logprobs else None,
                                  started_at=time.perf_counter())
         self._stream: UpstreamStream | None = None
+        self._span: spans.Generation | None = None  # traces on: the generation's span, open until aclose
 
     async def start(self) -> None:
         """Render and get the prompt accepted by a replica; raises APIError before any output.
         With `truncate` (Responses `truncation: "auto"`), a history too long for the context
         window loses its oldest exchanges (everything before the next user message) until it fits."""
-        while True:
-            try:
-                max_tokens = await self._fit()
-                break
-            except APIError as exc:
-                if exc.code != "context_length_exceeded" or not self.request.truncate or not self._drop_oldest():
-                    raise
+        with tracing.phase("gateway.render"):
+            while True:
+                try:
+                    max_tokens = await self._fit()
+                    break
+                except APIError as exc:
+                    if exc.code != "context_length_exceeded" or not self.request.truncate or not self._drop_oldest():
+                        raise
         record = self.record
         params = resolve(self.sampling, self.runtime.defaults, max_tokens=max_tokens,
                          stop_token_ids=self.runtime.stop_token_ids)
@@ -81,7 +85,9 @@ class Turn:
                 constraint, record.conversation.tools)):
             params["structured_outputs"] = structured
         record.upstream_params = params
-        self._stream = await self._open(params)
+        self._span = spans.open_generation(record)
+        with tracing.current(self._span[0] if self._span is not None else None):  # the replica's traceparent
+            self._stream = await self._open(params)
         record.replica = self._stream.replica.url
 
     def _drop_oldest(self) -> bool:
@@ -239,6 +245,9 @@ class Turn:
         is unfinished. Every way out calls it (idempotent, and safe under cancellation)."""
         if self._stream is not None:
             await self._stream.aclose()
+        if self._span is not None:
+            generation, self._span = self._span, None
+            spans.end_generation(generation, self.record)
 
 
 def handed_on(sink: Sink[T], items: T) -> Hold:

@@ -33,6 +33,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.core import tracing
 from gateway.core.errors import APIError
 from gateway.core.settings import Settings
 from gateway.core.tenancy import TENANT_NAME, Tenant, current
@@ -211,7 +212,8 @@ class TenantBudget:
         self.server.acquire()
         if self.tenant is not None:
             try:
-                await self.limits.admit(self.tenant)
+                with tracing.phase("gateway.admission"):
+                    await self.limits.admit(self.tenant)
             except APIError:
                 self.server.release()
                 raise
@@ -243,7 +245,8 @@ class TenantLimitMiddleware:
             await self.app(scope, receive, send)
             return
         try:
-            await self.limits.admit(tenant)
+            with tracing.phase("gateway.admission"):  # the tenant's limits: in Redis with --state-url
+                await self.limits.admit(tenant)
         except APIError as exc:
             trace.error(exc)
             await error_response(exc, scope["path"])(scope, receive, send)

@@ -105,11 +105,25 @@ def test_a_streamed_response_is_one_span_in_the_callers_trace_and_the_replica_ge
     assert span.status.status_code == StatusCode.UNSET
     assert no_text(exported.get_finished_spans(), PROMPT_TEXT, "plum")  # privacy: no text without the flag
 
-    # The replica was handed this trace, so vLLM's own span joins it.
-    sent = stack.fake.requests[-1].headers["traceparent"]
-    trace_id, parent = parent_of(sent)
-    assert trace_id == CALLER_TRACE
-    assert parent in {hex_ids(s)[1] for s in exported.get_finished_spans()}
+    # Its phases are its children, in order; the generation is a client span (the call to vLLM).
+    children = sorted((s for s in exported.get_finished_spans() if s.parent and s.parent.span_id == span.context.span_id),
+                      key=lambda s: s.start_time)
+    assert [(s.name, s.kind) for s in children] == [
+        ("gateway.prepare", SpanKind.INTERNAL), ("gateway.render", SpanKind.INTERNAL),
+        (f"chat {MODEL}", SpanKind.CLIENT), ("gateway.commit", SpanKind.INTERNAL)]
+    generation = children[2]
+    assert {key: generation.attributes[key] for key in (
+        "gen_ai.operation.name", "gen_ai.request.model", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+        "gen_ai.response.finish_reasons", "gen_ai.request.temperature", "server.address", "server.port")} == {
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": MODEL, "gen_ai.usage.input_tokens": len(prompt),
+        "gen_ai.usage.output_tokens": len(out), "gen_ai.response.finish_reasons": ("stop",),
+        "gen_ai.request.temperature": 0.5, "server.address": "127.0.0.1", "server.port": int(stack.fake.url.rsplit(":", 1)[1])}
+    assert 0 <= generation.attributes["gen_ai.latency.time_to_first_token"] <= (
+        generation.end_time - generation.start_time) / 1e9
+    assert attributes["gen_ai.response.id"] == events[-1]["response"]["id"]
+
+    # The replica was handed the generation's span, so vLLM's own span joins the trace under it.
+    assert parent_of(stack.fake.requests[-1].headers["traceparent"]) == (CALLER_TRACE, hex_ids(generation)[1])
 
 
 def test_without_a_traceparent_the_request_starts_a_trace(stack, exported, tokenizer):
@@ -121,6 +135,7 @@ def test_without_a_traceparent_the_request_starts_a_trace(stack, exported, token
     assert span.parent is None and span.name == "POST /v1/chat/completions"
     assert span.attributes["gateway.api"] == "chat" and span.attributes["gen_ai.request.seed"] == 7
     assert parent_of(stack.fake.requests[-1].headers["traceparent"])[0] == hex_ids(span)[0]
+    assert span.attributes["gen_ai.response.id"] == r.json()["id"]
 
 
 def test_each_response_on_a_websocket_is_its_own_span_under_the_handshakes_traceparent(stack, exported,
@@ -185,3 +200,15 @@ def test_with_traces_off_there_is_no_span_and_no_header(stack, tokenizer):
     assert r.status_code == 200 and tracing.tracer is None
     assert "traceparent" not in stack.fake.requests[-1].headers
     assert exporter.get_finished_spans() == ()
+
+
+def test_waiting_on_a_tenants_limits_is_its_own_span(qwen_tokenizer_dir, exported, tokenizer):
+    with fake_stack(qwen_tokenizer_dir, fake={"model": MODEL, "max_model_len": 4096}, api_keys=["key-1"],
+                    tenant_max_concurrent_requests=2) as keyed:
+        keyed.fake.queue(Script(ids(tokenizer, "Hi") + [IM_END], stop_reason=IM_END))
+        r = httpx.post(keyed.url + "/v1/responses", json={"model": MODEL, "input": "x"},
+                       headers={"Authorization": "Bearer key-1"})
+        assert r.status_code == 200
+        [span] = request_spans(exported)
+    [admission] = [s for s in exported.get_finished_spans() if s.name == "gateway.admission"]
+    assert admission.parent.span_id == span.context.span_id and admission.end_time <= span.end_time

@@ -21,7 +21,7 @@ from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.validation import check_model, parse_json
 from gateway.core.ids import new_id
 from gateway.core.push import Sink, held
-from gateway.pipeline import exchange, session
+from gateway.pipeline import exchange, session, trace
 from gateway.pipeline.request import TurnRequest
 from gateway.server.http import JSONResponse, model_route, sse_response
 
@@ -43,6 +43,7 @@ async def _complete(request: Request, raw: bytes) -> Response:
     turns = [await session.prepare(runtime, dataclasses.replace(first, rollout=each, sample=i))
              for i, each in enumerate(rollouts)]
     head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": parsed.model}
+    trace.answered_as(head["id"])
     if parsed.stream and parsed.n == 1:
         async def relay(sink: Sink[bytes]) -> None:
             await exchange.run(turns[0], ChatChunks(parsed, head, sink))

@@ -19,7 +19,7 @@ from gateway.adapters.anthropic_output import MessageEvents, message
 from gateway.adapters.validation import check_model, parse_json
 from gateway.core.ids import new_id
 from gateway.core.push import Sink
-from gateway.pipeline import exchange, session
+from gateway.pipeline import exchange, session, trace
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.server.http import JSONResponse, model_route, sse_response
@@ -34,6 +34,7 @@ async def _create(request: Request, raw: bytes) -> Response:
     turn = await session.prepare(runtime, TurnRequest(parsed.conversation, parsed.sampling, cache_key=parsed.session,
                                                       generated=parsed.generated, max_tokens_cap=True))
     message_id = new_id("msg")
+    trace.answered_as(message_id)
     if parsed.stream:
         async def relay(sink: Sink[bytes]) -> None:
             await exchange.run(turn, MessageEvents(parsed, message_id, sink))
