@@ -3,8 +3,9 @@
 The names are the GenAI semantic conventions' (`gen_ai.*`): the operation, the model, the
 sampling parameters sent upstream, token usage, why it finished; TTFT under vLLM's own name
 for it (`gen_ai.latency.time_to_first_token`, seconds from the span's start). Read once, when a
-span ends, from the record the turn wrote anyway: nothing is counted per token for it. Never
-prompt or output text (gateway/core/tracing.py's `capture_content` decides that, elsewhere).
+span ends, from the record the turn wrote anyway: nothing is counted per token for it. Prompt
+and output text only with `tracing.capture_content` (an explicit flag): then the history as
+`gen_ai.input.messages` and the generated ids decoded as `gen_ai.output.messages`.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+import orjson
 from opentelemetry.trace import Span, SpanKind
 
 from gateway.core import tracing
+from gateway.core.conversation import Message, Reasoning, ToolCall, ToolOutput
+from gateway.formats.base import ChatFormat
 from gateway.tokenfix.record import TurnRecord
 
 OPERATION = "chat"  # gen_ai.operation.name of every generating API (Responses, Chat, Messages)
@@ -78,10 +82,12 @@ def open_generation(record: TurnRecord) -> Generation | None:
     return (span, time.perf_counter()) if span is not None else None
 
 
-def end_generation(generation: Generation, record: TurnRecord) -> None:
+def end_generation(generation: Generation, record: TurnRecord, chat_format: ChatFormat) -> None:
     """End it with what the record says: the replica, usage, TTFT, how it finished."""
     span, started = generation
     attributes = result_attributes(record, started)
+    if tracing.capture_content:
+        attributes |= content_attributes(record, chat_format)
     if record.replica is not None:
         url = urlsplit(record.replica)
         attributes["server.address"] = url.hostname or ""
@@ -95,3 +101,23 @@ def end_generation(generation: Generation, record: TurnRecord) -> None:
     if record.ended_early is not None:
         attributes["gateway.ended_early"] = record.ended_early
     tracing.end(span, attributes, error)
+
+
+def content_attributes(record: TurnRecord, chat_format: ChatFormat) -> dict[str, str]:
+    """The generation's text, as GenAI's message attributes (JSON): asked for explicitly only."""
+    messages = []
+    for item in record.conversation.items:
+        if isinstance(item, Message):
+            messages.append({"role": item.role, "parts": [{"type": "text", "content": item.text}]})
+        elif isinstance(item, Reasoning):
+            messages.append({"role": "assistant", "parts": [{"type": "reasoning", "content": item.text}]})
+        elif isinstance(item, ToolCall):
+            messages.append({"role": "assistant", "parts": [{"type": "tool_call", "id": item.call_id, "name": item.name,
+                                                             "arguments": item.arguments}]})
+        elif isinstance(item, ToolOutput):
+            messages.append({"role": "tool", "parts": [{"type": "tool_call_response", "id": item.call_id,
+                                                        "response": item.output}]})
+    output = {"role": "assistant", "parts": [{"type": "text", "content": chat_format.decode(record.output_ids)}],
+              "finish_reason": record.finish_reason or "error"}
+    return {"gen_ai.input.messages": orjson.dumps(messages).decode(),
+            "gen_ai.output.messages": orjson.dumps([output]).decode()}

@@ -247,7 +247,7 @@ class Turn:
             await self._stream.aclose()
         if self._span is not None:
             generation, self._span = self._span, None
-            spans.end_generation(generation, self.record)
+            spans.end_generation(generation, self.record, self.runtime.format)
 
 
 def handed_on(sink: Sink[T], items: T) -> Hold:

@@ -212,3 +212,19 @@ def test_waiting_on_a_tenants_limits_is_its_own_span(qwen_tokenizer_dir, exporte
         [span] = request_spans(exported)
     [admission] = [s for s in exported.get_finished_spans() if s.name == "gateway.admission"]
     assert admission.parent.span_id == span.context.span_id and admission.end_time <= span.end_time
+
+
+def test_text_is_on_the_generation_span_only_when_asked(stack, exported, tokenizer):
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    tracing.use(provider, content=True)  # --otlp-traces-capture-content
+    stack.fake.queue(Script(ids(tokenizer, "The word is plum") + [IM_END], stop_reason=IM_END))
+    r = httpx.post(stack.url + "/v1/responses", json={"model": MODEL, "input": PROMPT_TEXT})
+    assert r.status_code == 200
+    request_spans(exported)
+    [generation] = [s for s in exported.get_finished_spans() if s.name == f"chat {MODEL}"]
+    assert orjson.loads(generation.attributes["gen_ai.input.messages"])[-1] == {
+        "role": "user", "parts": [{"type": "text", "content": PROMPT_TEXT}]}
+    [output] = orjson.loads(generation.attributes["gen_ai.output.messages"])
+    assert output["parts"][0]["content"] == tokenizer.decode(ids(tokenizer, "The word is plum") + [IM_END])
+    assert output["finish_reason"] == "stop"

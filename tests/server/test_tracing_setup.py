@@ -1,0 +1,93 @@
+"""When traces are on and where they go: the flag, the standard OTEL_* variables, the switches
+that turn them off, the protocol, and what a replica the gateway starts is told (`launch`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.core.settings import Settings
+from gateway.ops.flags import build_parser, settings_from_args
+from gateway.ops.launch import serve_supervised
+from gateway.ops.vllm_process import VLLMProcess
+from gateway.server import tracing
+
+COLLECTOR = "http://collector:4318/v1/traces"
+
+
+def settings(endpoint: str | None = None) -> Settings:
+    return Settings(model="m", otlp_traces_endpoint=endpoint)
+
+
+@pytest.mark.parametrize(("flag", "environ", "expected"), [
+    (None, {}, None),  # off by default
+    (COLLECTOR, {}, COLLECTOR),
+    (None, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": COLLECTOR}, COLLECTOR),
+    (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, "http://collector:4318"),
+    ("http://flag:4318/v1/traces", {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": COLLECTOR}, "http://flag:4318/v1/traces"),
+    (COLLECTOR, {"OTEL_SDK_DISABLED": "true"}, None),
+    (COLLECTOR, {"OTEL_TRACES_EXPORTER": "none"}, None),
+])
+def test_the_endpoint_decides_whether_traces_are_on(flag, environ, expected) -> None:
+    assert tracing.endpoint(settings(flag), environ) == expected
+
+
+def test_the_protocol_is_http_protobuf_unless_grpc_is_asked_for() -> None:
+    assert tracing.protocol({}) == "http/protobuf"
+    assert tracing.protocol({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}) == "grpc"
+    assert tracing.protocol({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}) == "http/protobuf"
+    with pytest.raises(ValueError, match="http/json"):
+        tracing.protocol({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"})
+
+
+def test_content_is_captured_only_when_asked() -> None:
+    assert not tracing.capture_content(settings(COLLECTOR), {})
+    assert tracing.capture_content(settings(COLLECTOR), {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"})
+    args, _ = build_parser().parse_known_args(["serve", "--otlp-traces-endpoint", COLLECTOR,
+                                               "--otlp-traces-capture-content"])
+    flagged = settings_from_args(args, model="m", upstreams=[])
+    assert flagged.otlp_traces_endpoint == COLLECTOR and tracing.capture_content(flagged, {})
+
+
+@pytest.mark.parametrize(("flag", "environ", "expected"), [
+    (COLLECTOR, {}, (["--otlp-traces-endpoint", COLLECTOR], "http/protobuf")),
+    # vLLM takes its endpoint as given: the generic one gets the traces path it would otherwise lack.
+    (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}, (["--otlp-traces-endpoint", "http://c:4318/v1/traces"],
+                                                               "http/protobuf")),
+    (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+     (["--otlp-traces-endpoint", "http://c:4317"], "grpc")),
+])
+def test_a_started_replica_exports_where_the_gateway_does(flag, environ, expected) -> None:
+    flags, env = tracing.replica_options(settings(flag), environ)
+    assert (flags, env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"]) == expected
+    assert env["OTEL_SERVICE_NAME"] == "vllm"  # its own name, not the gateway's from the environment
+    assert tracing.replica_options(settings(), {}) == ([], {})
+
+
+def test_launch_hands_the_endpoint_to_the_replicas_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.ops import launch
+
+    started = []
+
+    class Supervisor:  # records what would be started; starts nothing
+        def __init__(self, processes, **_: object) -> None:
+            started.extend(processes)
+            self.urls, self.gave_up = [], False
+
+        def start(self) -> None:
+            pass
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(launch, "Supervisor", Supervisor)
+    monkeypatch.setattr(launch, "run", lambda *args, **kwargs: None)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)
+    plain, own = VLLMProcess("m", extra_args=["--seed", "1"]), VLLMProcess("m", extra_args=[
+        "--otlp-traces-endpoint", "http://elsewhere:4318/v1/traces"])
+    assert serve_supervised([plain, own], settings(COLLECTOR)) == 0
+    assert started == [plain, own]
+    assert plain.command()[-4:] == ["--seed", "1", "--otlp-traces-endpoint", COLLECTOR]
+    assert plain.environment()["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    assert own.command().count("--otlp-traces-endpoint") == 1  # the user's own flag wins
