@@ -15,7 +15,7 @@ output text is never put on a span unless `capture_content` is set (an explicit 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry import context, propagate, trace
@@ -69,16 +69,16 @@ def end_request(opened: tuple[Span, object], error: str | None = None) -> None:
     context.detach(token)
 
 
-@contextlib.contextmanager
+_OFF = contextlib.nullcontext()  # what a phase is when traces are off: nothing, shared
+
+
 def phase(name: str, attributes: Mapping[str, Any] | None = None,
-          kind: SpanKind = SpanKind.INTERNAL) -> Iterator[Span | None]:
+          kind: SpanKind = SpanKind.INTERNAL) -> contextlib.AbstractContextManager[Span | None]:
     """A child span of the current one around one phase of a request (None when traces are off);
     an exception leaving it marks it failed."""
     if tracer is None:
-        yield None
-        return
-    with tracer.start_as_current_span(name, kind=kind, attributes=attributes) as span:
-        yield span
+        return _OFF
+    return tracer.start_as_current_span(name, kind=kind, attributes=attributes)
 
 
 def start_span(name: str, attributes: Mapping[str, Any] | None = None,
@@ -91,17 +91,9 @@ def start_span(name: str, attributes: Mapping[str, Any] | None = None,
     return tracer.start_span(name, kind=kind, attributes=attributes)
 
 
-@contextlib.contextmanager
-def current(span: Span | None) -> Iterator[None]:
+def current(span: Span | None) -> contextlib.AbstractContextManager[Any]:
     """`span` is the current span in the block (what `upstream_headers` sends on)."""
-    if span is None:
-        yield
-        return
-    token = context.attach(trace.set_span_in_context(span))
-    try:
-        yield
-    finally:
-        context.detach(token)
+    return _OFF if span is None else trace.use_span(span, end_on_exit=False)
 
 
 def end(span: Span, attributes: Mapping[str, Any], error: str | None = None) -> None:

@@ -2,7 +2,9 @@
 
 The names are the GenAI semantic conventions' (`gen_ai.*`): the operation, the model, the
 sampling parameters sent upstream, token usage, why it finished; TTFT under vLLM's own name
-for it (`gen_ai.latency.time_to_first_token`, seconds from the span's start). Read once, when a
+for it (`gen_ai.latency.time_to_first_token`, seconds from the span's start). Few of them on
+the request's span, all on the generation's: each attribute costs the SDK a few microseconds
+to set and the exporter as much to encode. Read once, when a
 span ends, from the record the turn wrote anyway: nothing is counted per token for it. Prompt
 and output text only with `tracing.capture_content` (an explicit flag): then the history as
 `gen_ai.input.messages` and the generated ids decoded as `gen_ai.output.messages`.
@@ -51,22 +53,32 @@ def request_attributes(record: TurnRecord) -> dict[str, Any]:
     return attributes
 
 
-def result_attributes(record: TurnRecord, started: float | None) -> dict[str, Any]:
-    """What the generation did: usage, finish reason, the replica, and TTFT counted from
+def result_attributes(record: TurnRecord, started: float) -> dict[str, Any]:
+    """What the generation did: usage, finish reason, vLLM's id for it, and TTFT counted from
     `started` (a time.perf_counter()) — set when the span ends."""
-    attributes: dict[str, Any] = {"gen_ai.usage.output_tokens": len(record.output_ids)}
+    attributes: dict[str, Any] = {"gen_ai.usage.output_tokens": len(record.output_ids),
+                                  "gen_ai.response.id": record.request_id}
     if record.replica is not None:
         attributes["gen_ai.usage.input_tokens"] = record.input_tokens
-        attributes["gateway.cached_input_tokens"] = record.cached_tokens
-        attributes["gateway.replica"] = record.replica
-        attributes["gateway.upstream_request_id"] = record.request_id
+        if record.cached_tokens:
+            attributes["gen_ai.usage.cache_read.input_tokens"] = record.cached_tokens
     if record.finish_reason is not None:
         attributes["gen_ai.response.finish_reasons"] = [record.finish_reason]
-    if record.first_token_at is not None and started is not None:
+    if record.first_token_at is not None:
         attributes["gen_ai.latency.time_to_first_token"] = round(record.first_token_at - started, 6)
-    attributes["gateway.spliced"] = record.spliced
+    if record.spliced:
+        attributes["gateway.spliced"] = True
     if record.attempts > 1:
         attributes["gateway.upstream_retries"] = record.attempts - 1
+    return attributes
+
+
+def summary_attributes(record: TurnRecord) -> dict[str, Any]:
+    """A request's span: the model and what its turn used (the generation's span has the rest)."""
+    attributes: dict[str, Any] = {"gen_ai.request.model": record.model,
+                                  "gen_ai.usage.output_tokens": len(record.output_ids)}
+    if record.replica is not None:
+        attributes["gen_ai.usage.input_tokens"] = record.input_tokens
     return attributes
 
 

@@ -55,9 +55,8 @@ def traced(api: str, metrics: Metrics, request_id: str, received: float, *, span
         trace.tenant = tenant.name
     decisions: list[Decision] = []  # the router's, for this request's turns (gateway/upstream/router.py)
     tokens = current.set(trace), logs.request_id.set(request_id), DECISIONS.set(decisions)
-    span = tracing.start_request(span_name or api, headers, {
-        "gen_ai.operation.name": spans.OPERATION, "gateway.api": api, "gateway.request_id": request_id,
-    }) if tracing.tracer is not None else None
+    span = tracing.start_request(span_name or api, headers, {"gateway.api": api, "gateway.request_id": request_id}) \
+        if tracing.tracer is not None else None
     metrics.in_progress.labels(api).inc()
     try:
         yield trace
@@ -89,7 +88,7 @@ def _end_span(span: tuple[Any, object], trace: Trace) -> None:
     if trace.response_id is not None:
         attributes["gen_ai.response.id"] = trace.response_id
     if record is not None:
-        attributes |= spans.request_attributes(record) | spans.result_attributes(record, trace.received)
+        attributes |= spans.summary_attributes(record)
     failed = outcome == "failed" or trace.status >= 500
     if outcome not in ("completed", "incomplete"):
         attributes["error.type"] = trace.error_code or outcome
