@@ -6,19 +6,25 @@ instant token server (16-token and 1,016-token answers); its CPU time over the t
 (after a warm-up) divided by their count is the CPU per request, and the difference between
 the long and the short answers' per 1,000 tokens the CPU per token. "On" exports every span by
 OTLP/HTTP to a sink in this process (`--otlp-traces-endpoint`: the SDK's batch exporter runs in
-the gateway, so its cost is counted); the sink counts the spans it got. Sides are interleaved
-(off, on, on, off, …) so the shared machine's drift hits both alike; every pair is printed.
+the gateway, so its cost is counted); the sink counts the spans it got. `--ratio R` adds a
+third side: on, with OTEL_TRACES_SAMPLER=traceidratio (a fraction R of the requests traced);
+`--before DIR` another: the gateway from DIR, a checkout of the code before traces existed
+(`git archive COMMIT | tar -x -C DIR`), to hold "off" against it.
+Sides are interleaved (off, on, …, then the reverse order) so the shared machine's drift hits
+them alike; every run is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -67,35 +73,107 @@ def _cpu_ms_per_request(upstream: procs.Process, body: str, requests: int, extra
     return cpu * 1000 / len(done), statistics.mean(r["tokens"] for r in done)
 
 
-def side(traced: bool, short: procs.Process, long: procs.Process, sink: dict[str, Any], requests: int) -> dict:
-    extra = ["--otlp-traces-endpoint", sink["endpoint"]] if traced else []
+def side(state: str, ratio: float, short: procs.Process, long: procs.Process, sink: dict[str, Any],
+         requests: int) -> dict:
+    """One run of `state`: "off", "on" (every request traced) or "sampled" (a `ratio` of them)."""
+    extra = ["--otlp-traces-endpoint", sink["endpoint"]] if state != "off" else []
+    sampler = {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(ratio)} if state == "sampled" else {}
+    saved = {key: os.environ.get(key) for key in sampler}
+    os.environ.update(sampler)  # the gateway inherits it
+    root = procs.ROOT
+    if state == "before":
+        procs.ROOT = BEFORE  # the gateway process runs that checkout (its cwd and PYTHONPATH)
     model = qwen()
     body, _ = _bodies(str(model.model_dir), model.name, tagged=True)
     spans = sink["spans"]
-    short_ms, short_tokens = _cpu_ms_per_request(short, body, requests, extra)
-    long_ms, long_tokens = _cpu_ms_per_request(long, body, max(20, requests // 5), extra)
-    return {"traces": "on" if traced else "off", "cpu_ms_per_request": round(short_ms, 3),
+    try:
+        short_ms, short_tokens = _cpu_ms_per_request(short, body, requests, extra)
+        long_ms, long_tokens = _cpu_ms_per_request(long, body, max(20, requests // 5), extra)
+    finally:
+        procs.ROOT = root
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return {"traces": state, "cpu_ms_per_request": round(short_ms, 3),
             "cpu_us_per_token": round((long_ms - short_ms) * 1000 / (long_tokens - short_tokens), 2),
             "tokens": [short_tokens, long_tokens], "spans_exported": sink["spans"] - spans}
 
 
-def run(pairs: int, requests: int) -> dict[str, Any]:
+BEFORE = Path()
+
+
+def run(pairs: int, requests: int, ratio: float | None, before: Path | None = None) -> dict[str, Any]:
+    global BEFORE
     model = qwen()
+    states = (["before"] if before else []) + ["off", "on"] + (["sampled"] if ratio is not None else [])
+    BEFORE = before or Path()
     rows = []
     with procs.token_server(model.name, model.output(SHORT - 1)) as short, \
             procs.token_server(model.name, model.output(LONG - 1)) as long, otlp_sink() as sink:
         for i in range(pairs):
-            order = (False, True) if i % 2 == 0 else (True, False)
-            for traced in order:
-                rows.append(side(traced, short, long, sink, requests))
+            for state in (states if i % 2 == 0 else states[::-1]):
+                rows.append(side(state, ratio or 0.0, short, long, sink, requests))
                 print(json.dumps(rows[-1]), flush=True)
     summary = {}
-    for state in ("off", "on"):
+    for state in states:
         mine = [r for r in rows if r["traces"] == state]
         summary[state] = {key: {"median": statistics.median(r[key] for r in mine),
                                 "all": [r[key] for r in mine]}
                           for key in ("cpu_ms_per_request", "cpu_us_per_token")}
-    return {"machine": machine.describe(), "pairs": pairs, "requests": requests, "rows": rows, "summary": summary}
+    return {"machine": machine.describe(), "pairs": pairs, "requests": requests, "ratio": ratio, "rows": rows,
+            "summary": summary}
+
+
+def span_cost(iterations: int = 2000) -> dict[str, float]:
+    """CPU µs per request of the spans alone, in this process: one request's span set (request,
+    prepare, render, generation, commit, with the gateway's attribute sets) made through
+    gateway/core/tracing.py and exported by OTLP/HTTP to the sink, timed by process CPU time
+    (the exporter's thread included, flushed at the end)."""
+    import time
+
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import SpanKind
+
+    from gateway.core import tracing
+
+    headers = [(b"traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")]
+    with otlp_sink() as sink:
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=sink["endpoint"]), max_queue_size=65536))
+        tracing.use(provider)
+        try:
+            start = time.process_time()
+            for i in range(iterations):
+                opened = tracing.start_request("POST /v1/responses", headers,
+                                               {"gateway.api": "responses_http", "gateway.request_id": f"req_{i}"})
+                with tracing.phase("gateway.prepare"):
+                    pass
+                with tracing.phase("gateway.render"):
+                    pass
+                generation = tracing.start_span("chat tiny-qwen3", {
+                    "gen_ai.operation.name": "chat", "gen_ai.request.model": "tiny-qwen3",
+                    "gen_ai.request.temperature": 0.0, "gen_ai.request.max_tokens": 16}, SpanKind.CLIENT)
+                with tracing.current(generation):
+                    tracing.upstream_headers()
+                tracing.end(generation, {"gen_ai.usage.output_tokens": 16, "gen_ai.response.id": f"gw_{i}",
+                                         "gen_ai.usage.input_tokens": 12, "gen_ai.response.finish_reasons": ["stop"],
+                                         "gen_ai.latency.time_to_first_token": 0.001, "server.address": "127.0.0.1",
+                                         "server.port": 8000})
+                with tracing.phase("gateway.commit"):
+                    pass
+                opened[0].set_attributes({"gateway.outcome": "completed", "http.response.status_code": 200,
+                                          "gen_ai.response.id": f"resp_{i}", "gen_ai.request.model": "tiny-qwen3",
+                                          "gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 16})
+                tracing.end_request(opened)
+            provider.force_flush()
+            cpu = time.process_time() - start
+        finally:
+            tracing.shutdown()
+        return {"us_per_request": round(cpu / iterations * 1e6, 1), "spans_exported": sink["spans"]}
 
 
 def main() -> None:
@@ -103,8 +181,14 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--requests", type=int, default=300, help="short requests per side (long: a fifth)")
+    parser.add_argument("--ratio", type=float, help="also measure traces on with this fraction sampled")
+    parser.add_argument("--spans-only", action="store_true", help="only the spans' own CPU per request, in process")
+    parser.add_argument("--before", type=Path, help="a checkout of the code before traces, measured as a side too")
     args = parser.parse_args()
-    print(json.dumps(run(args.pairs, args.requests)["summary"], indent=1))
+    if args.spans_only:
+        print(json.dumps([span_cost() for _ in range(5)]))
+        return
+    print(json.dumps(run(args.pairs, args.requests, args.ratio, args.before)["summary"], indent=1))
 
 
 if __name__ == "__main__":
