@@ -6,7 +6,9 @@ each time."""
 from __future__ import annotations
 
 import httpx
+import orjson
 import pytest
+from websockets.asyncio.client import connect
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
@@ -66,6 +68,25 @@ def test_with_one_replica_failed_requests_do_not_take_it_out(qwen_tokenizer_dir,
         # two would-be ejections: 12 of 20 requests failed, then 5 in a row
         assert metric(stack.url, "gateway_replica_ejections_overflow_total") == {"": 2.0}
         assert httpx.get(stack.url + "/ready").status_code == 200
+
+
+async def test_after_an_upstream_drop_the_socket_and_http_clients_are_served(qwen_tokenizer_dir, tokenizer):
+    """What the hair trigger refused: after one dropped stream, the next WebSocket response.create
+    and two HTTP requests on a one-replica pool."""
+    with fake_stack(qwen_tokenizer_dir, **FAST_CHECKS) as stack:
+        stack.fake.queue(failures(tokenizer)[0], *(Script(ids(tokenizer, f"ok {i}") + [IM_END]) for i in range(3)))
+        async with connect(stack.url.replace("http://", "ws://") + "/v1/responses") as ws:
+            finals = []
+            for _ in range(2):
+                await ws.send(orjson.dumps({"type": "response.create", "model": "tiny-qwen3", "input": "Greet"}).decode())
+                event = {}
+                while event.get("type") not in ("response.completed", "response.failed", "error"):
+                    event = orjson.loads(await ws.recv())
+                finals.append(event["type"])
+        assert finals == ["response.failed", "response.completed"]
+        async with httpx.AsyncClient(timeout=30) as client:
+            answers = [await client.post(stack.url + "/v1/responses", json=BODY) for _ in range(2)]
+        assert [text(a) for a in answers] == ["ok 1", "ok 2"]
 
 
 def test_consecutive_failures_eject_a_replica_and_the_other_serves(qwen_tokenizer_dir, tokenizer):
