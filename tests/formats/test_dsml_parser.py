@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.conversation import Item, Message, Reasoning, Tool, ToolCall
+from gateway.core.conversation import Item, Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
+from tests.support import family_render
 from tests.support.deepseek_v4 import KNOWN_IDS
 from tests.support.family_contract import OutputContract
 from tests.support.parse_events import feed, items, marked_ids
@@ -46,15 +47,7 @@ def parse(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list[tuple[str, str |
 
 
 def parse_items(fmt, ids: list[int]) -> list[Item]:
-    found: list[Item] = []
-    for n, (kind, name, text) in enumerate(parse(fmt, ids)):
-        if kind == "reasoning":
-            found.append(Reasoning(text))
-        elif kind == "text":
-            found.append(Message("assistant", text))
-        else:
-            found.append(ToolCall(f"call_{n}", name or "", text))
-    return found
+    return family_render.turn_items(fmt, ids, TOOLS)
 
 
 AGENT_TURN = ("Running them in 東京's repo 🗼." + block(

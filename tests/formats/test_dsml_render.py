@@ -15,18 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.core.sampling import GenerationDefaults, SamplingOptions
 from gateway.formats.hf import HFChatFormat
 from gateway.formats.hf_render import hf_messages
 from gateway.ops.vllm_process import VLLMError
-from gateway.pipeline import session
-from gateway.pipeline.request import TurnRequest
-from gateway.pipeline.runtime import Runtime
-from gateway.tokenfix.state import TokenState
-from gateway.upstream.pool import Pool
 from tests.conftest import _missing
 from tests.formats.test_dsml_parser import TOOLS, block, ids_of, invoke, parse_items
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
+from tests.support import family_render
 from tests.support.deepseek_v4 import KNOWN_IDS, reference_encoder
 
 BOS, EOS = KNOWN_IDS["<｜begin▁of▁sentence｜>"], KNOWN_IDS["<｜end▁of▁sentence｜>"]
@@ -179,23 +174,13 @@ def test_a_generated_call_renders_back_to_the_same_ids(deepseek_v4_tokenizer):
 
 # Exact continuation -----------------------------------------------------------------------------
 
-def runtime(chat_format) -> Runtime:
-    return Runtime(model_name="m", format=chat_format, defaults=GenerationDefaults(), pool=Pool([]))
-
 
 BEFORE = Conversation(instructions="You are a coding agent.", tools=TOOLS,
                       items=[Message("developer", "Be careful."), Message("user", "Run the tests.")])
 
 
 async def continue_after(fmt, generated: list[int], new_items, before: Conversation = BEFORE):
-    prompt = fmt.render(before)
-    turn = parse_items(fmt, generated)
-    state = TokenState.build(before, [*before.items, *turn], prompt, generated, fmt.turn_terminators)
-    conversation = dataclasses.replace(before, items=[*before.items, *turn, *new_items(turn)])
-    rendered = await session.prepare(runtime(fmt), TurnRequest(conversation, SamplingOptions(), client_prefix=state))
-    ids = list(await rendered.render())
-    assert rendered.record.spliced and not rendered.record.non_monotonic
-    return prompt, ids
+    return await family_render.continue_after(fmt, before, generated, new_items, tools=TOOLS)
 
 
 CALL_TURN = ("Need the tests.</think>" + block(invoke("shell", ("command", "false", '["pytest", "-q"]'),

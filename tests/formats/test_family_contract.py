@@ -1,5 +1,5 @@
-"""The output contract every model family's parser keeps (tests/support/family_contract.py),
-checked once for each family's declaration; each family's own module keeps only what is its own."""
+"""The contracts every model family's parser and renderer keep (tests/support/family_contract.py),
+checked once for each family's declaration; each family's own modules keep only what is their own."""
 
 from __future__ import annotations
 
@@ -10,19 +10,38 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.formats import families
 from tests.formats import (
     test_deepseek_parser,
+    test_deepseek_render,
     test_dsml_parser,
     test_glm_parser,
+    test_glm_render,
     test_kimi_parser,
+    test_kimi_render,
     test_minimax_parser,
+    test_minimax_render,
     test_qwen_xml_parser,
+    test_qwen_xml_render,
 )
-from tests.support.family_contract import OutputContract
+from tests.formats.test_qwen_xml_render import conversation as random_conversation
+from tests.support.family_contract import OutputContract, RenderContract
+from tests.support.family_render import reference_ids
 
-CONTRACTS = [module.CONTRACT for module in (test_deepseek_parser, test_dsml_parser, test_glm_parser,
-                                            test_kimi_parser, test_minimax_parser, test_qwen_xml_parser)]
+DECLARED = {module.CONTRACT.family: module.CONTRACT for module in (
+    test_deepseek_parser, test_dsml_parser, test_glm_parser, test_kimi_parser, test_minimax_parser, test_qwen_xml_parser)}
+# Registered families whose parser this suite does not take (yet), and the module that checks it.
+CHECKED_ELSEWHERE = {"dsml_v32": "test_dsml_parser.py", "gemma4": "test_gemma4.py", "llama3_json": "test_llama3_json.py",
+                     "hermes": "test_hf_parser.py", "none": "each family's selection test"}
+CONTRACTS = [DECLARED[family.name] for family in families.FAMILIES if family.name in DECLARED]  # the registry's order
+RENDERS = [module.RENDER for module in (test_deepseek_render, test_glm_render, test_kimi_render,
+                                        test_minimax_render, test_qwen_xml_render)]
 MALFORMED = [(contract, output, expected) for contract in CONTRACTS for output, expected in contract.malformed]
+
+
+def test_every_registered_family_keeps_the_contract():
+    """A family added to the registry (gateway/formats/families.py) declares its CONTRACT here too."""
+    assert {family.name for family in families.FAMILIES} == DECLARED.keys() | CHECKED_ELSEWHERE.keys()
 
 
 @pytest.fixture
@@ -82,3 +101,14 @@ def test_any_output_parses_without_error_and_keeps_the_contract(contract, reques
                     json.loads(text)  # the streamed arguments are one JSON object
 
     check()
+
+
+@pytest.mark.parametrize("contract", RENDERS, ids=str)
+def test_render_equals_apply_chat_template_on_random_conversations(contract: RenderContract, request):
+    """Tools, reasoning, parallel calls, tool outputs, instructions and developer messages anywhere."""
+    chat_format = request.getfixturevalue(contract.format)
+    tokenizer = request.getfixturevalue(contract.tokenizer)
+    rng = random.Random(contract.seed)
+    for n in range(2000):
+        case = random_conversation(rng)
+        assert chat_format.render(case) == reference_ids(tokenizer, case, contract.prepare), (n, case)

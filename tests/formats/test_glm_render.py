@@ -5,32 +5,18 @@ after its turn."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import random
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.core.sampling import GenerationDefaults, SamplingOptions
 from gateway.formats import glm
-from gateway.formats.hf_render import hf_messages
-from gateway.pipeline import session
-from gateway.pipeline.request import TurnRequest
-from gateway.pipeline.runtime import Runtime
-from gateway.tokenfix.state import TokenState
-from gateway.upstream.pool import Pool
-from tests.formats.test_glm_parser import KNOWN_IDS, TOOLS, ids_of, items, parse
-from tests.formats.test_qwen_xml_render import conversation as random_conversation
+from tests.formats.test_glm_parser import KNOWN_IDS, TOOLS, ids_of, parse
+from tests.support import family_render
+from tests.support.family_contract import RenderContract
 from tests.support.glm import ADDED_TOKENS, FIRST_ADDED_ID
 
 USER, ASSISTANT, OBSERVATION, SYSTEM = (KNOWN_IDS[t] for t in ("<|user|>", "<|assistant|>", "<|observation|>",
                                                                "<|system|>"))
 RESPONSE, RESPONSE_END = KNOWN_IDS["<tool_response>"], KNOWN_IDS["</tool_response>"]
-
-
-def reference_ids(tokenizer, conversation: Conversation) -> list[int]:
-    messages, tools = hf_messages(conversation)
-    return tokenizer.apply_chat_template(glm.template_messages(messages), tools=tools or None, tokenize=True,
-                                         add_generation_prompt=True, return_dict=False)
 
 
 def test_the_added_tokens_are_glms(glm_tokenizer):
@@ -41,14 +27,6 @@ def test_the_added_tokens_are_glms(glm_tokenizer):
     assert glm_tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
                                              tokenize=True, return_dict=False) == [
         KNOWN_IDS["[gMASK]"], KNOWN_IDS["<sop>"], USER, *glm_tokenizer.encode("\nhi"), ASSISTANT]
-
-
-def test_render_equals_apply_chat_template_on_random_conversations(glm_format, glm_tokenizer):
-    """Tools, reasoning, parallel calls, tool outputs, instructions and developer messages anywhere."""
-    rng = random.Random(4747)
-    for n in range(2000):
-        case = random_conversation(rng)
-        assert glm_format.render(case) == reference_ids(glm_tokenizer, case), (n, case)
 
 
 def test_render_of_an_agent_history(glm_format):
@@ -100,15 +78,6 @@ def test_markup_in_user_tool_and_argument_text_is_plain_text(glm_format, glm_tok
 
 # Calls round-trip -------------------------------------------------------------------------------
 
-def model_turn_ids(fmt, before: Conversation, turn: list[Item], after: Item) -> list[int]:
-    """What the template renders for the model's turn: the ids after the prompt, up to the
-    message that opens after it."""
-    prompt = fmt.render(before)
-    full = fmt.render(dataclasses.replace(before, items=[*before.items, *turn, after]))
-    assert full[:len(prompt)] == prompt
-    end = next(i for i in range(len(prompt), len(full)) if full[i] in fmt.turn_terminators)
-    return full[len(prompt):end]
-
 
 def test_a_generated_call_renders_back_to_the_same_ids(glm_format, glm_tokenizer):
     written = ("\n<think>Checking.</think>\nOne moment.\n<tool_call>shell\n<arg_key>command</arg_key>\n"
@@ -118,26 +87,10 @@ def test_a_generated_call_renders_back_to_the_same_ids(glm_format, glm_tokenizer
     assert parsed[2] == ("tool_call", "shell", '{"command": ["ls", "-la"], "login": true, "workdir": "/srv"}')
     turn = [Reasoning(parsed[0][2]), Message("assistant", parsed[1][2]), ToolCall("c1", "shell", parsed[2][2])]
     before = Conversation(tools=TOOLS, items=[Message("user", "ls")])
-    assert model_turn_ids(glm_format, before, turn, ToolOutput("c1", "x")) == ids_of(glm_tokenizer, written)
+    assert family_render.model_turn_ids(glm_format, before, turn, ToolOutput("c1", "x")) == ids_of(glm_tokenizer, written)
 
 
 # Exact continuation -----------------------------------------------------------------------------
-
-def runtime(chat_format) -> Runtime:
-    return Runtime(model_name="m", format=chat_format, defaults=GenerationDefaults(), pool=Pool([]))
-
-
-def parsed_items(fmt, ids: list[int]) -> list[Item]:
-    found: list[Item] = []
-    parser = fmt.parser(TOOLS)
-    for n, (kind, name, text) in enumerate(items([*parser.feed(ids), *parser.finish()])):
-        if kind == "reasoning":
-            found.append(Reasoning(text))
-        elif kind == "text":
-            found.append(Message("assistant", text))
-        else:
-            found.append(ToolCall(f"call_{n}", name or "", text))
-    return found
 
 
 BEFORE = Conversation(instructions="You are a coding agent.", tools=TOOLS,
@@ -148,17 +101,16 @@ CALL_TURN = ("\n<think>Run pytest.</think>\n", ("<tool_call>shell\n<arg_key>comm
              "</tool_call>"))
 
 
-async def continue_after(fmt, tokenizer, generated: list[int], new_items: list[Item], *, expect_tail: bool = True):
-    prompt = fmt.render(BEFORE)
-    turn = parsed_items(fmt, generated)
-    state = TokenState.build(BEFORE, [*BEFORE.items, *turn], prompt, generated, fmt.turn_terminators)
-    conversation = dataclasses.replace(BEFORE, items=[*BEFORE.items, *turn, *new_items(turn)])
-    rendered = await session.prepare(runtime(fmt), TurnRequest(conversation, SamplingOptions(), client_prefix=state))
-    ids = list(await rendered.render())
-    assert rendered.record.spliced and not rendered.record.non_monotonic
-    covered = state.continued_by(conversation, fmt.turn_terminators)
-    assert (fmt.render_tail(conversation, covered) is not None) is expect_tail
-    return prompt, ids
+def reference_ids(tokenizer, conversation: Conversation) -> list[int]:
+    return family_render.reference_ids(tokenizer, conversation, glm.template_messages)
+
+
+def parsed_items(fmt, ids: list[int]) -> list[Item]:
+    return family_render.turn_items(fmt, ids, TOOLS)
+
+
+async def continue_after(fmt, tokenizer, generated: list[int], new_items, *, expect_tail: bool = True):
+    return await family_render.continue_after(fmt, BEFORE, generated, new_items, expect_tail=expect_tail)
 
 
 async def test_the_next_prompt_continues_the_model_s_own_ids_after_a_call(glm_format, glm_tokenizer):
@@ -187,3 +139,7 @@ async def test_a_message_the_model_did_not_open_replaces_its_stop_token(glm_form
                                        lambda turn: [Message("developer", "Network is off.")])
     assert ids[:len(prompt) + len(generated) - 1] == prompt + generated[:-1]
     assert glm_format.decode(ids[len(prompt) + len(generated) - 1:]) == "<|system|>\nNetwork is off.<|assistant|>"
+
+
+# Checked with every family's in tests/formats/test_family_contract.py.
+RENDER = RenderContract("glm", "glm_format", "glm_tokenizer", glm.template_messages, seed=4747)

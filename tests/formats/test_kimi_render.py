@@ -4,30 +4,15 @@ own ids) render back to the ids it wrote; a continued conversation keeps the mod
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import random
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.core.sampling import GenerationDefaults, SamplingOptions
-from gateway.formats.base import ItemStarted
-from gateway.formats.hf_render import hf_messages
-from gateway.pipeline import session
-from gateway.pipeline.request import TurnRequest
-from gateway.pipeline.runtime import Runtime
-from gateway.tokenfix.state import TokenState
-from gateway.upstream.pool import Pool
-from tests.formats.test_kimi_parser import TOOLS, call, ids_of, items, section
-from tests.formats.test_qwen_xml_render import conversation as random_conversation
+from tests.formats.test_kimi_parser import TOOLS, call, ids_of, section
+from tests.support import family_render
+from tests.support.family_contract import RenderContract
 from tests.support.kimi import FIRST_ADDED_ID, KNOWN_IDS, VOCAB_SIZE
 
 IM_END, ASSISTANT, MIDDLE = KNOWN_IDS["<|im_end|>"], KNOWN_IDS["<|im_assistant|>"], KNOWN_IDS["<|im_middle|>"]
-
-
-def reference_ids(tokenizer, conversation: Conversation) -> list[int]:
-    messages, tools = hf_messages(conversation)
-    return tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True, add_generation_prompt=True,
-                                         return_dict=False)
 
 
 def test_the_added_tokens_are_kimis(kimi_tokenizer):
@@ -36,14 +21,6 @@ def test_the_added_tokens_are_kimis(kimi_tokenizer):
         assert kimi_tokenizer.convert_tokens_to_ids(token) == token_id
     assert kimi_tokenizer.convert_ids_to_tokens(FIRST_ADDED_ID + 5) == "<|reserved_token_163589|>"
     assert all(t.special for i, t in kimi_tokenizer.added_tokens_decoder.items())
-
-
-def test_render_equals_apply_chat_template_on_random_conversations(kimi_format, kimi_tokenizer):
-    """Tools, reasoning, parallel calls, tool outputs, instructions and developer messages anywhere."""
-    rng = random.Random(2020)
-    for n in range(2000):
-        case = random_conversation(rng)
-        assert kimi_format.render(case) == reference_ids(kimi_tokenizer, case), (n, case)
 
 
 def test_render_of_an_agent_history(kimi_format):
@@ -92,29 +69,6 @@ def test_markup_in_user_tool_and_argument_text_is_plain_text(kimi_format, kimi_t
 
 # Calls round-trip -------------------------------------------------------------------------------
 
-def parse_items(fmt, ids: list[int]) -> list[Item]:
-    """The model's turn as the history holds it; call ids are the ones the parser reports."""
-    parser = fmt.parser(TOOLS)
-    events = [*parser.feed(ids), *parser.finish()]
-    call_ids = [e.call_id for e in events if isinstance(e, ItemStarted) and e.kind == "tool_call"]
-    found: list[Item] = []
-    for kind, name, text in items(events):
-        if kind == "reasoning":
-            found.append(Reasoning(text))
-        elif kind == "text":
-            found.append(Message("assistant", text))
-        else:
-            found.append(ToolCall(call_ids.pop(0) or "", name or "", text))
-    return found
-
-
-def model_turn_ids(fmt, before: Conversation, turn: list[Item], after: Item) -> list[int]:
-    prompt = fmt.render(before)
-    full = fmt.render(dataclasses.replace(before, items=[*before.items, *turn, after]))
-    assert full[:len(prompt)] == prompt
-    end = next(i for i in range(len(prompt), len(full)) if full[i] in fmt.turn_terminators)
-    return full[len(prompt):end]
-
 
 def test_a_generated_call_renders_back_to_the_same_ids(kimi_format, kimi_tokenizer):
     written = ("<think>Checking.</think>One moment." + section(
@@ -123,29 +77,24 @@ def test_a_generated_call_renders_back_to_the_same_ids(kimi_format, kimi_tokeniz
     parsed = parse_items(kimi_format, ids_of(kimi_tokenizer, written + "<|im_end|>"))
     assert [type(i) for i in parsed] == [Reasoning, Message, ToolCall, ToolCall]
     before = Conversation(tools=TOOLS, items=[Message("user", "ls")])
-    assert model_turn_ids(kimi_format, before, parsed, ToolOutput("functions.shell:0", "x")) == ids_of(
+    assert family_render.model_turn_ids(kimi_format, before, parsed, ToolOutput("functions.shell:0", "x")) == ids_of(
         kimi_tokenizer, written)
 
 
 # Exact continuation -----------------------------------------------------------------------------
-
-def runtime(chat_format) -> Runtime:
-    return Runtime(model_name="m", format=chat_format, defaults=GenerationDefaults(), pool=Pool([]))
 
 
 BEFORE = Conversation(instructions="You are a coding agent.", tools=TOOLS,
                       items=[Message("developer", "Be careful."), Message("user", "Run the tests.")])
 
 
+def parse_items(fmt, ids: list[int]) -> list[Item]:
+    """The model's turn as the history holds it; call ids are the ones the parser reports."""
+    return family_render.turn_items(fmt, ids, TOOLS, reported_call_ids=True)
+
+
 async def continue_after(fmt, generated: list[int], new_items):
-    prompt = fmt.render(BEFORE)
-    turn = parse_items(fmt, generated)
-    state = TokenState.build(BEFORE, [*BEFORE.items, *turn], prompt, generated, fmt.turn_terminators)
-    conversation = dataclasses.replace(BEFORE, items=[*BEFORE.items, *turn, *new_items(turn)])
-    rendered = await session.prepare(runtime(fmt), TurnRequest(conversation, SamplingOptions(), client_prefix=state))
-    ids = list(await rendered.render())
-    assert rendered.record.spliced and not rendered.record.non_monotonic
-    return prompt, ids
+    return await family_render.continue_after(fmt, BEFORE, generated, new_items, reported_call_ids=True)
 
 
 async def test_the_next_prompt_continues_the_model_s_own_ids_after_a_call(kimi_format, kimi_tokenizer):
@@ -165,3 +114,7 @@ async def test_the_next_prompt_continues_after_an_answer(kimi_format, kimi_token
     assert ids[:len(prompt) + len(generated)] == prompt + generated
     assert kimi_format.decode(ids[len(prompt) + len(generated):]) == (
         "<|im_user|>user<|im_middle|>Thanks<|im_end|><|im_assistant|>assistant<|im_middle|>")
+
+
+# Checked with every family's in tests/formats/test_family_contract.py.
+RENDER = RenderContract("kimi", "kimi_format", "kimi_tokenizer", seed=2020)

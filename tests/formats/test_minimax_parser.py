@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.conversation import Item, Message, Reasoning, Tool, ToolCall
+from gateway.core.conversation import Item, Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
+from tests.support import family_render
 from tests.support.family_contract import OutputContract
 from tests.support.minimax import KNOWN_IDS
 from tests.support.parse_events import feed, items, marked_ids
@@ -41,10 +42,7 @@ def parse(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list[tuple[str, str |
 
 
 def parse_items(fmt, ids: list[int]) -> list[Item]:
-    kinds = {"reasoning": lambda n, name, text: Reasoning(text),
-             "text": lambda n, name, text: Message("assistant", text),
-             "tool_call": lambda n, name, text: ToolCall(f"call_{n}", name or "", text)}
-    return [kinds[kind](n, name, text) for n, (kind, name, text) in enumerate(parse(fmt, ids))]
+    return family_render.turn_items(fmt, ids, TOOLS)
 
 
 AGENT_TURN = ("\nThe tests first, in 東京's repo 🗼.\n</think>\n\nRunning them." + block(

@@ -9,29 +9,15 @@ import dataclasses
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from gateway.core.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.core.sampling import GenerationDefaults, SamplingOptions
-from gateway.formats.hf_render import hf_messages
 from gateway.formats.qwen_xml import template_messages
-from gateway.pipeline import session
-from gateway.pipeline.request import TurnRequest
-from gateway.pipeline.runtime import Runtime
-from gateway.tokenfix.state import TokenState
-from gateway.upstream.pool import Pool
 from tests.formats.test_minimax_parser import TOOLS, block, ids_of, invoke, parse_items
-from tests.formats.test_qwen_xml_render import conversation as random_conversation
+from tests.support import family_render
+from tests.support.family_contract import RenderContract
 from tests.support.minimax import FIRST_ADDED_ID, KNOWN_IDS, VOCAB_SIZE, added_tokens
 
 EOS, THINK = KNOWN_IDS["[e~["], KNOWN_IDS["<think>"]
-
-
-def reference_ids(tokenizer, conversation: Conversation) -> list[int]:
-    messages, tools = hf_messages(conversation)
-    return tokenizer.apply_chat_template(template_messages(messages), tools=tools or None, tokenize=True,
-                                         add_generation_prompt=True, return_dict=False)
 
 
 def test_the_added_tokens_are_minimax_m2s(minimax_tokenizer):
@@ -40,14 +26,6 @@ def test_the_added_tokens_are_minimax_m2s(minimax_tokenizer):
         t for t, _ in added_tokens()]
     for token, token_id in KNOWN_IDS.items():
         assert minimax_tokenizer.convert_tokens_to_ids(token) == token_id
-
-
-@settings(max_examples=2000, derandomize=True, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(case=st.randoms(use_true_random=False).map(random_conversation))
-def test_render_equals_apply_chat_template_on_random_conversations(minimax_format, minimax_tokenizer, case):
-    """Tools, reasoning, parallel calls, tool outputs, instructions and developer messages anywhere."""
-    assert minimax_format.render(case) == reference_ids(minimax_tokenizer, case)
 
 
 def test_render_of_an_agent_history(minimax_format):
@@ -96,23 +74,16 @@ def test_a_generated_call_renders_back_to_the_same_ids(minimax_format, minimax_t
     assert full[len(prompt):full.index(EOS, len(prompt))] == ids_of(minimax_tokenizer, written)
 
 
-def runtime(chat_format) -> Runtime:
-    return Runtime(model_name="m", format=chat_format, defaults=GenerationDefaults(), pool=Pool([]))
-
-
 BEFORE = Conversation(instructions="You are a coding agent.", tools=TOOLS,
                       items=[Message("developer", "Be careful."), Message("user", "Run the tests.")])
 
 
+def reference_ids(tokenizer, conversation: Conversation) -> list[int]:
+    return family_render.reference_ids(tokenizer, conversation, template_messages)
+
+
 async def continue_after(fmt, generated: list[int], new_items):
-    prompt = fmt.render(BEFORE)
-    turn = parse_items(fmt, generated)
-    state = TokenState.build(BEFORE, [*BEFORE.items, *turn], prompt, generated, fmt.turn_terminators)
-    conversation = dataclasses.replace(BEFORE, items=[*BEFORE.items, *turn, *new_items(turn)])
-    rendered = await session.prepare(runtime(fmt), TurnRequest(conversation, SamplingOptions(), client_prefix=state))
-    ids = list(await rendered.render())
-    assert rendered.record.spliced and not rendered.record.non_monotonic
-    return prompt, ids
+    return await family_render.continue_after(fmt, BEFORE, generated, new_items)
 
 
 @pytest.mark.parametrize("split", ["canonical", "bytes"])
@@ -133,3 +104,7 @@ async def test_a_new_query_keeps_the_reasoning_the_template_drops(minimax_format
     prompt, ids = await continue_after(minimax_format, generated, lambda turn: [Message("user", "Thanks")])
     assert ids[:len(prompt) + len(generated)] == prompt + generated
     assert minimax_format.decode(ids[len(prompt) + len(generated):]) == "\n]~b]user\nThanks[e~[\n]~b]ai\n<think>\n"
+
+
+# Checked with every family's in tests/formats/test_family_contract.py.
+RENDER = RenderContract("minimax", "minimax_format", "minimax_tokenizer", template_messages, seed=2718)

@@ -10,25 +10,15 @@ import random
 from importlib.resources import files
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.core.sampling import GenerationDefaults, SamplingOptions
 from gateway.formats.hf_render import hf_messages
 from gateway.formats.qwen_xml import template_messages
-from gateway.pipeline import session
-from gateway.pipeline.request import TurnRequest
-from gateway.pipeline.runtime import Runtime
-from gateway.tokenfix.state import TokenState
-from gateway.upstream.pool import Pool
 from tests.formats.test_qwen_xml_parser import SHELL, TOOLS, ids_of, items, parse
+from tests.support import family_render
+from tests.support.family_contract import RenderContract
 from tests.support.qwen36 import FIRST_ADDED_ID, KNOWN_IDS, added_tokens
 
 IM_START, IM_END = 248045, 248046
 CALL, CALL_END, RESPONSE, RESPONSE_END, THINK, THINK_END = 248058, 248059, 248066, 248067, 248068, 248069
-
-
-def reference_ids(tokenizer, conversation: Conversation) -> list[int]:
-    messages, tools = hf_messages(conversation)
-    return tokenizer.apply_chat_template(template_messages(messages), tools=tools or None, tokenize=True,
-                                         add_generation_prompt=True, return_dict=False)
 
 
 # The fixture ----------------------------------------------------------------------------------
@@ -111,13 +101,6 @@ def conversation(rng: random.Random) -> Conversation:
             if rng.random() < 0.15:
                 items.append(Message("developer", text(rng)))
     return Conversation(items=items, tools=tools, instructions=rng.choice([None, text(rng) or "Be brief."]))
-
-
-def test_render_equals_apply_chat_template_on_random_conversations(qwen36_format, qwen36_tokenizer):
-    rng = random.Random(2026)
-    for n in range(2000):
-        case = conversation(rng)
-        assert qwen36_format.render(case) == reference_ids(qwen36_tokenizer, case), (n, case)
 
 
 def test_render_of_an_agent_history(qwen36_format):
@@ -225,29 +208,12 @@ def test_a_generated_call_renders_back_to_the_same_xml(qwen36_format, qwen36_tok
 
 # Exact continuation -----------------------------------------------------------------------------
 
-def runtime(chat_format) -> Runtime:
-    return Runtime(model_name="m", format=chat_format, defaults=GenerationDefaults(), pool=Pool([]))
-
-
-def parsed_items(fmt, ids: list[int]) -> list[Item]:
-    found: list[Item] = []
-    parser = fmt.parser(TOOLS)
-    for n, (kind, name, text) in enumerate(items([*parser.feed(ids), *parser.finish()])):
-        if kind == "reasoning":
-            found.append(Reasoning(text))
-        elif kind == "text":
-            found.append(Message("assistant", text))
-        else:
-            found.append(ToolCall(f"call_{n}", name or "", text))
-    return found
-
 
 async def test_the_next_prompt_continues_the_model_s_own_ids(qwen36_format, qwen36_tokenizer):
     """A turn whose call the model tokenized its own way (one byte per token, no merges): the next
     prompt starts with exactly the earlier prompt and the generated ids."""
     before = Conversation(instructions="You are a coding agent.", tools=TOOLS,
                           items=[Message("developer", "Be careful."), Message("user", "Run the tests.")])
-    prompt = qwen36_format.render(before)
     generated = [
         *ids_of(qwen36_tokenizer, "Run pytest.\n</think>\n\n"),
         *ids_of(qwen36_tokenizer, "<tool_call>\n<function=shell>\n<parameter=command>\n[\"pytest\", \"-q\"]\n"
@@ -255,18 +221,16 @@ async def test_the_next_prompt_continues_the_model_s_own_ids(qwen36_format, qwen
                 split="bytes"),
         IM_END,
     ]
-    turn = parsed_items(qwen36_format, generated)
+    turn = family_render.turn_items(qwen36_format, generated, TOOLS)
     assert [type(i) for i in turn] == [Reasoning, ToolCall]
     assert turn[1].arguments == '{"command": ["pytest", "-q"], "timeout_ms": 600}'
-    state = TokenState.build(before, [*before.items, *turn], prompt, generated, qwen36_format.turn_terminators)
-    conversation = dataclasses.replace(before, items=[*before.items, *turn,
-                                                      ToolOutput(turn[1].call_id, "3 passed", name="shell")])
-    rendered = await session.prepare(runtime(qwen36_format), TurnRequest(conversation, SamplingOptions(),
-                                                                          client_prefix=state))
-    ids = list(await rendered.render())
-    assert rendered.record.spliced and not rendered.record.non_monotonic
+    prompt, ids = await family_render.continue_after(  # tool outputs take the windowed path
+        qwen36_format, before, generated, lambda turn: [ToolOutput(turn[1].call_id, "3 passed", name="shell")],
+        expect_tail=True)
     assert ids[:len(prompt) + len(generated)] == prompt + generated
     assert qwen36_format.decode(ids[len(prompt) + len(generated):]) == (
         "\n<|im_start|>user\n<tool_response>\n3 passed\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n")
-    covered = state.continued_by(conversation, qwen36_format.turn_terminators)
-    assert qwen36_format.render_tail(conversation, covered) is not None  # tool outputs take the windowed path
+
+
+# Checked with every family's in tests/formats/test_family_contract.py.
+RENDER = RenderContract("xml", "qwen36_format", "qwen36_tokenizer", template_messages, seed=2026)

@@ -1,13 +1,14 @@
-"""What every model family's output parser is held to, as data each family's test module declares
-(`CONTRACT = OutputContract(...)`) and tests/formats/test_family_contract.py checks for all of
-them: a model turn parses to the same items however its ids are cut into feeds, a call whose
-ids split tags and multi-byte characters parses at every cut, malformed markup degrades to
-text, and arbitrary output never raises and never depends on the feeds.
+"""What every model family's parser and renderer are held to, as data each family's test modules
+declare (`CONTRACT = OutputContract(...)`, `RENDER = RenderContract(...)`) and
+tests/formats/test_family_contract.py checks for all of them: a model turn parses to the same
+items however its ids are cut into feeds, a call whose ids split tags and multi-byte characters
+parses at every cut, malformed markup degrades to text, arbitrary output never raises and never
+depends on the feeds; and the prompt of any conversation is the template's own render.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ Items = list[tuple[str, str | None, str]]
 
 @dataclass(frozen=True)
 class OutputContract:
-    family: str  # the family's name, as `HFChatFormat.tool_calls` reports it
+    family: str  # the family's name in the registry (gateway/formats/families.py)
     format: str  # the fixture holding the format whose parser is checked
     tokenizer: str  # the fixture holding its tokenizer
     markup: Mapping[str, int]  # marker text -> its added token id, for spelling output as ids
@@ -46,3 +47,15 @@ class OutputContract:
 
     def parse(self, chat_format: Any, ids: Sequence[int], sizes: Sequence[int] | None = None) -> Items:
         return items(feed(chat_format.parser(self.tools), ids, sizes))
+
+
+@dataclass(frozen=True)
+class RenderContract:
+    family: str
+    format: str  # the fixture holding the format whose render is checked
+    tokenizer: str  # the fixture holding its tokenizer (and chat template)
+    prepare: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None  # the family's message reshaping
+    seed: int = 0  # of the random conversations
+
+    def __str__(self) -> str:
+        return self.family
