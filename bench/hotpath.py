@@ -83,15 +83,16 @@ async def _streams(n: int, written: list[int], fmt: str
     its client transport."""
     model = MODELS[fmt]()
     url = "http://127.0.0.1:9"
-    runtime = build_runtime(Settings(model=str(model.model_dir), upstreams=[url], served_model_name=model.name,
-                                     chat_format=model.chat_format))
+    settings = Settings(model=str(model.model_dir), upstreams=[url], served_model_name=model.name,
+                        chat_format=model.chat_format)
+    runtime = build_runtime(settings)
     runtime.pool.sync([url], watch=False)
     replica = runtime.pool.replicas[0]
     replica.api = "generate"
     body = orjson.dumps({"model": model.name, "input": "Write about a fox.", "stream": True, "store": False})
     reads, tasks, clients = [], [], []
     for _ in range(n):
-        made = await from_http(runtime, body, "openai")
+        made = await from_http(runtime, body, settings)
         turn = made.turn
         await turn.render()
         connection = Connection(replica.connections)

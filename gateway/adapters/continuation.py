@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.adapters import conversation_items
+from gateway.adapters import conversation_items, mcp_tools
 from gateway.adapters.responses_input import ResponsesRequest, parse_request
 from gateway.core.conversation import Conversation, ToolCall
 from gateway.pipeline import conversations
@@ -38,6 +38,7 @@ def parse_continuation(body: dict[str, Any], previous: CachedResponse | None) ->
         reasoning_effort=new.reasoning_effort if "reasoning" in body else history.reasoning_effort,
     )
     parsed.echo["instructions"] = instructions
+    parsed.listed = {**mcp_tools.listed_as_tools(history.tools), **parsed.listed}  # the chain's MCP listings
     return parsed
 
 
@@ -61,5 +62,6 @@ async def parse_in_conversation(runtime: Runtime, body: dict[str, Any]
                                    else raw_input)
     parsed.conversation.items = [*history, *parsed.conversation.items]
     parsed.echo["conversation"] = {"id": conversation_id}
+    parsed.listed = {**mcp_tools.listed_in(stored.items), **parsed.listed}
     parsed.echo["instructions"] = instructions
     return parsed, InConversation(conversation_id, stored.version, stored.tokens, len(history), kept)

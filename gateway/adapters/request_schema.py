@@ -167,11 +167,32 @@ class _Compaction(_Model):
     encrypted_content: str
 
 
+class _McpListTools(_Model):
+    server_label: str
+    tools: Objs
+
+
+class _McpCall(_Model):  # also an approval request (no output or error)
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: str | Obj | None = None
+
+
+class _McpApprovalResponse(_Model):
+    approval_request_id: str
+    approve: bool
+    reason: str | None = None
+
+
 _ITEMS = {"message": _Message, "reasoning": _Reasoning, "function_call": _FunctionCall,
           "custom_tool_call": _CustomToolCall, "function_call_output": _ToolOutput,
           "custom_tool_call_output": _ToolOutput, "local_shell_call": _LocalShellCall,
           "local_shell_call_output": _LocalShellOutput, "item_reference": _OtherPart,
-          "compaction": _Compaction, "compaction_trigger": _OtherPart}
+          "compaction": _Compaction, "compaction_trigger": _OtherPart, "mcp_list_tools": _McpListTools,
+          "mcp_call": _McpCall, "mcp_approval_request": _McpCall, "mcp_approval_response": _McpApprovalResponse}
 
 
 def _item_kind(item: Any) -> str | None:
@@ -187,7 +208,10 @@ Item = Annotated[Annotated[_Message, Tag("message")] | Annotated[_Reasoning, Tag
                  | Annotated[_LocalShellCall, Tag("local_shell_call")]
                  | Annotated[_LocalShellOutput, Tag("local_shell_call_output")]
                  | Annotated[_OtherPart, Tag("item_reference")]
-                 | Annotated[_Compaction, Tag("compaction")] | Annotated[_OtherPart, Tag("compaction_trigger")],
+                 | Annotated[_Compaction, Tag("compaction")] | Annotated[_OtherPart, Tag("compaction_trigger")]
+                 | Annotated[_McpListTools, Tag("mcp_list_tools")] | Annotated[_McpCall, Tag("mcp_call")]
+                 | Annotated[_McpCall, Tag("mcp_approval_request")]
+                 | Annotated[_McpApprovalResponse, Tag("mcp_approval_response")],
                  Discriminator(_item_kind, custom_error_type="unsupported_item",
                                custom_error_message="unsupported input item type")]
 

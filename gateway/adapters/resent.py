@@ -96,6 +96,7 @@ def parse_resent(raw: bytes, key: str, found: Session, terminators: frozenset[in
     if (span is None or span[0] != prefix.start or not isinstance(body, dict) or body.get("prompt_cache_key") != key
             or body.get("previous_response_id") is not None or body.get("conversation") is not None
             or "rollout_id" in body
+            or any(isinstance(tool, dict) and tool.get("type") == "mcp" for tool in body.get("tools") or ())
             or (body.get("instructions") is not None) != prefix.instructions_field):
         return None
     instructions = body.get("instructions")

@@ -3,24 +3,31 @@
 HTTP (SSE or JSON), WebSocket mode and background responses all run a turn through
 gateway/pipeline/exchange.py with a `ResponseEvents`; they differ only in `sink`, which frames
 the events (SSE, WebSocket text frames, a background response's log) or drops them (a JSON
-answer reads `answer()` at the end). `CompactionEvents` is the summary turn of a
+answer reads `answer()` at the end). A response with remote MCP tools runs their calls between
+its generations (`run_tools`, gateway/adapters/mcp_tools.py). `CompactionEvents` is the summary turn of a
 `compaction_trigger`: generated whole, answered as one `compaction` item, never kept.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from gateway.adapters import compaction, logprobs
+from gateway.adapters import compaction, logprobs, mcp_tools
+from gateway.adapters.mcp_tools import HostedTool
 from gateway.adapters.generation import coalesce, incomplete_reason, nemo_fields, token_fields
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
+from gateway.core.conversation import ToolCall, ToolOutput
 from gateway.core.errors import APIError
-from gateway.core.push import Hold, Sink
+from gateway.core.push import Hold, Sink, held
+from gateway.core.settings import Settings
 from gateway.formats.base import ParseEvent
+from gateway.pipeline.exchange import ToolsRan
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
 from gateway.tokenfix.record import TurnRecord
+from gateway.upstream import mcp
 
 # A generation that failed, as a non-streaming answer's status (the failure's own code kept).
 _FAILED_STATUS = {"upstream_timeout": 504, "server_shutting_down": 503}
@@ -58,6 +65,8 @@ class ResponseEvents:
         self._on_parse_event = writer.on_parse_event
         self.last: Event | None = None  # the final event, once there is one
         self._started = False
+        self._generations: list[TurnRecord] = []  # of a response whose MCP calls the gateway runs
+        self._n_calls = 0
 
     def started(self, turn: Turn) -> Hold:
         self._started = True
@@ -65,7 +74,14 @@ class ResponseEvents:
         if self.parsed.text_logprobs and turn.record.logprobs is not None:
             chat_format, record = turn.runtime.format, turn.record
             writer.logprobs = lambda span: logprobs.entries(chat_format, record, *span)
-        return self.sink(writer.start())
+        events = writer.start()
+        if (plan := self.parsed.mcp) is not None:  # what came before the first generation: listings, approved calls
+            writer.hosted = plan.tools
+            for item in plan.first_items:
+                events += writer.mcp_item(item)
+            self._n_calls = len(plan.calls_before)
+            turn.record.tool_calls = [_call_meta(hosted, outcome) for hosted, outcome in plan.calls_before] or None
+        return self.sink(events)
 
     def events(self, parse_events: list[ParseEvent]) -> Hold:
         """The Responses events of one read's parse events (at engine pace, one event: one call)."""
@@ -77,8 +93,41 @@ class ResponseEvents:
                 events += self._on_parse_event(parse_event)
         return self.sink(events) if events else None
 
+    async def run_tools(self, turn: Turn) -> ToolsRan | None:
+        """The MCP calls the generation made, run one after another (each one's outcome written as
+        it comes): the response goes on unless the generation also called a client's function or
+        asked for an approval, or the response's calls are spent (gateway/pipeline/exchange.py)."""
+        plan = self.parsed.mcp
+        if plan is None:
+            return None
+        record = turn.record
+        self._generations.append(record)
+        calls = [item for item in record.output_items if isinstance(item, ToolCall)]
+        runnable = [call for call in calls if call.name in plan.tools and not plan.tools[call.name].approval]
+        if not runnable or record.finish_reason != "stop":
+            return None
+        outputs, meta = [], []
+        for call in runnable:
+            hosted = plan.tools[call.name]
+            if self._n_calls >= plan.max_calls:
+                outcome = mcp.McpResult(None, mcp.McpError({
+                    "type": "mcp_protocol_error", "code": -32000,
+                    "message": f"Not run: this response made its {plan.max_calls} tool calls (max_tool_calls)."}), 0.0)
+            else:
+                self._n_calls += 1
+                outcome = await mcp.call_tool(hosted.server.server, hosted.tool.name, call.arguments,
+                                              timeout=plan.timeout, max_output_bytes=plan.max_output_bytes)
+            await held(self.sink(self.writer.mcp_call_done(mcp_tools.CALL_PREFIX + call.call_id, outcome)))
+            text = outcome.output if outcome.error is None else outcome.error.message
+            outputs.append(ToolOutput(call_id=call.call_id, output=text or "", name=call.name))
+            meta.append(_call_meta(hosted, outcome))
+        go_on = len(runnable) == len(calls) and self._n_calls < plan.max_calls
+        return ToolsRan(outputs, meta, go_on)
+
     def answer(self, turn: Turn) -> dict[str, Any] | None:
         self.last = final_event(turn.record, self.writer, self.parsed, incomplete_reason(turn))
+        if len(self._generations) > 1 and "usage" in self.last["response"]:
+            self.last["response"]["usage"] = total_usage(self._generations)
         return self.last["response"]
 
     def ended(self, turn: Turn) -> Hold:
@@ -142,6 +191,31 @@ def final_event(turn: TurnRecord, writer: ResponseWriter, parsed: ResponsesReque
     if turn.finish_reason == "abort":
         return writer.failed("server_error", "the replica aborted the generation", usage(turn))
     return writer.completed(usage(turn))
+
+
+def _call_meta(hosted: HostedTool, outcome: mcp.McpResult) -> dict[str, Any]:
+    """An MCP call as the next generation's record (and a rollout's turn) lists it."""
+    return {"server_label": hosted.label, "name": hosted.tool.name, "seconds": round(outcome.seconds, 6),
+            "error": outcome.error.message if outcome.error is not None else None}
+
+
+async def plan_hosted(parsed: ResponsesRequest, body: dict[str, Any], settings: Settings) -> None:
+    """The request's remote MCP tools, admitted and listed before the response starts
+    (gateway/adapters/mcp_tools.py)."""
+    parsed.mcp = await mcp_tools.plan(parsed.tools, body.get("input"), parsed.conversation, parsed.listed, settings,
+                                      body.get("max_tool_calls"))
+
+
+def total_usage(records: Sequence[TurnRecord]) -> dict[str, Any]:
+    """The usage of a response of several generations: each one's prompt and output counted."""
+    shown = [usage(record) for record in records]
+    return {"input_tokens": sum(u["input_tokens"] for u in shown),
+            "input_tokens_details": {"cached_tokens": sum(u["input_tokens_details"]["cached_tokens"] for u in shown),
+                                     "cache_write_tokens": 0},
+            "output_tokens": sum(u["output_tokens"] for u in shown),
+            "output_tokens_details": {"reasoning_tokens": sum(u["output_tokens_details"]["reasoning_tokens"]
+                                                              for u in shown)},
+            "total_tokens": sum(u["total_tokens"] for u in shown)}
 
 
 def usage(turn: TurnRecord) -> dict[str, Any]:

@@ -14,6 +14,11 @@ reasoning exactly, and clients that did not ask ignore the field. The first reas
 of a turn also names the turn (its response id), under which the session keeps the turn's
 ids once it ends. Every item is done before the next one is added, as OpenAI streams them.
 
+Calls of remote MCP tools (`hosted`, gateway/adapters/mcp_tools.py) are `mcp_call` items,
+done only once the gateway ran them (`mcp_call_done`), or `mcp_approval_request` items, added
+whole; the listings and approved calls that precede a response's first generation are
+`mcp_item`s.
+
 Shapes follow OpenAI's OpenAPI description (tests/conformance validates every event).
 """
 
@@ -23,10 +28,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway.adapters import reasoning_blob
+from gateway.adapters import mcp_tools, reasoning_blob
+from gateway.adapters.mcp_tools import HostedTool
 from gateway.adapters.codex_tools import Route, custom_input, routes
 from gateway.core.ids import new_id
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
+from gateway.upstream.mcp import McpResult
 
 Event = dict[str, Any]
 
@@ -63,6 +70,8 @@ class ResponseWriter:
         # Logprob entries of output positions (start, end); set when the request asked for them.
         self.logprobs: Callable[[tuple[int, int]], list[dict[str, Any]]] | None = None
         self._text_logprobs: dict[int, list[dict[str, Any]]] = {}  # parser index -> entries so far
+        self.hosted: dict[str, HostedTool] = {}  # tools the gateway runs (MCP), by the name the model calls
+        self._running: dict[str, tuple[int, dict[str, Any]]] = {}  # call id -> an mcp_call item not done yet
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -122,6 +131,8 @@ class ResponseWriter:
         if event.kind == "tool_call":
             item = self._call_item(event)
             self._register(event.index, item)
+            if item["type"] == "mcp_approval_request":
+                return []  # added whole, when its arguments are known
             return [self._event("response.output_item.added", output_index=output_index, item=dict(item))]
         if event.kind == "reasoning":
             item = {"type": "reasoning", "id": new_id("rs"), "summary": []}
@@ -140,6 +151,10 @@ class ResponseWriter:
 
     def _call_item(self, event: ItemStarted) -> dict[str, Any]:
         call_id = event.call_id or new_id("call")
+        if (hosted := self.hosted.get(event.name or "")) is not None:
+            if hosted.approval:
+                return mcp_tools.approval_item(call_id, hosted, "")
+            return mcp_tools.call_item(call_id, hosted, "", None)
         route = self._routes.get(event.name or "") or Route(event.name or "")
         if route.custom:
             return {"type": "custom_tool_call", "id": new_id("ctc"), "call_id": call_id, "name": route.name,
@@ -167,8 +182,11 @@ class ResponseWriter:
             self._seq = seq + 1
             return [{"type": self._reasoning_delta, "output_index": output_index, "item_id": item["id"],
                      "content_index": 0, "delta": event.text, "sequence_number": seq}]
-        if kind == "custom_tool_call":
+        if kind == "custom_tool_call" or kind == "mcp_approval_request":
             return []  # the model writes JSON around the input: it is sent decoded, whole, at the end
+        if kind == "mcp_call":
+            return [self._event("response.mcp_call_arguments.delta", output_index=output_index, item_id=item["id"],
+                                delta=event.text)]
         self._seq = seq + 1
         return [{"type": "response.function_call_arguments.delta", "output_index": output_index,
                  "item_id": item["id"], "delta": event.text, "sequence_number": seq}]
@@ -183,6 +201,16 @@ class ResponseWriter:
             item["status"] = "completed"
             return [self._event("response.function_call_arguments.done", output_index=output_index,
                                 item_id=item["id"], name=item["name"], arguments=text),
+                    *self._item_done(output_index, item)]
+        if kind == "mcp_call":  # done once it ran (`mcp_call_done`)
+            item["arguments"] = text
+            self._running[item["id"]] = (output_index, item)
+            return [self._event("response.mcp_call_arguments.done", output_index=output_index, item_id=item["id"],
+                                arguments=text),
+                    self._event("response.mcp_call.in_progress", output_index=output_index, item_id=item["id"])]
+        if kind == "mcp_approval_request":
+            item["arguments"] = text
+            return [self._event("response.output_item.added", output_index=output_index, item=dict(item)),
                     *self._item_done(output_index, item)]
         if kind == "custom_tool_call":
             item["input"] = custom_input(text)
@@ -210,6 +238,28 @@ class ResponseWriter:
                                   content_index=0, part=part))
         events.extend(self._item_done(output_index, item))
         return events
+
+    def mcp_call_done(self, item_id: str, outcome: McpResult) -> list[Event]:
+        """A streamed `mcp_call` ran: completed or failed, then done."""
+        output_index, item = self._running.pop(item_id)
+        item.update(output=outcome.output, error=outcome.error.shown if outcome.error else None,
+                    status="completed" if outcome.error is None else "failed")
+        ended = "response.mcp_call.completed" if outcome.error is None else "response.mcp_call.failed"
+        return [self._event(ended, output_index=output_index, item_id=item_id), *self._item_done(output_index, item)]
+
+    def mcp_item(self, item: dict[str, Any]) -> list[Event]:
+        """An MCP item known whole before the first generation (a listing, an approved call that
+        ran): added, its progress and outcome events, done."""
+        output_index = len(self.output)
+        self.output.append(item)
+        kind = "mcp_list_tools" if item["type"] == "mcp_list_tools" else "mcp_call"
+        outcome = "failed" if item.get("error") else "completed"
+        added = {**item, "tools": []} if kind == "mcp_list_tools" else {**item, "output": None, "error": None,
+                                                                         "status": "in_progress"}
+        fields = {"output_index": output_index, "item_id": item["id"]}
+        return [self._event("response.output_item.added", output_index=output_index, item=added),
+                self._event(f"response.{kind}.in_progress", **fields),
+                self._event(f"response.{kind}.{outcome}", **fields), *self._item_done(output_index, item)]
 
     def whole_item(self, item: dict[str, Any]) -> list[Event]:
         """An item known whole when it is added (a compaction): added, then done."""

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.adapters import compaction, output_fields, reasoning_blob
+from gateway.adapters import compaction, mcp_tools, output_fields, reasoning_blob
+from gateway.adapters.mcp_tools import McpPlan
 from gateway.adapters.codex_tools import LOCAL_SHELL, custom_arguments, flat_name, function_tool, offered_tools
 from gateway.adapters.images import responses_image
 from gateway.adapters.request_schema import ResponsesBody, validate
@@ -25,6 +26,7 @@ from gateway.core.conversation import Conversation, Item, Message, Reasoning, To
 from gateway.core.image import Image
 from gateway.core.errors import invalid_request
 from gateway.core.sampling import SamplingOptions
+from gateway.upstream.mcp import McpTool
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,9 @@ class ResponsesRequest:
     tools: list[dict[str, Any]] = field(default_factory=list)
     # Reasoning items whose blob holds the ids their turn generated (for gateway/tokenfix/restore.py).
     generated: list[tuple[Reasoning, array | str]] = field(default_factory=list)
+    # Remote MCP tools (gateway/adapters/mcp_tools.py): listings the context holds, by server label…
+    listed: dict[str, list[McpTool]] = field(default_factory=dict)
+    mcp: McpPlan | None = None  # …and, once planned, what the response may call
 
 
 def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> ResponsesRequest:
@@ -124,7 +129,7 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         stream=bool(expect(body.get("stream"), bool, "stream")), echo=echo, store=store,
         prompt_cache_key=expect(body.get("prompt_cache_key"), str, "prompt_cache_key"),
         return_token_ids=return_token_ids, text_logprobs=text_logprobs, background=background, tools=raw_tools, generated=generated,
-        truncate=truncation == "auto",
+        truncate=truncation == "auto", listed=mcp_tools.listed_in(raw_input if isinstance(raw_input, list) else []),
         compact=compact,
     )
 
@@ -133,6 +138,8 @@ def _echoed_tool(raw: Any) -> Any:
     """A function tool as the Response object shows it: `strict` and `parameters` always there."""
     if isinstance(raw, dict) and raw.get("type") == "function":
         return {**raw, "strict": raw.get("strict"), "parameters": raw.get("parameters")}
+    if isinstance(raw, dict) and raw.get("type") == "mcp":
+        return mcp_tools.echoed(raw)
     return raw
 
 
@@ -151,6 +158,11 @@ def input_items(raw: Any, earlier_calls: Mapping[str, str], generated: list[tupl
     call_names = dict(earlier_calls)
     for i, raw_item in enumerate(items_raw):
         item = _plain_item(raw_item) if type(raw_item) is dict else None
+        if item is None and type(raw_item) is dict and (hosted := mcp_tools.input_items(raw_item, f"input[{i}]")
+                                                         ) is not None:
+            call_names.update((call.call_id, call.name) for call in hosted if isinstance(call, ToolCall))
+            items += hosted
+            continue
         if item is None:
             item = _item(expect(raw_item, dict, f"input[{i}]", optional=False), f"input[{i}]")
         if item is None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from gateway.adapters.continuation import parse_continuation, parse_in_conversation
 from gateway.adapters.resent import Resent, parse_resent, resent_key, resent_prefix
-from gateway.adapters.responses import CompactionEvents, ResponseEvents, new_writer
+from gateway.adapters.responses import CompactionEvents, ResponseEvents, new_writer, plan_hosted
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest, parse_request
 from gateway.adapters.rollout_fields import begin_rollout
@@ -23,6 +23,7 @@ from gateway.adapters.validation import check_model, expect, parse_json
 from gateway.core.errors import invalid_request
 from gateway.core.ids import new_id
 from gateway.core.push import Sink
+from gateway.core.settings import Settings
 from gateway.pipeline import session
 from gateway.pipeline.request import Lane, Recognised, TurnRequest
 from gateway.pipeline.runtime import Runtime
@@ -44,13 +45,13 @@ class ResponseTurn:
         return kind(self.writer, self.parsed, sink)
 
 
-async def from_http(runtime: Runtime, raw: bytes, spec: str) -> ResponseTurn:
+async def from_http(runtime: Runtime, raw: bytes, settings: Settings) -> ResponseTurn:
     """The turn of a POST /v1/responses body."""
     resent = await _resent(runtime, raw)  # a whole history again: only what follows the covered part is parsed
-    if resent is not None:
+    if resent is not None:  # never one with MCP tools (gateway/adapters/resent.py)
         parsed = resent.parsed
         request = _turn_request(parsed, recognised=Recognised(resent.state, resent.covered, resent.prefix))
-        return await _prepared(runtime, request, parsed, spec)
+        return await _prepared(runtime, request, parsed, settings)
     body = parse_json(raw)
     if not isinstance(body, dict):
         parse_request(body)  # its 400
@@ -58,22 +59,27 @@ async def from_http(runtime: Runtime, raw: bytes, spec: str) -> ResponseTurn:
     parsed, sources = await _continued(runtime, body, None)
     rollout = await begin_rollout(runtime, body)
     index = partial(resent_prefix, raw, body, parsed) if not any(sources.values()) and rollout is None else None
-    return await _prepared(runtime, _turn_request(parsed, rollout=rollout, resent=index, **sources), parsed, spec)
+    request = _turn_request(parsed, rollout=rollout, resent=index, **sources)
+    return await _prepared(runtime, request, parsed, settings, body)
 
 
-async def from_socket(runtime: Runtime, body: dict[str, Any], spec: str, *, cache: ResponseCache,
+async def from_socket(runtime: Runtime, body: dict[str, Any], settings: Settings, *, cache: ResponseCache,
                       stream_id: str | None, connection_id: str) -> ResponseTurn:
     """The turn of a WebSocket `response.create` on lane `stream_id`: it becomes the lane's latest
     response, and the connection's turns share a replica."""
     parsed, sources = await _continued(runtime, body, cache)
     rollout = await begin_rollout(runtime, body)
     request = _turn_request(parsed, rollout=rollout, lane=Lane(cache, stream_id), affinity=connection_id, **sources)
-    return await _prepared(runtime, request, parsed, spec)
+    return await _prepared(runtime, request, parsed, settings, body)
 
 
-async def _prepared(runtime: Runtime, request: TurnRequest, parsed: ResponsesRequest, spec: str) -> ResponseTurn:
+async def _prepared(runtime: Runtime, request: TurnRequest, parsed: ResponsesRequest, settings: Settings,
+                    body: dict[str, Any] | None = None) -> ResponseTurn:
+    """The turn, once its model is known and its remote MCP tools admitted and listed."""
     check_model(runtime.model_name, parsed.model)
-    writer = new_writer(runtime, request.response_id or new_id("resp"), parsed, spec)
+    if body is not None:
+        await plan_hosted(parsed, body, settings)
+    writer = new_writer(runtime, request.response_id or new_id("resp"), parsed, settings.responses_spec)
     return ResponseTurn(await session.prepare(runtime, request), writer, parsed)
 
 

@@ -57,6 +57,11 @@ class Settings:
     max_concurrent_requests: int | None = None  # model requests in flight, beyond which 429; None: no limit
     state_url: str | None = None  # redis://… | rediss://… | unix://…: state shared by processes; None: in process
     state_key_prefix: str = "gw:"  # namespaces the shared store's keys (several gateways on one Redis)
+    # Remote MCP tools (`{"type": "mcp"}`), run by the gateway: only servers under these URL prefixes.
+    mcp_allowed_urls: list[str] = field(default_factory=list)
+    mcp_timeout: float = 30.0  # seconds one listing or call may take, connecting included
+    mcp_max_output_bytes: int = 1 << 20  # a call's output the model may be shown; beyond, the call fails
+    mcp_max_calls: int = 16  # MCP calls one response may make when its request sets no max_tool_calls
     # Who may use it (gateway/server/auth.py): none configured, the gateway is open.
     api_keys: list[str] = field(default_factory=list, repr=False)  # each its own tenant (its fingerprint)
     api_key_file: str | None = None  # `KEY [TENANT]` per line

@@ -178,6 +178,20 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=int(_env("workers", "1")),
                         help="gateway processes on the port, sharing --state-url (without one, a private "
                              "redis-server on a unix socket when installed)")
+    mcp = parser.add_argument_group(
+        "remote MCP tools", 'tools {"type": "mcp", "server_url": …} in a Responses request: the gateway lists and '
+        "calls them itself, between generations of one response")
+    mcp.add_argument("--mcp-allowed-url", action="append", dest="mcp_allowed_urls", metavar="PREFIX",
+                     default=None, help="an MCP server_url prefix requests may name (repeatable; env "
+                                        "GATEWAY_MCP_ALLOWED_URLS comma-separated): scheme, host and port must "
+                                        "match and the path start with the prefix's; any other URL is a 400 "
+                                        "before any connection. None: MCP tools are refused")
+    mcp.add_argument("--mcp-timeout", type=float, default=float(_env("mcp_timeout", "30")),
+                     help="seconds one MCP listing or call may take (a call past it fails; the model goes on)")
+    mcp.add_argument("--mcp-max-output-bytes", type=int, default=int(_env("mcp_max_output_bytes", str(1 << 20))),
+                     help="largest MCP call output shown to the model; a larger one fails the call")
+    mcp.add_argument("--mcp-max-calls", type=int, default=int(_env("mcp_max_calls", "16")),
+                     help="MCP calls one response may make when its request sets no max_tool_calls")
     keys = parser.add_argument_group(
         "API keys and tenants", "with any key, every model and state endpoint needs one (Authorization: Bearer "
         "or x-api-key) and each key's tenant sees only its own state; without one, the gateway is open")
@@ -270,12 +284,18 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         max_image_bytes=args.max_image_bytes, max_images=args.max_images, max_image_pixels=args.max_image_pixels,
         allow_image_urls=args.allow_image_urls,
         state_url=args.state_url or None,
+        mcp_allowed_urls=[*_env_list("mcp_allowed_urls"), *(args.mcp_allowed_urls or [])],
+        mcp_timeout=args.mcp_timeout, mcp_max_output_bytes=args.mcp_max_output_bytes, mcp_max_calls=args.mcp_max_calls,
         api_keys=[*_env_keys(), *(args.api_key or [])], api_key_file=args.api_key_file, admin_key=args.admin_key,
         metrics_key=args.metrics_key, tenant_max_concurrent_requests=args.tenant_max_concurrent_requests,
         tenant_tokens_per_minute=args.tenant_tokens_per_minute, tenant_limits=args.tenant_limits,
         otlp_traces_endpoint=args.otlp_traces_endpoint or None,
         otlp_traces_capture_content=args.otlp_traces_capture_content,
     )
+
+
+def _env_list(name: str) -> list[str]:
+    return [value.strip() for value in (_env(name) or "").split(",") if value.strip()]
 
 
 def _env_keys() -> list[str]:

@@ -15,6 +15,12 @@ Completions and Anthropic Messages alike:
    response, WebSocket lane) before the writer's last events go out, so a client that continues
    at once finds it; anything else is forgotten, so a retry finds everything as it was.
 
+A response made of several generations is several turns inside one exchange. A writer that
+runs tools itself (`RunsTools`: remote MCP tools, gateway/adapters/mcp_tools.py) is asked after
+each generation; when it ran some and the response goes on, the next turn continues the exact
+ids of the one before plus the rendered outputs (gateway/pipeline/tool_loop.py), entered in the
+same block, and the last one is the one committed.
+
 A writer's methods return what a transport's write does (`Hold`): None to go on, or an awaitable
 (a slow client's drain) to wait for before more.
 """
@@ -24,13 +30,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from gateway.core import tracing
+from gateway.core.conversation import ToolOutput
 from gateway.core.errors import APIError
 from gateway.core.push import Hold, held
 from gateway.formats.base import ParseEvent
-from gateway.pipeline import session, trace
+from gateway.pipeline import session, tool_loop, trace
 from gateway.pipeline.turn import Turn
 
 
@@ -57,6 +65,24 @@ class Writer(Protocol):
         says, or raised (an HTTP error) when the API answers it so."""
 
 
+@dataclass(frozen=True, slots=True)
+class ToolsRan:
+    """What a writer's tools did after a generation: their outputs, in call order, and whether
+    the response goes on with another generation (False: the client's turn; the outputs still
+    follow the generation in the history)."""
+
+    outputs: Sequence[ToolOutput]
+    tool_calls: list[dict[str, Any]]  # one per call, for the next turn's record: server, name, seconds, error
+    go_on: bool
+
+
+@runtime_checkable
+class RunsTools(Protocol):
+    async def run_tools(self, turn: Turn) -> ToolsRan | None:
+        """The generation `turn` ended: run the calls it made of the tools the gateway runs
+        (their events written); None when it made none."""
+
+
 async def run(turn: Turn, writer: Writer) -> None:
     """Run `turn` to its end through `writer` (the steps above)."""
     await run_samples([turn], [writer])
@@ -75,42 +101,59 @@ async def run_samples(turns: Sequence[Turn], writers: Sequence[Writer]) -> None:
                 _forget(turn, exc)
                 await held(writer.failed(turn, exc))
                 return
-        answers = await _generate_all(turns, writers)
-    for turn, writer, answer in zip(turns, writers, answers, strict=True):
-        if answer is _FAILED:
+        ends = await _generate_all(turns, writers, started)
+    for writer, end in zip(writers, ends, strict=True):
+        if end is None:
             continue
+        turn = end.turn
         if writer.keeps and turn.record.finished:
             with tracing.phase("gateway.commit"):
-                await session.commit(turn, answer)
+                await session.commit(turn, end.answer, after=end.after)
         else:
             session.forget(turn.request)
         await held(writer.ended(turn))
 
 
-_FAILED: Any = object()  # a turn whose failure its writer has answered already
+@dataclass(frozen=True, slots=True)
+class _End:
+    turn: Turn  # the response's last generation
+    answer: dict[str, Any] | None
+    after: Sequence[ToolOutput]  # outputs of tools run after it
 
 
-async def _generate_all(turns: Sequence[Turn], writers: Sequence[Writer]) -> list[Any]:
+async def _generate_all(turns: Sequence[Turn], writers: Sequence[Writer], started: contextlib.AsyncExitStack
+                        ) -> list[_End | None]:
     if len(turns) == 1:
-        return [await _generate(turns[0], writers[0])]
+        return [await _generate(turns[0], writers[0], started)]
     try:
         async with asyncio.TaskGroup() as samples:  # one failing otherwise (a client gone) stops them all
-            tasks = [samples.create_task(_generate(turn, writer)) for turn, writer in zip(turns, writers)]
+            tasks = [samples.create_task(_generate(turn, writer, started)) for turn, writer in zip(turns, writers)]
     except BaseExceptionGroup as failed:
         raise failed.exceptions[0] from None  # as one turn's would be (an HTTP error, the client gone)
     return [task.result() for task in tasks]
 
 
-async def _generate(turn: Turn, writer: Writer) -> Any:
-    """The started turn's output through `writer`; its answer, or _FAILED once the failure is written."""
+async def _generate(turn: Turn, writer: Writer, started: contextlib.AsyncExitStack) -> _End | None:
+    """The started turn's output through `writer`, and the generations its tools' outputs
+    continue into (each entered in `started`); how it ended, or None once the failure is written."""
+    tools = writer if isinstance(writer, RunsTools) else None
+    after: Sequence[ToolOutput] = ()
     try:
         await held(writer.started(turn))
-        await turn.relay(writer.events)
+        while True:
+            await turn.relay(writer.events)
+            ran = await tools.run_tools(turn) if tools is not None else None
+            if ran is None:
+                break
+            if not ran.go_on:
+                after = ran.outputs
+                break
+            turn = await started.enter_async_context(await tool_loop.following(turn, ran.outputs, ran.tool_calls))
     except APIError as exc:
         _forget(turn, exc)
         await held(writer.failed(turn, exc))
-        return _FAILED
-    return writer.answer(turn)
+        return None
+    return _End(turn, writer.answer(turn), after)
 
 
 def _forget(turn: Turn, exc: APIError) -> None:

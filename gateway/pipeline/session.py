@@ -149,11 +149,13 @@ async def _prefix(runtime: Runtime, request: TurnRequest, client: TokenState | N
     return (session.state if session is not None else None), None
 
 
-async def commit(turn: Turn, response: dict[str, Any] | None = None) -> None:
+async def commit(turn: Turn, response: dict[str, Any] | None = None, *, after: Sequence[Item] = ()) -> None:
     """Record what a turn that ended normally leaves behind; `response`: the Response object
     answered (Responses API), kept with a stored response. Sample i > 0 of `n` leaves only
-    its rollout branch: the session continues the first. gateway/pipeline/exchange.py is the
-    one caller."""
+    its rollout branch: the session continues the first. `after`: items that follow the turn's
+    output in the history though no generation saw them (outputs of tools the gateway ran
+    last): a continuation renders them after the turn's exact tokens. gateway/pipeline/exchange.py
+    is the one caller."""
     runtime, request, record = turn.runtime, turn.request, turn.record
     state = record.token_state(runtime.format.turn_terminators)
     if record.truncated_items and state is not None:  # its tokens are of a shorter history than the client's
@@ -175,10 +177,11 @@ async def commit(turn: Turn, response: dict[str, Any] | None = None) -> None:
     if request.rollout is not None and state is not None:
         await runtime.state.commit_rollout(request.rollout, record, state)
     if request.in_conversation is not None:
-        await _append_to_conversation(runtime, request, record.turn_items, state, response)
+        await _append_to_conversation(runtime, request, [*record.turn_items, *after], state, response)
     if request.store or request.lane is not None:
         assert request.response_id is not None, "a stored response needs its id"
-        history = dataclasses.replace(request.conversation, items=[*request.conversation.items, *record.turn_items])
+        history = dataclasses.replace(request.conversation, items=[*request.conversation.items, *record.turn_items,
+                                                                   *after])
         await _remember(runtime, request, CachedResponse(request.response_id, history, state, response=response,
                                                          inputs=len(request.conversation.items)))
 

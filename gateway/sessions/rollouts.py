@@ -61,6 +61,7 @@ class RolloutTurn:
     # The prompt's images: content hash, data URL, its placeholder's offset in the rollout's (unexpanded)
     # token sequence and the tokens the model saw for it (vLLM's expansion, as smart_resize counts it).
     images: list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # tools the gateway ran before this call (MCP): latency, error
 
     def export(self, index: int) -> dict[str, Any]:
         return {"index": index, "segment": self.segment, "start": self.start, "prompt_end": self.prompt_end,
@@ -68,7 +69,8 @@ class RolloutTurn:
                 "spliced": self.spliced, "non_monotonic": self.non_monotonic, "mask_source": self.mask_source,
                 "stop_token_id": self.stop_token_id, "replica": self.replica, "request_id": self.request_id,
                 "sampling": self.sampling, "timing": self.timing, "client_ids_mismatch": self.client_ids_mismatch,
-                "stop_reason": self.stop_reason, "images": self.images}
+                "stop_reason": self.stop_reason, "images": self.images,
+                "tool_calls": self.tool_calls}
 
 
 @dataclass(slots=True, eq=False)
@@ -327,7 +329,7 @@ def addition(pending: Pending, turn: TurnRecord, state: TokenState, *, continues
             mask_source="client" if mask is not None else "gateway", stop_token_id=turn.stop_token_id,
             replica=turn.replica, request_id=turn.request_id, sampling=_applied(turn.upstream_params),
             timing=_timing(turn), client_ids_mismatch=turn.client_ids_mismatch,
-            stop_reason=turn.stop_reason, images=_images(turn, offset)))
+            stop_reason=turn.stop_reason, images=_images(turn, offset), tool_calls=turn.tool_calls))
 
 
 def _images(turn: TurnRecord, offset: int) -> list[dict[str, Any]] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.core.conversation import Conversation, Item, Message
 from gateway.core.image import Image
@@ -53,6 +54,9 @@ class TurnRecord:
     images: list[Image] = field(default_factory=list)  # the prompt's images, one placeholder each, in order
     # Per image: where its placeholder is in `prompt_ids` and the tokens vLLM expands it to (counted here).
     image_spans: list[tuple[int, int]] = field(default_factory=list)
+    # Tools the gateway ran between the previous generation and this one (remote MCP calls), whose
+    # outputs this prompt added: server_label, name, seconds, error (None when it succeeded).
+    tool_calls: list[dict[str, Any]] | None = None
 
     @property
     def turn_items(self) -> list[Item]:

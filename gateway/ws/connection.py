@@ -144,7 +144,7 @@ class ResponsesSocket:
     async def _create(self, request: CreateRequest) -> None:
         lane = request.stream_id
         try:
-            made = await from_socket(self.runtime, request.body, self.settings.responses_spec, cache=self.cache,
+            made = await from_socket(self.runtime, request.body, self.settings, cache=self.cache,
                                      stream_id=lane, connection_id=self.connection_id)
         except APIError as exc:  # a failed continuation: nothing may continue the lane's response (the spec's rule)
             self.cache.evict(lane)

@@ -32,11 +32,12 @@ def _scenario(model_dir: str, scripts: list[Script], drive: Callable[[Any, Respo
         fake.queue(*scripts)
 
         async def run() -> Any:
-            runtime = build_runtime(Settings(model=model_dir, upstreams=[fake.url], served_model_name="tiny-qwen3"))
+            settings = Settings(model=model_dir, upstreams=[fake.url], served_model_name="tiny-qwen3")
+            runtime = build_runtime(settings)
             await runtime.pool.start()
             try:
                 raw = orjson.dumps({"model": "tiny-qwen3", "input": "hi", "store": True, **body})
-                return await drive(runtime, await from_http(runtime, raw, "openai"))
+                return await drive(runtime, await from_http(runtime, raw, settings))
             finally:
                 await runtime.pool.close()
         return asyncio.run(run()), fake

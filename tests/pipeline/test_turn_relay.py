@@ -30,11 +30,12 @@ def _run(model_dir: str, scripts: list[Script], drive: Any) -> tuple[Any, FakeVL
         fake.queue(*scripts)
 
         async def scenario() -> Any:
-            runtime = build_runtime(Settings(model=model_dir, upstreams=[fake.url], served_model_name="tiny-qwen3"))
+            settings = Settings(model=model_dir, upstreams=[fake.url], served_model_name="tiny-qwen3")
+            runtime = build_runtime(settings)
             await runtime.pool.start()
             try:
                 body = orjson.dumps({"model": "tiny-qwen3", "input": "hi", "stream": True, "store": False})
-                async with (await from_http(runtime, body, "openai")).turn as turn:
+                async with (await from_http(runtime, body, settings)).turn as turn:
                     return await drive(turn)
             finally:
                 await runtime.pool.close()

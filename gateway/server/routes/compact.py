@@ -35,8 +35,7 @@ async def _compact(request: Request, raw: bytes) -> Response:
     body = parse_json(raw)
     if not isinstance(body, dict):
         raise invalid_request("The request body must be a JSON object.")
-    made = await from_http(request.app.state.runtime, orjson.dumps(_create_body(body)),
-                           request.app.state.settings.responses_spec)
+    made = await from_http(request.app.state.runtime, orjson.dumps(_create_body(body)), request.app.state.settings)
     output = made.output()
     await exchange.run(made.turn, output)
     response = output.response()

@@ -23,7 +23,7 @@ from gateway.server.routes.stored_responses import run_in_background
 
 
 async def _create(request: Request, raw: bytes) -> Response:
-    made = await from_http(request.app.state.runtime, raw, request.app.state.settings.responses_spec)
+    made = await from_http(request.app.state.runtime, raw, request.app.state.settings)
     if made.parsed.background:
         return await run_in_background(request.app.state.runtime, made, request.app.state.admission)
     if made.parsed.stream:
