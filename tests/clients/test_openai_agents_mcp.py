@@ -6,7 +6,8 @@ real MCP server (the `mcp` SDK) on loopback, the scripted fake vLLM.
 - `HostedMCPTool` with `"always"` and an approval callback: the SDK approves the gateway's
   `mcp_approval_request` and calls the model again, which runs the call;
 - `OpenAIConversationsSession`: a two-turn agent whose history lives in the gateway's
-  conversation, and `conversation_id`: the second turn's prompt continues the first's exact ids.
+  conversation, and `conversation_id`: the second turn's prompt continues the first's exact ids;
+- both together: an agent with a hosted MCP tool in a Conversations session, two turns.
 """
 
 from __future__ import annotations
@@ -153,3 +154,34 @@ def test_a_conversation_id_continues_the_exact_ids(fake, stack, tokenizer):
     assert asyncio.run(run()) == "Ada."
     first, second = (body["token_ids"] for body in fake.bodies(GENERATE))
     assert second[:len(first) + len(generated)] == first + generated
+
+
+def test_an_agent_with_a_hosted_mcp_tool_in_a_conversations_session(fake, stack, servers, tokenizer):
+    """Both at once, over two turns: the second resends the conversation's MCP items (the listing
+    and the call), which the gateway reads back — the listing reused, not fetched again."""
+    proposed = call(tokenizer, "calc__add", {"a": 19, "b": 23})
+    fake.queue(Script(proposed), Script(ids(tokenizer, "42.") + [IM_END]),
+               Script(ids(tokenizer, "Still 42.") + [IM_END]))
+    tool = HostedMCPTool(tool_config={"type": "mcp", "server_label": "calc", "server_url": servers.http,
+                                      "require_approval": "never"})
+
+    async def run():
+        client = client_of(stack)
+        try:
+            session = OpenAIConversationsSession(openai_client=client)
+            bot = agent(stack, [tool], client)
+            first = await Runner.run(bot, "What is 19 + 23?", session=session)
+            second = await Runner.run(bot, "And again?", session=session)
+            return first, second, await session.get_items()
+        finally:
+            await client.close()
+
+    first, second, items = asyncio.run(run())
+    assert (first.final_output, second.final_output) == ("42.", "Still 42.")
+    assert "mcp_list_tools_item" in [item.type for item in first.new_items]
+    assert "mcp_list_tools_item" not in [item.type for item in second.new_items]  # reused from the conversation
+    kinds = [item["type"] if "type" in item else "message" for item in items]
+    assert kinds.count("mcp_list_tools") == 1 and kinds.count("mcp_call") == 1
+    assert servers.calls == [("add", {"a": 19, "b": 23})]
+    last_prompt = tokenizer.decode(fake.bodies(GENERATE)[-1]["token_ids"])
+    assert "<tool_response>\n42\n</tool_response>" in last_prompt and "calc__add" in last_prompt
