@@ -38,12 +38,6 @@ def stack():
         yield stack
 
 
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
-
-
 @pytest.fixture(scope="module")
 def answer(stack):
     tokenizer = stack.runtime.format.tokenizer

@@ -24,18 +24,6 @@ TOOLS = [{"type": "function", "function": {"name": "exec_command", "parameters":
     "type": "object", "properties": {"cmd": {"type": "string"}}}}}]
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3") as stack:
-        yield stack
-
-
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
-
-
 def post(url, **body):
     return httpx.post(url + "/v1/chat/completions", timeout=30,
                       json={"model": "tiny-qwen3", "messages": [{"role": "user", "content": "hi"}], **body})

@@ -17,16 +17,9 @@ import pytest
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
-from tests.support.stack import fake_stack
 from tests.support.waiting import wait_for
 
 GENERATE = "/inference/v1/generate"
-
-
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3") as stack:
-        yield stack
 
 
 def _free_port() -> int:

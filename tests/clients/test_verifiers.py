@@ -19,16 +19,9 @@ import pytest
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, TOOL_CALL, ids
-from tests.support.stack import fake_stack
 
 GENERATE = "/inference/v1/generate"
 DRIVER = Path(__file__).parent / "drivers" / "verifiers_tool_rollout.py"
-
-
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3") as stack:
-        yield stack
 
 
 def turns(tokenizer, drifting):

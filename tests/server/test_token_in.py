@@ -18,22 +18,12 @@ import pytest
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
-from tests.support.stack import fake_stack
 from tests.support.waiting import wait_for
 
 GENERATE, COMPLETIONS = "/inference/v1/generate", "/v1/completions"
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3", replicas=2) as stack:
-        yield stack
-
-
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
+pytestmark = pytest.mark.stack(replicas=2)
 
 
 def served(stack, path):

@@ -14,23 +14,10 @@ import pytest
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
-from tests.support.stack import fake_stack
 
 GENERATE = "/inference/v1/generate"
 TOOLS = [{"type": "function", "function": {"name": "exec_command", "parameters": {
     "type": "object", "properties": {"cmd": {"type": "string"}}}}}]
-
-
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3") as stack:
-        yield stack
-
-
-@pytest.fixture
-def fake(stack):
-    stack.reset()
-    return stack.fake
 
 
 def chat(url, messages, **extra):

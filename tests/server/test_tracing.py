@@ -36,10 +36,7 @@ TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
 PROMPT_TEXT = "Tell me the secret word"
 
 
-@pytest.fixture(scope="module")
-def stack(qwen_tokenizer_dir):
-    with fake_stack(qwen_tokenizer_dir, fake={"model": MODEL, "max_model_len": 4096}) as stack:
-        yield stack
+pytestmark = pytest.mark.stack(fake={"model": MODEL, "max_model_len": 4096})
 
 
 @pytest.fixture
