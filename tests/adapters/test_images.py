@@ -222,3 +222,30 @@ def test_a_rollout_records_its_images_and_the_trainers_get_them(stack, fake, ans
     assert [sequence[i["placeholder"]] for i in verl["extra_fields"]["images"]] == [IMAGE_PAD, IMAGE_PAD]
     [slime] = httpx.get(stack.url + "/v1/rollouts/mm", params={"format": "slime"}).json()["data"]
     assert slime["multimodal_inputs"] == {"images": [BLUE, RED]}
+
+
+DROPS_IMAGES = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content is string %}{{ m.content }}"
+                "{% else %}{% for p in m.content %}{% if p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}"
+                "{% endif %}<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize(("image_markup", "written"), [("", 0), ("<|image_pad|><|image_pad|>", 2)])
+def test_a_template_that_does_not_write_one_placeholder_per_image_is_refused(tmp_path, image_markup, written):
+    """vLLM silently misplaces images then (two placeholders, one image: a corrupt prompt; none: a 500):
+    the gateway counts before sending."""
+    import json
+    import shutil
+
+    for path in vision_model_dir().iterdir():
+        shutil.copy2(path, tmp_path / path.name)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    config["chat_template"] = DROPS_IMAGES.replace("{% if p.type == 'text' %}",
+                                                   f"{{% if p.type == 'image' %}}{image_markup}{{% endif %}}"
+                                                   "{% if p.type == 'text' %}")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    with fake_stack(tmp_path, served_model_name="vl", fake={"model": "vl"}) as stack:
+        response = post(stack, "/v1/responses", {"input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": RED}, {"type": "input_text", "text": "?"}]}]})
+        assert (response.status_code, response.json()["error"]["code"]) == (400, "image_placeholder_mismatch")
+        assert f"wrote {written} image placeholders" in response.json()["error"]["message"]
+        assert stack.fake.bodies(GENERATE) == []
