@@ -249,3 +249,21 @@ def test_a_template_that_does_not_write_one_placeholder_per_image_is_refused(tmp
         assert (response.status_code, response.json()["error"]["code"]) == (400, "image_placeholder_mismatch")
         assert f"wrote {written} image placeholders" in response.json()["error"]["message"]
         assert stack.fake.bodies(GENERATE) == []
+
+
+def test_the_context_check_counts_each_image_as_vllm_will_expand_it():
+    """A 300×200 image is 70 tokens on a Qwen3.6 grid (patch 16, merge 2, smart_resize): the prompt's
+    ids fit a 64-token context, the expanded prompt does not."""
+    grid = PatchGrid(patch_size=16, min_pixels=65536, max_pixels=16777216)
+    with fake_stack(vision_model_dir(), served_model_name="vl", fake={"model": "vl", "max_model_len": 64}) as stack:
+        text_only = post(stack, "/v1/responses", {"input": "?", "max_output_tokens": 1})
+        unexpanded = len(stack.fake.bodies(GENERATE)[0]["token_ids"]) if text_only.status_code == 200 else None
+        stack.fake.reset()
+        response = post(stack, "/v1/responses", {"max_output_tokens": 1, "input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": RED}, {"type": "input_text", "text": "?"}]}]})
+        assert response.status_code == 400 and response.json()["error"]["code"] == "context_length_exceeded"
+        needed = int(response.json()["error"]["message"].split("needs ")[1].split(" ")[0])
+        # the text-only prompt, the image's <|vision_start|>, placeholder and <|vision_end|>, its expansion
+        assert unexpanded is not None and needed == unexpanded + 3 + grid.tokens(300, 200) - 1
+        assert unexpanded + 3 < 64 < needed
+        assert stack.fake.bodies(GENERATE) == []
