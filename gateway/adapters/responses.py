@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.adapters import compaction, logprobs, mcp_tools
-from gateway.adapters.mcp_tools import HostedTool
 from gateway.adapters.generation import coalesce, incomplete_reason, nemo_fields, token_fields
+from gateway.adapters.mcp_tools import HostedTool
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest
 from gateway.core.conversation import ToolCall, ToolOutput

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.adapters import mcp_tools, reasoning_blob
-from gateway.adapters.mcp_tools import HostedTool
 from gateway.adapters.codex_tools import Route, custom_input, routes
+from gateway.adapters.mcp_tools import HostedTool
 from gateway.core.ids import new_id
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
 from gateway.upstream.mcp import McpResult

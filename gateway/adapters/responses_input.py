@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.adapters import compaction, mcp_tools, output_fields, reasoning_blob
-from gateway.adapters.mcp_tools import McpPlan
 from gateway.adapters.codex_tools import LOCAL_SHELL, custom_arguments, flat_name, function_tool, offered_tools
 from gateway.adapters.images import responses_image
+from gateway.adapters.mcp_tools import McpPlan
 from gateway.adapters.request_schema import ResponsesBody, validate
 from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.validation import expect
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput, with_parts
-from gateway.core.image import Image
 from gateway.core.errors import invalid_request
+from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
 from gateway.upstream.mcp import McpTool
 
@@ -58,9 +58,8 @@ class ResponsesRequest:
 def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> ResponsesRequest:
     """`earlier_calls`: tool names by call_id of calls made before this input (a WebSocket
     continuation's history), which its tool outputs may answer."""
-    validate(ResponsesBody, body)
-    model = body["model"]
-    instructions = expect(body.get("instructions"), str, "instructions")
+    request = validate(ResponsesBody, body)  # every field's type and range: what is read below is checked
+    instructions = request.instructions
     generated: list[tuple[Reasoning, array | str]] = []
     raw_input, compact = compaction.take_trigger(body.get("input"))
     # A continuation may send the trigger alone.
@@ -69,23 +68,21 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         items.append(compaction.summary_prompt())
     if instructions is None:
         instructions = _take_leading_instructions(items)
-    raw_tools = expect(body.get("tools"), list, "tools") or []
+    raw_tools = request.tools or []
     tools = [tool for i, raw in enumerate(raw_tools) for tool in offered_tools(raw, f"tools[{i}]")]
     tool_choice, allowed = output_fields.tool_choice(body.get("tool_choice"))
     if tool_choice == "none":
         tools = []
-    reasoning = expect(body.get("reasoning"), dict, "reasoning") or {}
-    effort = expect(reasoning.get("effort"), str, "reasoning.effort")
+    effort = request.reasoning.effort if request.reasoning is not None else None
     conversation = Conversation(items=items, instructions=instructions, tools=tools, tool_choice=tool_choice,
                                 reasoning_effort=effort)
 
     max_output = body.get("max_output_tokens")
-    return_token_ids = bool(expect(body.get("return_token_ids"), bool, "return_token_ids"))
-    include = expect(body.get("include"), list, "include") or []
-    text_logprobs = "message.output_text.logprobs" in include or body.get("top_logprobs") is not None
+    return_token_ids = bool(request.return_token_ids)
+    text_logprobs = "message.output_text.logprobs" in (request.include or ()) or request.top_logprobs is not None
     wants_logprobs = return_token_ids or text_logprobs
     sampling = parse_sampling(body, max_tokens=max_output, logprobs=wants_logprobs)
-    text_options = expect(body.get("text"), dict, "text") or {}
+    text_options = request.text or {}
     sampling.constraint = output_fields.output_constraint(body, tool_choice, allowed,
                                                           answer_format=text_options.get("format"),
                                                           answer_param="text.format")
@@ -98,9 +95,9 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "max_output_tokens": max_output,
-        "metadata": expect(body.get("metadata"), dict, "metadata") or {},
-        "reasoning": {"effort": effort, "summary": reasoning.get("summary")},
-        "text": expect(body.get("text"), dict, "text") or {"format": {"type": "text"}},
+        "metadata": request.metadata or {},
+        "reasoning": {"effort": effort, "summary": request.reasoning.summary if request.reasoning else None},
+        "text": request.text or {"format": {"type": "text"}},
         "store": store,
         "previous_response_id": body.get("previous_response_id"),
         "prompt_cache_key": body.get("prompt_cache_key"),
@@ -115,7 +112,7 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     }
     if body.get("user") is not None:
         echo["user"] = body["user"]
-    background = bool(expect(body.get("background"), bool, "background"))
+    background = bool(request.background)
     if background and not store:
         raise invalid_request("'background': true needs 'store': true (its result is stored to be retrieved).",
                               param="background", code="unsupported_value")
@@ -125,9 +122,8 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         raise invalid_request(f"Invalid value for 'truncation': {truncation!r}; expected 'auto' or 'disabled'.",
                               param="truncation", code="invalid_value")
     return ResponsesRequest(
-        conversation=conversation, sampling=sampling, model=model,
-        stream=bool(expect(body.get("stream"), bool, "stream")), echo=echo, store=store,
-        prompt_cache_key=expect(body.get("prompt_cache_key"), str, "prompt_cache_key"),
+        conversation=conversation, sampling=sampling, model=request.model, stream=bool(request.stream), echo=echo,
+        store=store, prompt_cache_key=request.prompt_cache_key,
         return_token_ids=return_token_ids, text_logprobs=text_logprobs, background=background, tools=raw_tools, generated=generated,
         truncate=truncation == "auto", listed=mcp_tools.listed_in(raw_input if isinstance(raw_input, list) else []),
         compact=compact,
