@@ -15,7 +15,9 @@ routing before it knew the caches); `prefix-sent` (the prefix router knowing onl
 sent); `prefix` (the prefix router with the replicas' KV events); and `oracle`: the
 `session` router given one key per group or session, chosen so that groups and sessions
 alternate between the replicas — the placement a router that knew the workload's
-structure in advance would make, measured on the same vLLMs under the same concurrency.
+structure in advance would make, measured on the same vLLMs under the same concurrency
+(still under the session router's load bound, which can split a group: for grpo the ideal
+is also computed, every later sample hitting all its group's full shared blocks).
 
 Per run, from vLLM's own counters (`vllm:prefix_cache_queries_total` / `_hits_total`
 deltas, both replicas): prompt tokens, cache hits, prefill computed; from the client:

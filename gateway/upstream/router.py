@@ -96,7 +96,7 @@ class ReplicaView:
     blocks: BlockIndex | None = None
     events: KVEventSubscriber | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)
-    placed: int = 0  # new prefixes (long prompts no replica held) sent here
+    placed: int = 0  # new branches (prompts with a long part no replica held) sent here
 
     @property
     def live(self) -> bool:
@@ -192,7 +192,7 @@ class Router:
         kv = [view.load.kv_usage if view is not None else 0.0 for view in views]
         tie = TIE_TOKENS // self.block_tokens
         sticky = self._sessions.get(affinity) if affinity is not None else None
-        placing = len(keys) > tie
+        placing = len(keys) - max(held) > tie  # a new branch: more than `tie` of it is held nowhere
         replica, reason = routing.choose(candidates, held, loads, affinity, kv_usage=kv, tie=tie,
                                          sticky=next((r for r in candidates if r.url == sticky), None),
                                          placing=placing, placed=[view.placed if view else 0 for view in views],
@@ -203,7 +203,7 @@ class Router:
             if len(self._sessions) > MAX_SESSIONS:
                 self._sessions.popitem(last=False)
         view = self.views.get(replica.url)
-        if view is not None and placing and max(held) <= tie:
+        if view is not None and placing:
             view.placed += 1
         if view is not None and keys:  # with events live, only what they have not reported yet
             blocks = view.blocks if view.live else None

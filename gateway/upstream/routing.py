@@ -3,9 +3,10 @@
 `choose` (the default, prefix-aware): the replica holding the longest prefix of the prompt
 in its KV cache (gateway/upstream/prefix_index.py), among those within the load bound;
 equal prefixes go to the least loaded. A continuing session is a long prefix match, so it
-stays where its cache is; a long prompt no replica holds (a new GRPO group, a new session)
-goes where the fewest new prefixes were placed, so they spread evenly. The bound is that of
-"Consistent Hashing with Bounded Loads" (Mirrokni, Thorup, Zadimoghaddam): a replica
+stays where its cache is. A prompt with a long part no replica holds (a new GRPO group, a
+new session's own context) is a new branch: it goes where the fewest were placed, so
+groups and sessions spread evenly and their later requests follow them. The bound is that
+of "Consistent Hashing with Bounded Loads" (Mirrokni, Thorup, Zadimoghaddam): a replica
 already holding `load_factor` × the average load (in flight and queued) plus `LOAD_SLACK`
 requests takes no more while another has room, so a popular prefix spills over to a second
 replica instead of queueing on one. A replica whose KV cache is full (it would preempt) is
@@ -13,7 +14,7 @@ passed over while another is not.
 
 `pick` (`--routing session`, the rule before the cache was known): a session goes to its
 replica by rendezvous hashing (a replica joining or leaving moves only the sessions it gains
-or held), walked with the bound (no slack); requests without a key go to the least busy replica.
+or held), walked with the bound (no slack); requests without a key go to the least busy one.
 """
 
 from __future__ import annotations
@@ -72,31 +73,34 @@ def choose(candidates: Sequence[R], matched: Sequence[int], loads: Sequence[int]
     """The replica for a prompt and why. `matched[i]`: how much of the prompt candidate i holds
     (any unit: prefixes within `tie` of the longest count as equal, and one no longer than
     `tie` as nothing); `loads[i]`: its requests in flight and queued; `sticky`: where the
-    session (`affinity`) went last. Among equals the least loaded wins, then the session's
-    last replica, then the longer prefix; then, for a prompt worth placing (`placing`: longer
-    than `tie`, held nowhere) or one without a session, the replica that served fewer
-    requests (new prefixes spread), else the session key's consistent-hash order (a short
-    keyed prompt goes where the key says, from any process).
-    Reasons: "prefix" (the longest held prefix), "session" or "least-loaded" (nothing held),
+    session (`affinity`) went last. A new branch (`placing`: more than `tie` of the prompt is
+    held nowhere — a new group's prompt, a new session's own context) goes where the fewest
+    were placed (`placed[i]`), so groups and sessions spread evenly; then to the longer prefix,
+    the least loaded. Otherwise, among equal prefixes the least loaded wins, then the
+    session's last replica, then the longer prefix, then (no session) the replica that served
+    fewer requests or the session key's consistent-hash order (a short keyed prompt goes where
+    its key says, from any process). Reasons: "placed" (a new branch), "prefix" (the longest
+    held prefix), "session" or "least-loaded" (a short prompt nothing of which is held),
     "prefix-spilled" (a longer prefix is held by replicas over the bound)."""
     n = len(candidates)
     bound = math.ceil(load_factor * (sum(loads) + 1) / n) + LOAD_SLACK
     room = [i for i in range(n) if loads[i] < bound]  # never empty: not every load can be ≥ the bound
     if kv_usage is not None and (roomy := [i for i in room if kv_usage[i] < KV_FULL]):
         room = roomy
+    if placing:
+        chosen = min(room, key=lambda i: (placed[i] if placed is not None else 0, -matched[i], loads[i],
+                                          candidates[i].requests))
+        return candidates[chosen], "placed"
     best = max(matched[i] for i in room)
     top = [i for i in room if matched[i] >= best - tie]
     held = best > tie
-    if placing and not held:  # a new prefix: where the fewest were placed, so they spread evenly
-        chosen = min(top, key=lambda i: (placed[i] if placed is not None else 0, loads[i], candidates[i].requests))
+    if affinity is None:
+        order = {i: candidates[i].requests for i in top}
     else:
-        if affinity is None:
-            order = {i: candidates[i].requests for i in top}
-        else:
-            ranking = ranked(affinity, [candidates[i] for i in top])
-            order = {i: ranking.index(candidates[i]) for i in top}
-        chosen = min(top, key=lambda i: (loads[i], kv_usage[i] if kv_usage is not None else 0.0,
-                                         candidates[i] is not sticky, -matched[i] if held else 0, order[i]))
+        ranking = ranked(affinity, [candidates[i] for i in top])
+        order = {i: ranking.index(candidates[i]) for i in top}
+    chosen = min(top, key=lambda i: (loads[i], kv_usage[i] if kv_usage is not None else 0.0,
+                                     candidates[i] is not sticky, -matched[i] if held else 0, order[i]))
     if best < max(matched) - tie:
         return candidates[chosen], "prefix-spilled"
     return candidates[chosen], "prefix" if held else "session" if affinity is not None else "least-loaded"

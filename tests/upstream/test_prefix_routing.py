@@ -48,23 +48,23 @@ def test_the_longest_prefix_within_the_bound_wins_and_ties_go_to_the_least_loade
     bound = routing.capacity([Node("", inflight=load) for load in loads], factor) + routing.LOAD_SLACK
     room = [j for j in range(len(loads)) if loads[j] < bound]
     assert i in room
+    if placing:  # a new branch: where the fewest were placed, then the longer prefix, the least loaded
+        assert reason == "placed"
+        assert (placed[i], -matched[i], loads[i]) == min((placed[j], -matched[j], loads[j]) for j in room)
+        return
     best = max(matched[j] for j in room)
     equals = [j for j in room if matched[j] >= best - tie]  # as good as the best, give or take `tie`
     assert i in equals
-    if placing and best <= tie:  # a new prefix: where the fewest were placed, then the least loaded
-        fewest = [j for j in equals if placed[j] == min(placed[k] for k in equals)]
-        assert i in fewest and loads[i] == min(loads[j] for j in fewest)
-    else:
-        assert loads[i] == min(loads[j] for j in equals)
-        lightest = [j for j in equals if loads[j] == loads[i]]
-        if last in lightest:  # a continuing session stays where it was, all else equal
-            assert i == last
-        elif best > tie:  # then the longer prefix
-            assert matched[i] == max(matched[j] for j in lightest)
-        elif key is None:
-            assert served[i] == min(served[j] for j in lightest)
-        else:  # a short keyed prompt: the key's own consistent-hash order, from any process
-            assert chosen is routing.ranked(key, [replicas[j] for j in lightest])[0]
+    assert loads[i] == min(loads[j] for j in equals)
+    lightest = [j for j in equals if loads[j] == loads[i]]
+    if last in lightest:  # a continuing session stays where it was, all else equal
+        assert i == last
+    elif best > tie:  # then the longer prefix
+        assert matched[i] == max(matched[j] for j in lightest)
+    elif key is None:
+        assert served[i] == min(served[j] for j in lightest)
+    else:  # a short keyed prompt: the key's own consistent-hash order, from any process
+        assert chosen is routing.ranked(key, [replicas[j] for j in lightest])[0]
     if best < max(matched) - tie:
         assert reason == "prefix-spilled"  # a longer prefix is on replicas over the bound
     else:
@@ -124,11 +124,11 @@ def test_a_continuing_session_stays_where_its_prefix_is():
         router.track(r.url)
     history = list(range(1000, 1000 + 20 * C))
     first = router.pick(replicas, "session-1", prompt_ids=history)
-    assert router.stats.decisions == {"session": 1}  # nothing held yet: the key decides
+    assert router.stats.decisions == {"placed": 1}  # nothing held yet: a new branch
     for turn in range(5):
         history += [7, turn] * C  # the answer and the next user message
         assert router.pick(replicas, "session-1", prompt_ids=history) is first
-    assert router.stats.decisions == {"session": 1, "prefix": 5}
+    assert router.stats.decisions == {"placed": 1, "prefix": 5}
     assert router.stats.matched_tokens == sum(len(range(1000, 1000 + 20 * C)) + 2 * C * t for t in range(5))
 
 
@@ -143,7 +143,7 @@ def test_each_decision_is_reported_to_the_request_it_was_made_for():
         router.pick(replicas, None, prompt_ids=list(range(20 * C + 3)))
     finally:
         DECISIONS.reset(token)
-    assert [(d.reason, d.matched, d.best) for d in decisions] == [("least-loaded", 0, 0), ("prefix", 20 * C, 20 * C)]
+    assert [(d.reason, d.matched, d.best) for d in decisions] == [("placed", 0, 0), ("prefix", 20 * C, 20 * C)]
 
 
 def test_the_comparison_modes():

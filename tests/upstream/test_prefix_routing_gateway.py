@@ -113,7 +113,7 @@ def test_a_session_keeps_its_replica_and_its_exact_tokens(stack, tokenizer, capl
     assert prompts[1][:len(prompts[0]) + len(answer)] == prompts[0] + answer  # the exact earlier tokens, spliced
     routes = [r.fields["route"] for r in caplog.records if hasattr(r, "fields") and "route" in r.fields]
     held = [r.fields["route_prefix_tokens"] for r in caplog.records if hasattr(r, "fields") and "route" in r.fields]
-    assert routes == ["session", "prefix", "prefix"]
+    assert routes == ["placed", "prefix", "prefix"]
     assert held[0] == 0 and held[1] >= len(prompts[0]) // 16 * 16 - 16 and held[2] > held[1]
     metrics = httpx.get(stack.url + "/metrics").text
     assert 'gateway_routing_decisions_total{reason="prefix"} 2.0' in metrics
