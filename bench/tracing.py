@@ -76,7 +76,7 @@ def _cpu_ms_per_request(upstream: procs.Process, body: str, requests: int, extra
 def side(state: str, ratio: float, short: procs.Process, long: procs.Process, sink: dict[str, Any],
          requests: int) -> dict:
     """One run of `state`: "off", "on" (every request traced) or "sampled" (a `ratio` of them)."""
-    extra = ["--otlp-traces-endpoint", sink["endpoint"]] if state != "off" else []
+    extra = ["--otlp-traces-endpoint", sink["endpoint"]] if state in ("on", "sampled") else []
     sampler = {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(ratio)} if state == "sampled" else {}
     saved = {key: os.environ.get(key) for key in sampler}
     os.environ.update(sampler)  # the gateway inherits it
