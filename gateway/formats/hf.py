@@ -1,17 +1,15 @@
-"""The HF chat-template format: a model's own Jinja template in, Qwen-style output parsed.
+"""The HF chat-template format: a model's own Jinja template in, its family's output parsed.
 
 Prompts are rendered by the tokenizer's chat template (see `hf_render` for how content is
-kept from becoming markup); output is parsed at the token level for `<think>` reasoning and
-`<tool_call>` blocks: hermes JSON (`hf_parser`, the Qwen2.5/Qwen3 family), Qwen's XML
-(`qwen_xml`, Qwen3.5/3.6 and Qwen3-Coder), GLM's `<arg_key>`/`<arg_value>` (`glm`, GLM-4.5 to
-GLM-5), the call sections of DeepSeek-V3.1 (`deepseek`) and Kimi-K2 (`kimi`), the `<invoke>` blocks
-of MiniMax-M2 (`minimax`) and DeepSeek-V3.2/V4 (`dsml`; these two models ship no template, and render
-with DeepSeek's encoder, `dsml_render`), or Gemma 4's `<|tool_call>call:NAME{…}` (`gemma4`, with
-`<|channel>` reasoning). Which one is read off the template (a template that writes `<arg_key>` is
-GLM's, one that writes `<｜tool▁calls▁begin｜>` DeepSeek's, `<|tool_calls_section_begin|>` Kimi's,
-`<minimax:tool_call>` MiniMax's, `｜DSML｜` DSML, `<|tool_call>call:` Gemma 4's, `<function=` /
-`<parameter=` XML) or off config.json's `model_type` (`deepseek_v32`, `deepseek_v4`), unless vLLM's
-parser name is given.
+kept from becoming markup); output is parsed at the token level for reasoning and tool calls
+as the model's family writes them: hermes JSON (`hermes`, Qwen2.5/Qwen3), Qwen's XML
+(`qwen_xml`, Qwen3.5/3.6 and Qwen3-Coder), GLM's `<arg_key>`/`<arg_value>` (`glm`), the call
+sections of DeepSeek-V3.1 (`deepseek`) and Kimi-K2 (`kimi`), the `<invoke>` blocks of MiniMax-M2
+(`minimax`) and DeepSeek-V3.2/V4 (`dsml`; these ship no template and render with DeepSeek's
+encoder, `dsml_render`), Gemma 4's `<|tool_call>call:NAME{…}` (`gemma4`), Llama 3's JSON
+(`llama3_json`). Each family is a declaration (`family.Family`) in its module; which one a model
+gets is read off its template, config.json's `model_type` or vLLM's parser names, in the registry's
+order (`families`). This class only assembles a format from the declarations.
 """
 
 from __future__ import annotations
