@@ -155,9 +155,8 @@ def test_redis_restarted_mid_session_degrades_and_recovers(gateways, tokenizer, 
         history = next_history(history, codex_turn(gateways.urls[step % 2], history, key="restart"), step)
     gateways.redis.stop()
     gateways.fake.queue(tool_call(tokenizer, 2))
-    start = time.monotonic()
-    history = next_history(history, codex_turn(gateways.urls[0], history, key="restart"), 2)  # unreachable
-    assert time.monotonic() - start < 5  # short deadlines: no hang
+    # unreachable: answered (a hang would end in the client's timeout), rendered in full and said so
+    history = next_history(history, codex_turn(gateways.urls[0], history, key="restart"), 2)
     assert any("unreachable" in record.getMessage() for record in caplog.records)
     gateways.redis.start()  # back, empty
     time.sleep(1.1)  # the gateways leave a failed store alone for a second
