@@ -143,6 +143,7 @@ def test_one_call_per_generation_needs_no_constraint_for_parallel_false_or_max_t
     assert "structured_outputs" not in fake.bodies(GENERATE)[-1]["sampling_params"]  # <|call|> ends it anyway
 
 
+@pytest.mark.vllm
 def test_real_vllm_harmony_model_streams_and_continues_on_exact_tokens(vllm_harmony, harmony_tokenizer_dir_path):
     settings = Settings(model=str(harmony_tokenizer_dir_path), upstreams=[vllm_harmony.url], chat_format="harmony")
     with running_gateway(settings) as url:
