@@ -297,24 +297,16 @@ def test_codex_waits_out_a_429_and_gets_the_freed_slot(qwen_tokenizer_dir, monke
 
 
 def test_codex_retries_a_503_until_a_replica_is_back(qwen_tokenizer_dir, monkeypatch, codex_bin, tokenizer, tmp_path):
+    """The one replica refuses the first generation (vLLM's 503: overloaded, or starting): with no
+    other replica to try, the gateway answers 503 and Codex retries until the replica takes it. (An
+    ejected replica that still answers is not a 503: panic routing serves through it.)"""
     with start(qwen_tokenizer_dir, monkeypatch) as stack:
-        replica = stack.traffic.app.state.runtime.pool.replicas[0]
-        stack.fake.healthy = False
-        replica.eject("the test took it down")  # its health watch now finds it failing
-
-        def back(app, status):
-            if status == 503:  # the replica recovers right after the first refusal
-                stack.fake.healthy = True
-                replica.wake.set()  # its watch re-admits it now, not after its backoff
-
-        stack.traffic.on_status = back
-        stack.fake.queue(Script(answer_ids(tokenizer, "Hello.")))
+        stack.fake.queue(Script([], status=503), Script(answer_ids(tokenizer, "Hello.")))
         run, _ = codex_exec(codex_bin, stack.url, tmp_path, "Say hello")
     assert run.returncode == 0, run.stderr
     assert [m["text"] for m in run.items("agent_message")] == ["Hello."]
     statuses = [post.status for post in stack.traffic.posts]
-    # Codex retries after ~0.2 s; on a loaded machine the re-admission may take longer than one retry.
-    assert statuses[0] == 503 and statuses[-1] == 200 and set(statuses) == {503, 200}
+    assert statuses == [503, 200]
 
 
 def test_an_image_is_a_clear_400_for_a_text_only_model(stack, codex_bin, tmp_path):
