@@ -53,8 +53,10 @@ def replicas(qwen_model_dir, tmp_path_factory) -> Iterator[list[VLLMProcess]]:
 
 @pytest.fixture(scope="module")
 def stack(replicas, qwen_model_dir) -> Iterator[tuple[str, Runtime]]:
+    # Session routing: keys go where they hash (`key_for`), so a test can name the replica a request
+    # must reach; prefix routing would send every short prompt to whichever replica holds the template.
     settings = Settings(model=str(qwen_model_dir), upstreams=[r.url for r in replicas], health_interval=0.5,
-                        health_backoff_max=2.0)
+                        health_backoff_max=2.0, routing="session")
     runtime = build_runtime(settings)
     with running_gateway(settings, runtime) as url:
         yield url, runtime
