@@ -19,6 +19,7 @@ import orjson
 from gateway.adapters.validation import expect
 from gateway.core.errors import APIError, invalid_request
 from gateway.core.push import Hold, Sink
+from gateway.pipeline.exchange import Quiet
 from gateway.pipeline.token_turn import COMPLETIONS, GENERATE
 from gateway.pipeline.turn import Turn
 
@@ -81,24 +82,11 @@ class EventsWriter:
         return self.emit(b"data: " + orjson.dumps(error.http_body()) + b"\n\ndata: [DONE]\n\n")
 
 
-class BodyWriter:
+class BodyWriter(Quiet):
     """A JSON answer: the replica's body, once it ended."""
 
-    keeps = True
     body = b""
 
-    def started(self, turn: Turn) -> Hold:
-        return None
-
-    def events(self, payloads: list[bytes]) -> Hold:
+    def events(self, payloads: list[bytes]) -> Hold:  # type: ignore[override]
         self.body = payloads[-1]
         return None
-
-    def answer(self, turn: Turn) -> None:
-        return None
-
-    def ended(self, turn: Turn) -> Hold:
-        return None
-
-    def failed(self, turn: Turn, error: APIError) -> Hold:
-        raise error
