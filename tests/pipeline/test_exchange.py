@@ -6,41 +6,23 @@ being stored."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
 import pytest
 
-from gateway.adapters.responses_turn import ResponseTurn, from_http
 from gateway.core.errors import APIError
-from gateway.core.settings import Settings
 from gateway.pipeline import exchange, session
-from gateway.server.app import build_runtime
 from gateway.server.event_log import EventLog
 from gateway.server.routes import stored_responses
 from tests.support.fake_vllm import FakeVLLM, Script
+from tests.support.response_turns import scenario
 from tests.support.waiting import wait_for
 
 TOKENS = [9707, 1879, 151645]  # "Hello world" then <|im_end|>
 
 
-def _scenario(model_dir: str, scripts: list[Script], drive: Callable[[Any, ResponseTurn], Awaitable[Any]],
-              **body: Any) -> tuple[Any, FakeVLLM]:
-    """`drive(runtime, made)` on a fresh runtime and a built (not started) Responses turn."""
-    with FakeVLLM() as fake:
-        fake.queue(*scripts)
-
-        async def run() -> Any:
-            settings = Settings(model=model_dir, upstreams=[fake.url], served_model_name="tiny-qwen3")
-            runtime = build_runtime(settings)
-            await runtime.pool.start()
-            try:
-                raw = orjson.dumps({"model": "tiny-qwen3", "input": "hi", "store": True, **body})
-                return await drive(runtime, await from_http(runtime, raw, settings))
-            finally:
-                await runtime.pool.close()
-        return asyncio.run(run()), fake
+def _scenario(model_dir: str, scripts: list[Script], drive: Any, **body: Any) -> tuple[Any, FakeVLLM]:
+    return scenario(model_dir, scripts, drive, store=True, **body)
 
 
 class _Log:

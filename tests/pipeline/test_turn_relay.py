@@ -5,19 +5,15 @@ turn's own clean failure."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
-import orjson
 import pytest
 
-from gateway.adapters.responses_turn import from_http
 from gateway.core.errors import APIError
-from gateway.core.settings import Settings
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
-from gateway.server.app import build_runtime
 from tests.support.fake_vllm import FakeVLLM, Script
+from tests.support.response_turns import scenario
 from tests.support.waiting import wait_for
 
 # "Hello world" then <|im_end|>, one token per chunk
@@ -26,20 +22,10 @@ TOKENS = [9707, 1879, 151645]
 
 def _run(model_dir: str, scripts: list[Script], drive: Any) -> tuple[Any, FakeVLLM]:
     """`drive(turn)` on a started turn over a fresh runtime; (its result, the fake replica)."""
-    with FakeVLLM() as fake:
-        fake.queue(*scripts)
-
-        async def scenario() -> Any:
-            settings = Settings(model=model_dir, upstreams=[fake.url], served_model_name="tiny-qwen3")
-            runtime = build_runtime(settings)
-            await runtime.pool.start()
-            try:
-                body = orjson.dumps({"model": "tiny-qwen3", "input": "hi", "stream": True, "store": False})
-                async with (await from_http(runtime, body, settings)).turn as turn:
-                    return await drive(turn)
-            finally:
-                await runtime.pool.close()
-        return asyncio.run(scenario()), fake
+    async def started(runtime: Any, made: Any) -> Any:
+        async with made.turn as turn:
+            return await drive(turn)
+    return scenario(model_dir, scripts, started, stream=True, store=False)
 
 
 def test_relay_gives_the_item_events_and_record(qwen_tokenizer_dir):
