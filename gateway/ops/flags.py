@@ -125,31 +125,8 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     outliers = parser.add_argument_group(
         "outlier detection", "when a failing replica leaves the pool (Envoy's outlier detection); when every "
         "replica is out, requests go to the ejected ones anyway (panic routing) rather than all getting 503")
-    outliers.add_argument("--outlier-consecutive-failures", type=int,
-                          default=int(_env("outlier_consecutive_failures", "5")),
-                          help="failed requests in a row (5xx, a stream cut or malformed, an in-stream error) that "
-                               "eject a replica; 0: never")
-    outliers.add_argument("--outlier-failure-percentage", type=float,
-                          default=float(_env("outlier_failure_percentage", "50")),
-                          help="share of a replica's requests in an --outlier-interval that ejects it when failed; "
-                               "0: never")
-    outliers.add_argument("--outlier-failure-request-volume", type=int,
-                          default=int(_env("outlier_failure_request_volume", "20")),
-                          help="requests a replica must have served in the interval before the percentage counts")
-    outliers.add_argument("--outlier-interval", type=float, default=float(_env("outlier_interval", "10")),
-                          help="seconds: the failure-percentage window; a replica's ejection count drops by one "
-                               "per interval it stays in")
-    outliers.add_argument("--outlier-base-ejection-time", type=float,
-                          default=float(_env("outlier_base_ejection_time", "10")),
-                          help="seconds an ejected replica stays out at least, times its ejection count; then "
-                               "it is readmitted after its health check and a warmup generation")
-    outliers.add_argument("--outlier-max-ejection-time", type=float,
-                          default=float(_env("outlier_max_ejection_time", "300")),
-                          help="cap of the ejection time")
-    outliers.add_argument("--outlier-max-ejection-percent", type=float,
-                          default=float(_env("outlier_max_ejection_percent", "50")),
-                          help="share of the pool outlier detection may eject at once (a replica that refuses "
-                               "connections or stalls is ejected whatever the share)")
+    for flag, kind, default, text in _OUTLIER_FLAGS:
+        outliers.add_argument(flag, type=kind, default=_env(flag[2:], default), help=text)
     parser.add_argument("--request-body-timeout", type=float, default=float(_env("request_body_timeout", "30")),
                         help="seconds a client may take to send its request body (408 beyond)")
     parser.add_argument("--header-timeout", type=float, default=float(_env("header_timeout", "10")),
@@ -302,3 +279,23 @@ def _env_keys() -> list[str]:
     """GATEWAY_API_KEY and the comma-separated GATEWAY_API_KEYS."""
     keys = [_env("api_key") or "", *(_env("api_keys") or "").split(",")]
     return [key.strip() for key in keys if key.strip()]
+
+
+# (flag, type, default, help); argparse converts a string default, from GATEWAY_<FLAG> or here, by the type.
+_OUTLIER_FLAGS = (
+    ("--outlier-consecutive-failures", int, "5",
+     "failed requests in a row (5xx, a stream cut or malformed, an in-stream error) that eject a replica; 0: never"),
+    ("--outlier-failure-percentage", float, "50",
+     "share of a replica's requests in an --outlier-interval that ejects it when failed; 0: never"),
+    ("--outlier-failure-request-volume", int, "20",
+     "requests a replica must have served in the interval before the percentage counts"),
+    ("--outlier-interval", float, "10",
+     "seconds: the failure-percentage window; a replica's ejection count drops by one per interval it stays in"),
+    ("--outlier-base-ejection-time", float, "10",
+     ("seconds an ejected replica stays out at least, times its ejection count; then it is readmitted after its "
+     "health check and a warmup generation")),
+    ("--outlier-max-ejection-time", float, "300", "cap of the ejection time"),
+    ("--outlier-max-ejection-percent", float, "50",
+     ("share of the pool outlier detection may eject at once (a replica that refuses connections or stalls is "
+     "ejected whatever the share)")),
+)

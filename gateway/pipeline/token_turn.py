@@ -18,22 +18,19 @@ of `n`), its prompt ids and generated ids exactly as they went and came.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
-from gateway.core.errors import APIError, UpstreamUnavailable
 from gateway.core.push import Hold, Sink
 from gateway.core.sampling import SamplingOptions
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn, handed_on
 from gateway.upstream.protocol import parse_usage
+from gateway.upstream.replica import Replica, UpstreamStream
 from gateway.upstream.stream import StreamMode
-
-log = logging.getLogger(__name__)
 
 GENERATE, COMPLETIONS = "/inference/v1/generate", "/v1/completions"
 _ID_FIELDS = ("token_ids", "prompt_token_ids")
@@ -59,27 +56,19 @@ class TokenTurn(Turn):
 
     async def start(self) -> None:
         """Get the request accepted by a replica (another one if one cannot take it)."""
-        record, pool = self.record, self.runtime.pool
-        tried = []
-        last_error: APIError | None = None
-        for _ in range(len(pool.replicas)):
-            try:
-                replica = pool.pick(self.affinity, exclude=tried, prompt_ids=record.prompt_ids or None,
-                                    cache_salt=self._body.get("cache_salt"))
-            except UpstreamUnavailable as exc:
-                raise last_error or exc
+        record = self.record
+
+        async def send(replica: Replica) -> UpstreamStream:
             body = orjson.dumps({**self._body, "model": replica.served_model or self._body.get("model"),
                                  "request_id": record.request_id})
-            try:
-                record.attempts += 1
-                self._stream = await replica.forward(self.path, body, record.request_id, self.stream_mode)
-                record.replica = replica.url
-                return
-            except UpstreamUnavailable as exc:
-                log.warning("request %s: %s; trying another replica", record.request_id, exc.message)
-                tried.append(replica)
-                last_error = exc
-        raise last_error or UpstreamUnavailable("no healthy vLLM replica is available")
+            record.attempts += 1
+            stream = await replica.forward(self.path, body, record.request_id, self.stream_mode)
+            record.replica = replica.url
+            return stream
+
+        self._stream = await self.runtime.pool.open(send, record.request_id, self.affinity,
+                                                    prompt_ids=record.prompt_ids or None,
+                                                    cache_salt=self._body.get("cache_salt"))
 
     async def relay(self, sink: Sink[list[bytes]]) -> None:
         """The replica's answer, pushed: each read's events (or the whole body) to `sink` as JSON

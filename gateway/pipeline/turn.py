@@ -23,7 +23,7 @@ from typing import Any, Self, TypeVar
 
 from gateway.core import tracing
 from gateway.core.conversation import Item, Message, images_of
-from gateway.core.errors import APIError, UpstreamUnavailable, context_length_exceeded, invalid_request
+from gateway.core.errors import APIError, context_length_exceeded, invalid_request
 from gateway.core.ids import new_id
 from gateway.core.image import check_images, text_only
 from gateway.core.push import Hold, Sink, held
@@ -38,7 +38,7 @@ from gateway.tokenfix.prompt import PromptBuilder
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.chunks import TokenChunk, Usage
-from gateway.upstream.replica import UpstreamStream
+from gateway.upstream.replica import Replica, UpstreamStream
 
 log = logging.getLogger(__name__)
 
@@ -161,23 +161,14 @@ class Turn:
         return ids
 
     async def _open(self, params: dict) -> UpstreamStream:
-        """Try replicas until one accepts: nothing was generated yet, so retrying is safe."""
-        record, pool = self.record, self.runtime.pool
-        tried = []
-        last_error: APIError | None = None
-        for _ in range(len(pool.replicas)):
-            try:
-                replica = pool.pick(self.affinity, exclude=tried, prompt_ids=record.prompt_ids)
-            except UpstreamUnavailable as exc:
-                raise last_error or exc
-            try:
-                record.attempts += 1
-                return await replica.open(record.prompt_ids, params, record.request_id, images=record.images)
-            except UpstreamUnavailable as exc:
-                log.warning("request %s: %s; trying another replica", record.request_id, exc.message)
-                tried.append(replica)
-                last_error = exc
-        raise last_error or UpstreamUnavailable("no healthy vLLM replica is available")
+        """The generation sent to a replica that accepts it (another one if one refuses)."""
+        record = self.record
+
+        async def send(replica: Replica) -> UpstreamStream:
+            record.attempts += 1
+            return await replica.open(record.prompt_ids, params, record.request_id, images=record.images)
+
+        return await self.runtime.pool.open(send, record.request_id, self.affinity, prompt_ids=record.prompt_ids)
 
     async def relay(self, sink: Sink[list[ParseEvent]]) -> None:
         """The parsed item events, pushed: each read's events go to `sink` from the read

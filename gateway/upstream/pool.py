@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import httpx
 
@@ -23,6 +24,8 @@ from gateway.upstream.router import Router
 from gateway.upstream.transport import Transport
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class Pool:
@@ -93,6 +96,25 @@ class Pool:
         if not candidates:
             raise UpstreamUnavailable("no healthy vLLM replica is available")
         return self.router.pick(candidates, affinity, prompt_ids=prompt_ids, cache_salt=cache_salt)
+
+    async def open(self, send: Callable[[Replica], Awaitable[T]], request_id: str, affinity: str | None = None, *,
+                   prompt_ids: Sequence[int] | None = None, cache_salt: str | None = None) -> T:
+        """`send` to the replica `pick` chooses, then to the next while one refuses before answering
+        (UpstreamUnavailable): nothing was generated yet, so trying another is safe."""
+        tried: list[Replica] = []
+        last_error: UpstreamUnavailable | None = None
+        for _ in range(len(self.replicas)):
+            try:
+                replica = self.pick(affinity, exclude=tried, prompt_ids=prompt_ids, cache_salt=cache_salt)
+            except UpstreamUnavailable as exc:
+                raise last_error or exc
+            try:
+                return await send(replica)
+            except UpstreamUnavailable as exc:
+                log.warning("request %s: %s; trying another replica", request_id, exc.message)
+                tried.append(replica)
+                last_error = exc
+        raise last_error or UpstreamUnavailable("no healthy vLLM replica is available")
 
     def interrupt(self) -> int:
         """Fail every open upstream stream (shutdown deadline); returns how many."""
