@@ -46,7 +46,7 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--served-model-name", default=_env("served_model_name"),
                         help="the model name clients send (default: the upstream's or --model)")
     parser.add_argument("--host", default=_env("host", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(_env("port", "8080")))
+    parser.add_argument("--port", type=int, default=_env("port", "8080"))
     parser.add_argument("--upstream-api", choices=["auto", "generate", "completions"],
                         default=_env("upstream_api", "auto"),
                         help="token endpoint: /inference/v1/generate, /v1/completions, or probe (auto)")
@@ -62,11 +62,11 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                              "(MiniMax-M2), kimi_k2 (Kimi-K2), gemma4 (Gemma 4), llama3_json (Llama 3.1-3.3), "
                              "mistral (Mistral's own format); auto reads the chat template")
     parser.add_argument("--max-websocket-connections", type=int,
-                        default=int(_env("max_websocket_connections", "100")),
+                        default=_env("max_websocket_connections", "100"),
                         help="open WebSocket connections on /v1/responses beyond which new ones are refused")
-    parser.add_argument("--websocket-lifetime", type=float, default=float(_env("websocket_lifetime", "3600")),
+    parser.add_argument("--websocket-lifetime", type=float, default=_env("websocket_lifetime", "3600"),
                         help="seconds a WebSocket connection stays open before the server closes it")
-    parser.add_argument("--websocket-warning", type=float, default=float(_env("websocket_warning", "3300")),
+    parser.add_argument("--websocket-warning", type=float, default=_env("websocket_warning", "3300"),
                         help="seconds after which a connection_expiring event warns of the close")
     parser.add_argument("--responses-spec", choices=["openai", "open-responses"],
                         default=_env("responses_spec", "openai"),
@@ -75,15 +75,15 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reasoning-secret", default=_env("reasoning_secret"),
                         help="key authenticating reasoning echoed back by clients (share it between gateways "
                              "behind one load balancer); default: random per process")
-    parser.add_argument("--rollout-max-tokens", type=int, default=int(_env("rollout_max_tokens", "20000000")),
+    parser.add_argument("--rollout-max-tokens", type=int, default=_env("rollout_max_tokens", "20000000"),
                         help="tokens all RL rollouts may hold; least recently used rollouts are evicted beyond")
-    parser.add_argument("--rollout-ttl", type=float, default=float(_env("rollout_ttl", "3600")),
+    parser.add_argument("--rollout-ttl", type=float, default=_env("rollout_ttl", "3600"),
                         help="seconds a rollout lives without a call or an export")
     parser.add_argument("--return-tokens-as-token-ids", action="store_true",
                         default=(_env("return_tokens_as_token_ids") or "").lower() in ("1", "true", "yes"),
                         help="vLLM's flag: every logprobs token is named \"token_id:N\" unless a request sets "
                              "return_tokens_as_token_ids: false (for RL clients that read ids from logprobs)")
-    parser.add_argument("--resolve-interval", type=float, default=float(_env("resolve_interval", "10")),
+    parser.add_argument("--resolve-interval", type=float, default=_env("resolve_interval", "10"),
                         help="seconds between DNS lookups of an --upstream hostname (a headless Service: one "
                              "replica per address); 0 resolves once")
     routing = parser.add_argument_group(
@@ -94,10 +94,10 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                          help="prefix: the longest cached prefix within the load bound (sessions follow their "
                               "cache); session: sessions by consistent hashing, others to the least loaded; "
                               "least-loaded; round-robin")
-    routing.add_argument("--routing-load-factor", type=float, default=float(_env("routing_load_factor", "1.25")),
+    routing.add_argument("--routing-load-factor", type=float, default=_env("routing_load_factor", "1.25"),
                          help="a replica holding more than this × the mean load (in flight and queued) gets no "
                               "new request while another has room")
-    routing.add_argument("--prefix-block-tokens", type=int, default=int(_env("prefix_block_tokens", "16")),
+    routing.add_argument("--prefix-block-tokens", type=int, default=_env("prefix_block_tokens", "16"),
                          help="tokens per chunk of the prefix index; must divide the replicas' --block-size "
                               "(vLLM: 16 on GPUs, 128 on CPUs); larger hashes less")
     routing.add_argument("--kv-events", action="append", default=None,
@@ -106,20 +106,20 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                               "for every replica; env GATEWAY_KV_EVENTS, ';'-separated); without, routing knows "
                               "only the prompts it sent")
     routing.add_argument("--replica-metrics-interval", type=float,
-                         default=float(_env("replica_metrics_interval", "1")),
+                         default=_env("replica_metrics_interval", "1"),
                          help="seconds between reads of each replica's /metrics (queue, KV usage and capacity); "
                               "0: never")
-    parser.add_argument("--drain-timeout", type=float, default=float(_env("drain_timeout", "30")),
+    parser.add_argument("--drain-timeout", type=float, default=_env("drain_timeout", "30"),
                         help="on SIGTERM, seconds in-flight streams may run on before they are stopped")
     parser.add_argument("--max-concurrent-requests", type=int,
                         default=int(_env("max_concurrent_requests", "0")) or None,
                         help="model requests in flight in this process beyond which new ones get a 429 with "
                              "Retry-After (default: no limit)")
-    parser.add_argument("--upstream-idle-timeout", type=float, default=float(_env("upstream_idle_timeout", "300")),
+    parser.add_argument("--upstream-idle-timeout", type=float, default=_env("upstream_idle_timeout", "300"),
                         help="seconds a generation may go without a byte from its replica before it fails "
                              "(504-class) and the replica is suspected (default 300, Codex's stream idle limit)")
     parser.add_argument("--upstream-header-timeout", type=float,
-                        default=float(_env("upstream_header_timeout", "30")),
+                        default=_env("upstream_header_timeout", "30"),
                         help="seconds a replica may take to accept a generation (its response headers); "
                              "beyond, the replica is suspected and another one tried")
     outliers = parser.add_argument_group(
@@ -127,19 +127,19 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
         "replica is out, requests go to the ejected ones anyway (panic routing) rather than all getting 503")
     for flag, kind, default, text in _OUTLIER_FLAGS:
         outliers.add_argument(flag, type=kind, default=_env(flag[2:], default), help=text)
-    parser.add_argument("--request-body-timeout", type=float, default=float(_env("request_body_timeout", "30")),
+    parser.add_argument("--request-body-timeout", type=float, default=_env("request_body_timeout", "30"),
                         help="seconds a client may take to send its request body (408 beyond)")
-    parser.add_argument("--header-timeout", type=float, default=float(_env("header_timeout", "10")),
+    parser.add_argument("--header-timeout", type=float, default=_env("header_timeout", "10"),
                         help="seconds a client may take to send a request's headers; beyond, the connection is "
                              "closed (slowloris)")
-    parser.add_argument("--client-write-timeout", type=float, default=float(_env("client_write_timeout", "60")),
+    parser.add_argument("--client-write-timeout", type=float, default=_env("client_write_timeout", "60"),
                         help="seconds a WebSocket event may wait on a client that does not read; beyond, its "
                              "responses fail, their generations are aborted and the connection is closed")
     images = parser.add_argument_group("images", "what a request may attach for a vision model (config.json "
                                        "with a vision_config); a text-only model refuses images")
     images.add_argument("--max-image-bytes", type=int, default=int(_env("max_image_bytes", str(20 * 1024 * 1024))),
                         help="bytes per image (413 beyond; default 20 MiB)")
-    images.add_argument("--max-images", type=int, default=int(_env("max_images", "32")),
+    images.add_argument("--max-images", type=int, default=_env("max_images", "32"),
                         help="images per request, history included (400 beyond)")
     images.add_argument("--max-image-pixels", type=int, default=int(_env("max_image_pixels", str(8192 * 8192))),
                         help="pixels per image (400 beyond)")
@@ -152,7 +152,7 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-url", default=_env("state_url"),
                         help="redis://host:port/db, rediss://… or unix:///path.sock: keep sessions, stored responses "
                              "and rollouts in Redis, shared by every gateway process and pod (default: in process)")
-    parser.add_argument("--workers", type=int, default=int(_env("workers", "1")),
+    parser.add_argument("--workers", type=int, default=_env("workers", "1"),
                         help="gateway processes on the port, sharing --state-url (without one, a private "
                              "redis-server on a unix socket when installed)")
     mcp = parser.add_argument_group(
@@ -163,11 +163,11 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                                         "GATEWAY_MCP_ALLOWED_URLS comma-separated): scheme, host and port must "
                                         "match and the path start with the prefix's; any other URL is a 400 "
                                         "before any connection. None: MCP tools are refused")
-    mcp.add_argument("--mcp-timeout", type=float, default=float(_env("mcp_timeout", "30")),
+    mcp.add_argument("--mcp-timeout", type=float, default=_env("mcp_timeout", "30"),
                      help="seconds one MCP listing or call may take (a call past it fails; the model goes on)")
     mcp.add_argument("--mcp-max-output-bytes", type=int, default=int(_env("mcp_max_output_bytes", str(1 << 20))),
                      help="largest MCP call output shown to the model; a larger one fails the call")
-    mcp.add_argument("--mcp-max-calls", type=int, default=int(_env("mcp_max_calls", "16")),
+    mcp.add_argument("--mcp-max-calls", type=int, default=_env("mcp_max_calls", "16"),
                      help="MCP calls one response may make when its request sets no max_tool_calls")
     keys = parser.add_argument_group(
         "API keys and tenants", "with any key, every model and state endpoint needs one (Authorization: Bearer "
