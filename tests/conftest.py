@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import NoReturn
 
 import pytest
@@ -49,13 +50,19 @@ def pytest_configure(config: pytest.Config) -> None:
 def _load_each_format_once() -> None:
     """A format takes seconds to load (the tokenizer, the template's compile, the byte table) and
     holds nothing a turn changes, so every gateway started in this process and every test that
-    loads one share one per set of arguments (a failed load is not kept)."""
+    loads one share one per set of arguments (a failed load is not kept). The tokenizer, most of
+    that time (transformers reads tokenizer.json in Python), is shared too by the formats of one
+    dir loaded with other parser options (the family selection tests); formats never change it."""
+    from transformers import AutoTokenizer
+
     import gateway.formats
+    import gateway.formats.hf
     import gateway.server.app
 
     load = gateway.formats.load_format
     assert gateway.server.app.load_format is load, "gateway.server.app loads its format elsewhere"
     gateway.formats.load_format = gateway.server.app.load_format = functools.cache(load)
+    gateway.formats.hf.AutoTokenizer = SimpleNamespace(from_pretrained=functools.cache(AutoTokenizer.from_pretrained))
 
 
 @pytest.fixture(scope="session")
