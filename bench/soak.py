@@ -1,7 +1,7 @@
 """Soak: a mixed load with injected faults against a real gateway process, for minutes.
 
     python -m bench.soak --minutes 10 [--out results/soak.json]
-    python -m bench.soak --quick          # 30 s, what CI's smoke test runs
+    python -m bench.soak --quick          # 10 s, what CI's smoke test runs
 
 The gateway (`vllm-gateway serve`) runs in front of the bench's token server
 (bench/upstream.py, `--faults --record-prompts`); `--concurrency` clients each loop over:
@@ -341,12 +341,12 @@ async def run_load(gateway: procs.Process, stub: procs.Process, script: list[int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--quick", action="store_true", help="30 seconds (CI's smoke test)")
+    parser.add_argument("--quick", action="store_true", help="10 seconds (CI's smoke test)")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seed", type=int, default=23)
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
-    seconds = 30.0 if args.quick else args.minutes * 60
+    seconds = 10.0 if args.quick else args.minutes * 60
     model = qwen()
     script = model.output(15)
     with procs.token_server(model.name, script, step_ms=3, cpu=None,

@@ -85,7 +85,7 @@ def test_memory_counts_open_sockets_and_compact_sessions(results):
 
 
 def test_soak_reports_outcomes_chains_and_growth(tmp_path):
-    """`python -m bench.soak --quick` (30 s of mixed load with faults): the report's shape, and
+    """`python -m bench.soak --quick` (10 s of mixed load with faults): the report's shape, and
     what holds at any speed — every outcome explained by an injected fault, no broken chain."""
     out = tmp_path / "soak.json"
     command = [sys.executable, "-m", "bench.soak", "--quick", "--concurrency", "4", "--out", str(out)]
