@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
 from gateway.adapters.validation import type_name
 from gateway.core.errors import APIError, invalid_request
@@ -94,85 +94,116 @@ class _Body(BaseModel):
 
 
 # -- Responses ----------------------------------------------------------------------------
+# Items and content parts are what the adapters read (gateway/adapters/responses_input.py,
+# chat_input.py, mcp_tools.py): each model holds the fields they use, and the rules the
+# schema cannot say (a call_id no call made, an image where none is taken) stay there.
 
-class _TextPart(_Model):
+class TextPart(_Model):
     text: str
 
 
-class _RefusalPart(_Model):
+class RefusalPart(_Model):
     refusal: str | None = None
 
 
-class _OtherPart(_Model):
-    """Media parts (refused by the adapter with a clear message) and unknown types (likewise)."""
+class ImagePart(_Model):
+    """Responses' `input_image` (a data URL, or a `file_id` the gateway refuses)."""
+
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+
+
+class _ImageUrl(_Model):
+    url: str
+
+
+class ChatImagePart(_Model):
+    """Chat Completions' `image_url` part: `{"url": …}`, or the URL itself."""
+
+    type: Literal["image_url"]
+    image_url: str | _ImageUrl | None = None
+
+
+class OtherPart(_Model):
+    """Media the adapters refuse with a clear message (files, audio) and unknown types (likewise)."""
 
     type: str | None = None
 
 
+_PART_KINDS = {"input_text": "text", "output_text": "text", "text": "text", "summary_text": "text",
+               "reasoning_text": "text", "refusal": "refusal", "input_image": "image", "image_url": "chat_image"}
+
+
 def _part_kind(part: Any) -> str:
     kind = part.get("type") if isinstance(part, dict) else None
-    if kind in ("input_text", "output_text", "text", "summary_text", "reasoning_text"):
-        return "text"
-    return "refusal" if kind == "refusal" else "other"
+    return _PART_KINDS.get(kind, "other") if isinstance(kind, str) else "other"
 
 
-Part = Annotated[Annotated[_TextPart, Tag("text")] | Annotated[_RefusalPart, Tag("refusal")]
-                 | Annotated[_OtherPart, Tag("other")], Discriminator(_part_kind)]
+Part = Annotated[Annotated[TextPart, Tag("text")] | Annotated[RefusalPart, Tag("refusal")]
+                 | Annotated[ImagePart, Tag("image")] | Annotated[ChatImagePart, Tag("chat_image")]
+                 | Annotated[OtherPart, Tag("other")], Discriminator(_part_kind)]
 Content = str | list[Part]
 
 
-class _Message(_Model):
+class MessageItem(_Model):
     role: Literal["user", "assistant", "system", "developer"]
     content: Content
     phase: str | None = None
 
 
-class _Reasoning(_Model):
+class ReasoningItem(_Model):
     content: list[Part] | None = None
     encrypted_content: str | None = None
     summary: list[Part] | None = None
 
 
-class _FunctionCall(_Model):
+class FunctionCallItem(_Model):
     call_id: str
     name: str
     arguments: str
     namespace: str | None = None
 
 
-class _CustomToolCall(_Model):
+class CustomToolCallItem(_Model):
     call_id: str
     name: str
     input: str
 
 
-class _ToolOutput(_Model):
+class ToolOutputItem(_Model):
+    """`function_call_output` and `custom_tool_call_output`."""
+
     call_id: str
-    output: str | list[Part] | _TextPart
+    output: str | list[Part] | TextPart
 
 
-class _LocalShellCall(_Model):
-    call_id: str | None = None
+class LocalShellCallItem(_Model):
+    call_id: str | None = None  # older payloads name the call by `id` alone
     id: str | None = None
     action: Obj
 
 
-class _LocalShellOutput(_Model):
+class LocalShellOutputItem(_Model):
     call_id: str | None = None
     id: str | None = None
-    output: str | list[Part] | _TextPart
+    output: str | list[Part] | TextPart
 
 
-class _Compaction(_Model):
+class CompactionItem(_Model):
     encrypted_content: str
 
 
-class _McpListTools(_Model):
+class McpListToolsItem(_Model):
     server_label: str
     tools: Objs
+    error: str | Obj | None = None
 
 
-class _McpCall(_Model):  # also an approval request (no output or error)
+class McpCallItem(_Model):
+    """An `mcp_call`, or an `mcp_approval_request` (no output or error)."""
+
+    type: Literal["mcp_call", "mcp_approval_request"]
     id: str
     server_label: str
     name: str
@@ -181,18 +212,25 @@ class _McpCall(_Model):  # also an approval request (no output or error)
     error: str | Obj | None = None
 
 
-class _McpApprovalResponse(_Model):
+class McpApprovalResponseItem(_Model):
     approval_request_id: str
     approve: bool
     reason: str | None = None
 
 
-_ITEMS = {"message": _Message, "reasoning": _Reasoning, "function_call": _FunctionCall,
-          "custom_tool_call": _CustomToolCall, "function_call_output": _ToolOutput,
-          "custom_tool_call_output": _ToolOutput, "local_shell_call": _LocalShellCall,
-          "local_shell_call_output": _LocalShellOutput, "item_reference": _OtherPart,
-          "compaction": _Compaction, "compaction_trigger": _OtherPart, "mcp_list_tools": _McpListTools,
-          "mcp_call": _McpCall, "mcp_approval_request": _McpCall, "mcp_approval_response": _McpApprovalResponse}
+class OtherItem(_Model):
+    """`item_reference` (refused: no items are stored) and `compaction_trigger` (taken off the end)."""
+
+    type: Literal["item_reference", "compaction_trigger"]
+
+
+_ITEMS = {"message": MessageItem, "reasoning": ReasoningItem, "function_call": FunctionCallItem,
+          "custom_tool_call": CustomToolCallItem, "function_call_output": ToolOutputItem,
+          "custom_tool_call_output": ToolOutputItem, "local_shell_call": LocalShellCallItem,
+          "local_shell_call_output": LocalShellOutputItem, "item_reference": OtherItem,
+          "compaction": CompactionItem, "compaction_trigger": OtherItem, "mcp_list_tools": McpListToolsItem,
+          "mcp_call": McpCallItem, "mcp_approval_request": McpCallItem,
+          "mcp_approval_response": McpApprovalResponseItem}
 
 
 def _item_kind(item: Any) -> str | None:
@@ -200,20 +238,20 @@ def _item_kind(item: Any) -> str | None:
     return kind if isinstance(kind, str) and kind in _ITEMS else None
 
 
-Item = Annotated[Annotated[_Message, Tag("message")] | Annotated[_Reasoning, Tag("reasoning")]
-                 | Annotated[_FunctionCall, Tag("function_call")]
-                 | Annotated[_CustomToolCall, Tag("custom_tool_call")]
-                 | Annotated[_ToolOutput, Tag("function_call_output")]
-                 | Annotated[_ToolOutput, Tag("custom_tool_call_output")]
-                 | Annotated[_LocalShellCall, Tag("local_shell_call")]
-                 | Annotated[_LocalShellOutput, Tag("local_shell_call_output")]
-                 | Annotated[_OtherPart, Tag("item_reference")]
-                 | Annotated[_Compaction, Tag("compaction")] | Annotated[_OtherPart, Tag("compaction_trigger")]
-                 | Annotated[_McpListTools, Tag("mcp_list_tools")] | Annotated[_McpCall, Tag("mcp_call")]
-                 | Annotated[_McpCall, Tag("mcp_approval_request")]
-                 | Annotated[_McpApprovalResponse, Tag("mcp_approval_response")],
-                 Discriminator(_item_kind, custom_error_type="unsupported_item",
-                               custom_error_message="unsupported input item type")]
+InputItem = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[ReasoningItem, Tag("reasoning")]
+                      | Annotated[FunctionCallItem, Tag("function_call")]
+                      | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
+                      | Annotated[ToolOutputItem, Tag("function_call_output")]
+                      | Annotated[ToolOutputItem, Tag("custom_tool_call_output")]
+                      | Annotated[LocalShellCallItem, Tag("local_shell_call")]
+                      | Annotated[LocalShellOutputItem, Tag("local_shell_call_output")]
+                      | Annotated[OtherItem, Tag("item_reference")]
+                      | Annotated[CompactionItem, Tag("compaction")] | Annotated[OtherItem, Tag("compaction_trigger")]
+                      | Annotated[McpListToolsItem, Tag("mcp_list_tools")] | Annotated[McpCallItem, Tag("mcp_call")]
+                      | Annotated[McpCallItem, Tag("mcp_approval_request")]
+                      | Annotated[McpApprovalResponseItem, Tag("mcp_approval_response")],
+                      Discriminator(_item_kind, custom_error_type="unsupported_item",
+                                    custom_error_message="unsupported input item type")]
 
 
 class _ReasoningOptions(_Model):
@@ -224,7 +262,7 @@ class _ReasoningOptions(_Model):
 class ResponsesBody(_Body):
     """POST /v1/responses, and `response.create` without its transport fields."""
 
-    input: str | list[Item]
+    input: str | list[InputItem]
     instructions: str | None = None
     previous_response_id: str | None = None
     max_output_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -242,22 +280,22 @@ class ResponsesBody(_Body):
 
 # -- Chat Completions ---------------------------------------------------------------------
 
-class _ChatFunction(_Model):
+class ChatFunction(_Model):
     name: str
     arguments: str
 
 
-class _ChatToolCall(_Model):
+class ChatToolCall(_Model):
     id: str
-    function: _ChatFunction
+    function: ChatFunction
 
 
-class _ChatMessage(_Model):
+class ChatMessage(_Model):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Content | None = None
     name: str | None = None
     tool_call_id: str | None = None
-    tool_calls: list[_ChatToolCall] | None = None
+    tool_calls: list[ChatToolCall] | None = None
     reasoning: str | None = None
     reasoning_content: str | None = None
     prompt_token_ids: TokenIds | None = None  # NeMo-RL's exact ids of the history up to this message
@@ -267,7 +305,7 @@ class _ChatMessage(_Model):
 class ChatBody(_Body):
     """POST /v1/chat/completions."""
 
-    messages: list[_ChatMessage]
+    messages: list[ChatMessage]
     n: Annotated[int, Field(ge=1, le=16)] | None = None
     stop: str | list[str] | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -309,7 +347,7 @@ class TokenizeBody(_VLLMBody):
     (`messages`), with the gateway's own ways to name a conversation it knows."""
 
     prompt: str | None = None
-    messages: list[_ChatMessage] | None = None
+    messages: list[ChatMessage] | None = None
     tools: Objs | None = None
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
@@ -338,12 +376,26 @@ def validate(model: type[M], body: Any) -> M:
         raise _api_error(exc.errors(include_url=False, include_context=False), body) from None
 
 
+_INPUT_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
+
+
+def validate_items(raw: Any, param: str) -> list[InputItem]:
+    """Responses input items that came in another field than a body's `input` (a Conversation's
+    `items`, a history read back from bytes or a store) checked as `input` is; 400s name `param[3].content`."""
+    try:
+        return _INPUT_ITEMS.validate_python(raw, strict=True)
+    except ValidationError as exc:
+        raise _api_error(exc.errors(include_url=False, include_context=False), raw, param) from None
+
+
 _WANTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number", "bool_type": "a boolean",
            "list_type": "an array", "dict_type": "an object", "model_type": "an object", "literal_error": None}
 
 
-def _api_error(errors: list[Any], body: dict[str, Any]) -> APIError:
-    located = [(_path(error["loc"], body, error["type"]), error) for error in errors]
+def _api_error(errors: list[Any], body: Any, field: str | None = None) -> APIError:
+    """`field`: the name of `body` in the request, when it is not the whole body."""
+    base: list[str | int] = [field] if field is not None else []
+    located = [([*base, *_path(error["loc"], body, error["type"])], error) for error in errors]
     depth = max(len(path) for path, _ in located)
     deepest = [(path, error) for path, error in located if len(path) == depth]
     path, error = deepest[0]
