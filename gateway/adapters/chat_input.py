@@ -7,9 +7,8 @@ from typing import Any
 
 from gateway.adapters import output_fields, vllm_fields
 from gateway.adapters.images import chat_image
-from gateway.adapters.request_schema import ChatBody, validate
-from gateway.adapters.responses_input import _content_text, _tool
-from gateway.adapters.rollout_fields import token_ids
+from gateway.adapters.request_schema import ChatBody, ChatImagePart, ChatMessage, Content, validate
+from gateway.adapters.responses_input import _tool, content_part, content_text
 from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.validation import expect
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput, with_parts
@@ -37,18 +36,18 @@ class ChatRequest:
 def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest:
     """`tokens_as_ids`: the server's `--return-tokens-as-token-ids`, for requests that do not say."""
     chat = validate(ChatBody, body)  # every field's type and range: what is read below is checked
-    messages = body["messages"]
+    messages = chat.messages
     if not messages:
         raise invalid_request("'messages' must not be empty.", param="messages", code="empty_input")
     items: list[Item] = []
     names: dict[str, str] = {}
     # items before it and up to it, message, param
-    last_assistant: tuple[int, int, dict[str, Any], str] | None = None
-    for i, raw in enumerate(messages):
+    last_assistant: tuple[int, int, ChatMessage, str] | None = None
+    for i, message in enumerate(messages):
         start = len(items)
-        items.extend(_message(expect(raw, dict, f"messages[{i}]", optional=False), f"messages[{i}]", names))
-        if raw.get("role") == "assistant":
-            last_assistant = (start, len(items), raw, f"messages[{i}]")
+        items.extend(_message(message, f"messages[{i}]", names))
+        if message.role == "assistant":
+            last_assistant = (start, len(items), message, f"messages[{i}]")
     instructions = None
     if items and isinstance(items[0], Message) and items[0].role in ("system", "developer"):
         instructions = items.pop(0).text
@@ -74,24 +73,23 @@ def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest
     conversation = Conversation(items=items, instructions=instructions, tools=tools, tool_choice=tool_choice,
                                 reasoning_effort=effort)
     prefix = None
-    if last_assistant is not None and (last_assistant[2].get("prompt_token_ids") is not None
-                                       or last_assistant[2].get("generation_token_ids") is not None):
-        start, covered, raw, param = last_assistant
-        if raw is messages[0]:
+    if last_assistant is not None and (last_assistant[2].prompt_token_ids is not None
+                                       or last_assistant[2].generation_token_ids is not None):
+        start, covered, message, param = last_assistant
+        if message is messages[0]:
             raise invalid_request(f"'{param}.prompt_token_ids': an assistant message's ids are the prompt of the "
                                   f"history before it and what the model generated from it, but '{param}' has no "
                                   f"history before it. Put the messages that prompted it first, or send no ids.",
                                   param=f"{param}.prompt_token_ids", code="invalid_value")
         shift = instructions is not None
-        prompt_ids = token_ids(raw.get("prompt_token_ids"), f"{param}.prompt_token_ids")
-        generated = token_ids(raw.get("generation_token_ids"), f"{param}.generation_token_ids")
+        prompt_ids, generated = message.prompt_token_ids, message.generation_token_ids
         if prompt_ids and generated:
             prefix = TokenState.build(conversation, items[:covered - shift], prompt_ids, generated,
                                       prompt_items=start - shift)
         elif prompt_ids or generated:  # both empty: no ids, the history is rendered from its text
-            empty = "generation_token_ids" if prompt_ids else "prompt_token_ids"
-            raise invalid_request(f"'{param}.{empty}' is empty: the exact ids of a call are its prompt and its "
-                                  f"generation, both non-empty. Send both, or neither.",
+            empty, other = ("generation_token_ids", generated) if prompt_ids else ("prompt_token_ids", prompt_ids)
+            raise invalid_request(f"'{param}.{empty}' is {'missing' if other is None else 'empty'}: the exact ids of "
+                                  f"a call are its prompt and its generation, both non-empty. Send both, or neither.",
                                   param=f"{param}.{empty}", code="invalid_value")
     return ChatRequest(conversation=conversation, sampling=sampling, model=chat.model, stream=bool(chat.stream),
                        include_usage=bool(stream_options.get("include_usage")), logprobs=logprobs,
@@ -120,50 +118,38 @@ def _stop(raw: Any) -> tuple[str, ...] | None:
     return tuple(stops) or None
 
 
-def _message(raw: dict[str, Any], param: str, names: dict[str, str]) -> list[Item]:
-    role = raw.get("role")
+def _message(message: ChatMessage, param: str, names: dict[str, str]) -> list[Item]:
+    role = message.role
     if role == "user":
-        text, parts = with_parts(_content(raw.get("content") or "", f"{param}.content"))
+        text, parts = with_parts(_content(message.content or "", f"{param}.content"))
         return [Message(role=role, text=text, parts=parts)]
     if role in ("system", "developer"):
-        return [Message(role=role, text=_content_text(raw.get("content") or "", f"{param}.content"))]
+        return [Message(role=role, text=content_text(message.content or "", f"{param}.content"))]
     if role == "tool":
-        call_id = expect(raw.get("tool_call_id"), str, f"{param}.tool_call_id", optional=False)
+        call_id = message.tool_call_id
+        if call_id is None:
+            raise invalid_request(f"Missing required parameter: '{param}.tool_call_id'.", param=f"{param}.tool_call_id",
+                                  code="missing_required_parameter")
         if call_id not in names:
             raise invalid_request(f"No assistant tool call has id {call_id!r} (at '{param}').",
                                   param=f"{param}.tool_call_id")
-        text, parts = with_parts(_content(raw.get("content") or "", f"{param}.content"))
+        text, parts = with_parts(_content(message.content or "", f"{param}.content"))
         return [ToolOutput(call_id=call_id, output=text, name=names.get(call_id), parts=parts)]
-    if role != "assistant":
-        raise invalid_request(f"Invalid value for '{param}.role': {role!r}; expected 'system', 'developer', "
-                              f"'user', 'assistant' or 'tool'.", param=f"{param}.role")
-    items: list[Item] = []
-    reasoning = raw.get("reasoning") or raw.get("reasoning_content")
+    items: list[Item] = []  # an assistant's
+    reasoning = message.reasoning or message.reasoning_content
     if reasoning:
-        items.append(Reasoning(text=expect(reasoning, str, f"{param}.reasoning", optional=False)))
-    if raw.get("content"):
-        items.append(Message(role="assistant", text=_content_text(raw["content"], f"{param}.content")))
-    for j, call in enumerate(expect(raw.get("tool_calls"), list, f"{param}.tool_calls") or []):
-        where = f"{param}.tool_calls[{j}]"
-        call = expect(call, dict, where, optional=False)
-        function = expect(call.get("function"), dict, f"{where}.function", optional=False)
-        tool_call = ToolCall(call_id=expect(call.get("id"), str, f"{where}.id", optional=False),
-                             name=expect(function.get("name"), str, f"{where}.function.name", optional=False),
-                             arguments=expect(function.get("arguments"), str, f"{where}.function.arguments",
-                                              optional=False))
-        names[tool_call.call_id] = tool_call.name
-        items.append(tool_call)
+        items.append(Reasoning(text=reasoning))
+    if message.content:
+        items.append(Message(role="assistant", text=content_text(message.content, f"{param}.content")))
+    for call in message.tool_calls or ():
+        names[call.id] = call.function.name
+        items.append(ToolCall(call_id=call.id, name=call.function.name, arguments=call.function.arguments))
     return items
 
 
-def _content(content: Any, param: str) -> list[str | Image]:
+def _content(content: Content, param: str) -> list[str | Image]:
     """User and tool content in order: text, and `image_url` parts (a data URL)."""
-    if not isinstance(content, list):
-        return [_content_text(content, param)]
-    found: list[str | Image] = []
-    for j, part in enumerate(content):
-        if isinstance(part, dict) and part.get("type") == "image_url":
-            found.append(chat_image(part, f"{param}[{j}]"))
-        else:
-            found.append(_content_text([part], f"{param}[{j}]"))
-    return found
+    if isinstance(content, str):
+        return [content]
+    return [chat_image(part, f"{param}[{j}]") if isinstance(part, ChatImagePart)
+            else content_part(part, f"{param}[{j}]", images=False) for j, part in enumerate(content)]

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.adapters import reasoning_blob
+from gateway.adapters.request_schema import CompactionItem, InputItem, OtherItem
 from gateway.core.conversation import Item, Message, Reasoning
 from gateway.core.errors import invalid_request
 from gateway.core.ids import new_id
@@ -38,27 +39,27 @@ SUMMARY_PROMPT = (
 SUMMARY_HEADER = "Summary of the earlier conversation, which was compacted:\n\n"
 
 
-def take_trigger(raw_input: Any) -> tuple[Any, bool]:
+def take_trigger(found: str | list[InputItem]) -> tuple[str | list[InputItem], bool]:
     """`input` without a final `compaction_trigger`, and whether there was one (anywhere else
     it is refused, as OpenAI's description says: it must be the final input item)."""
-    if not isinstance(raw_input, list):
-        return raw_input, False
-    at = [i for i, item in enumerate(raw_input) if isinstance(item, dict) and item.get("type") == TRIGGER]
+    if isinstance(found, str):
+        return found, False
+    at = [i for i, item in enumerate(found) if isinstance(item, OtherItem) and item.type == TRIGGER]
     if not at:
-        return raw_input, False
-    if at != [len(raw_input) - 1]:
+        return found, False
+    if at != [len(found) - 1]:
         raise invalid_request("A 'compaction_trigger' item must be the final input item, and only one.",
                               param=f"input[{at[0]}]", code="invalid_compaction_trigger")
-    return raw_input[:-1], True
+    return found[:-1], True
 
 
 def summary_prompt() -> Message:
     return Message(role="user", text=SUMMARY_PROMPT)
 
 
-def summary_message(raw: dict[str, Any], param: str) -> Message:
+def summary_message(item: CompactionItem, param: str) -> Message:
     """A `compaction` input item: the summary it seals, as a user message."""
-    sealed = reasoning_blob.unseal(raw.get("encrypted_content") or "")
+    sealed = reasoning_blob.unseal(item.encrypted_content)
     if sealed is None:
         raise invalid_request(f"'{param}.encrypted_content' is not a compaction of this gateway (compacted "
                               f"elsewhere, or sealed with another --reasoning-secret).",

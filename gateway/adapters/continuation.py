@@ -62,6 +62,6 @@ async def parse_in_conversation(runtime: Runtime, body: dict[str, Any]
                                    else raw_input)
     parsed.conversation.items = [*history, *parsed.conversation.items]
     parsed.echo["conversation"] = {"id": conversation_id}
-    parsed.listed = {**mcp_tools.listed_in(stored.items), **parsed.listed}
+    parsed.listed = {**conversation_items.listed_in(stored.items), **parsed.listed}
     parsed.echo["instructions"] = instructions
     return parsed, InConversation(conversation_id, stored.version, stored.tokens, len(history), kept)

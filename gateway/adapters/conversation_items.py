@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.adapters import mcp_tools
+from gateway.adapters.request_schema import InputItem, validate_items
 from gateway.adapters.responses_input import input_items
 from gateway.adapters.stored import page
 from gateway.adapters.validation import expect
 from gateway.core.conversation import Item, ToolCall
 from gateway.core.errors import APIError, invalid_request
 from gateway.core.ids import new_id
+from gateway.upstream.mcp import McpTool
 
 MAX_NEW_ITEMS = 20  # items one create call may add (OpenAI's bound)
 _ID_PREFIXES = {"message": "msg", "reasoning": "rs", "function_call": "fc", "function_call_output": "fco",
@@ -48,19 +51,22 @@ def new_items(raw: Any, param: str, earlier: Sequence[Item], *, at_most: int | N
               ) -> tuple[list[dict[str, Any]], list[Item]]:
     """Items a client adds, as kept (ids, status, parts) and as the model sees them;
     `earlier`: the conversation's history, whose calls their outputs may answer."""
-    found = expect(raw, list, param) or []
-    if at_most is not None and len(found) > at_most:
+    found = [] if raw is None else raw
+    if at_most is not None and isinstance(found, list) and len(found) > at_most:
         raise invalid_request(f"At most {at_most} items may be added at a time; got {len(found)}.", param=param)
-    shown = [_kept(expect(item, dict, f"{param}[{i}]", optional=False)) for i, item in enumerate(found)]
-    return shown, history_of(shown, earlier)
+    models = validate_items(found, param)
+    return [_kept(item) for item in found], _history(models, param, earlier)
 
 
-def history_of(items: list[dict[str, Any]], earlier: Sequence[Item] = ()) -> list[Item]:
-    """The canonical items of `items` (as kept), after the history `earlier`."""
-    if not items:
-        return []
-    calls = {item.call_id: item.name for item in earlier if isinstance(item, ToolCall)}
-    return input_items(items, calls, [])
+def history_of(items: list[dict[str, Any]]) -> list[Item]:
+    """The canonical items of a conversation's `items` (as kept), read back from its store."""
+    return _history(validate_items(items, "items"), "items", ())
+
+
+def listed_in(items: list[dict[str, Any]]) -> dict[str, list[McpTool]]:
+    """The MCP listings a conversation's `items` (as kept) hold, by server label."""
+    listings = [item for item in items if item["type"] == "mcp_list_tools"]
+    return mcp_tools.listed_in(validate_items(listings, "items")) if listings else {}
 
 
 def kept(items: list[Any]) -> list[dict[str, Any]]:
@@ -108,3 +114,11 @@ def _kept(item: dict[str, Any]) -> dict[str, Any]:
     if kind in ("message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output"):
         kept.setdefault("status", "completed")
     return kept
+
+
+def _history(items: list[InputItem], param: str, earlier: Sequence[Item]) -> list[Item]:
+    """The canonical form of validated `items`, after the history `earlier`."""
+    if not items:
+        return []
+    calls = {item.call_id: item.name for item in earlier if isinstance(item, ToolCall)}
+    return input_items(items, calls, [], param)

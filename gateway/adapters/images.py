@@ -12,24 +12,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.adapters.request_schema import ChatImagePart, ImagePart
 from gateway.core.errors import invalid_request
 from gateway.core.image import Image, file_image, image_from_base64, image_from_url
 
 
-def responses_image(part: dict[str, Any], param: str) -> Image:
-    url = part.get("image_url")
-    if url is None and part.get("file_id") is not None:
+def responses_image(part: ImagePart, param: str) -> Image:
+    url = part.image_url
+    if url is None and part.file_id is not None:
         raise file_image(f"{param}.file_id")
-    if not isinstance(url, str):
+    if url is None:
         raise invalid_request(f"Missing required parameter: '{param}.image_url'.", param=f"{param}.image_url",
                               code="missing_required_parameter")
     return image_from_url(url, param=f"{param}.image_url")
 
 
-def chat_image(part: dict[str, Any], param: str) -> Image:
-    raw = part.get("image_url")
-    url = raw.get("url") if isinstance(raw, dict) else raw
-    if not isinstance(url, str):
+def chat_image(part: ChatImagePart, param: str) -> Image:
+    given = part.image_url  # the URL, or {"url": …}
+    url = given if given is None or isinstance(given, str) else given.url
+    if url is None:
         raise invalid_request(f"Missing required parameter: '{param}.image_url.url'.", param=f"{param}.image_url.url",
                               code="missing_required_parameter")
     return image_from_url(url, param=f"{param}.image_url.url")

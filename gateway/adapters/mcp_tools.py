@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from gateway.adapters.request_schema import InputItem, McpApprovalResponseItem, McpCallItem, McpListToolsItem
 from gateway.adapters.validation import expect
 from gateway.core.conversation import Conversation, Item, Tool, ToolCall, ToolOutput
 from gateway.core.errors import invalid_request
@@ -38,6 +39,8 @@ SEPARATOR = "__"
 CALL_PREFIX, APPROVAL_PREFIX = "mcp_", "mcpr_"  # item ids: the prefix + the canonical call's id
 _LABEL = re.compile(r"[A-Za-z0-9_-]{1,64}")
 DECLINED = "The user declined to run this tool call."
+MCP_ITEMS = (McpCallItem, McpListToolsItem, McpApprovalResponseItem)  # the input items `input_items` reads
+Approval = tuple[int, McpApprovalResponseItem]  # an answer to an approval request, and its place in `input`
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,17 +136,16 @@ def model_name(label: str, tool: str) -> str:
     return f"{label}{SEPARATOR}{tool}"
 
 
-def listed_in(raw_items: Iterable[Any]) -> dict[str, list[McpTool]]:
+def listed_in(items: Iterable[InputItem]) -> dict[str, list[McpTool]]:
     """The listings `mcp_list_tools` items hold, by server label (the last of each)."""
-    found: dict[str, list[McpTool]] = {}
-    for raw in raw_items:
-        if isinstance(raw, dict) and raw.get("type") == "mcp_list_tools" and not raw.get("error"):
-            label = raw.get("server_label")
-            tools = raw.get("tools")
-            if isinstance(label, str) and isinstance(tools, list):
-                found[label] = [McpTool(t["name"], t.get("input_schema") or {}, t.get("description"),
-                                        t.get("annotations")) for t in tools if isinstance(t, dict) and "name" in t]
-    return found
+    return {item.server_label: [McpTool(t["name"], t.get("input_schema") or {}, t.get("description"),
+                                        t.get("annotations")) for t in item.tools if "name" in t]
+            for item in items if isinstance(item, McpListToolsItem) and not item.error}
+
+
+def approvals_in(items: Sequence[InputItem]) -> list[Approval]:
+    """The input's `mcp_approval_response` items, by their place in it."""
+    return [(i, item) for i, item in enumerate(items) if isinstance(item, McpApprovalResponseItem)]
 
 
 def listed_as_tools(tools: Iterable[Tool]) -> dict[str, list[McpTool]]:
@@ -156,35 +158,29 @@ def listed_as_tools(tools: Iterable[Tool]) -> dict[str, list[McpTool]]:
     return found
 
 
-def input_items(raw: dict[str, Any], param: str) -> list[Item] | None:
-    """What an MCP item of a resent history is to the model: a call (and its output); None: not an MCP item.
-    A listing or an approval response is not shown to the model as an item."""
-    kind = raw.get("type")
-    if kind in ("mcp_list_tools", "mcp_approval_response"):
+def input_items(item: McpListToolsItem | McpCallItem | McpApprovalResponseItem) -> list[Item]:
+    """What an MCP item of a resent history is to the model: a call (and its output). A listing
+    or an approval response is not shown to the model as an item."""
+    if not isinstance(item, McpCallItem):
         return []
-    if kind not in ("mcp_call", "mcp_approval_request"):
-        return None
-    item_id = expect(raw.get("id"), str, f"{param}.id", optional=False)
-    name = model_name(expect(raw.get("server_label"), str, f"{param}.server_label", optional=False),
-                      expect(raw.get("name"), str, f"{param}.name", optional=False))
-    arguments = expect(raw.get("arguments"), str, f"{param}.arguments", optional=False)
-    if kind == "mcp_approval_request":
-        return [ToolCall(call_id=item_id.removeprefix(APPROVAL_PREFIX), name=name, arguments=arguments)]
-    call_id = item_id.removeprefix(CALL_PREFIX)
-    error = raw.get("error")
-    output = raw.get("output") if raw.get("output") is not None else _error_text(error)
-    return [ToolCall(call_id=call_id, name=name, arguments=arguments),
+    name = model_name(item.server_label, item.name)
+    if item.type == "mcp_approval_request":
+        return [ToolCall(call_id=item.id.removeprefix(APPROVAL_PREFIX), name=name, arguments=item.arguments)]
+    call_id = item.id.removeprefix(CALL_PREFIX)
+    output = item.output if item.output is not None else _error_text(item.error)
+    return [ToolCall(call_id=call_id, name=name, arguments=item.arguments),
             ToolOutput(call_id=call_id, output=output or "", name=name)]
 
 
-async def plan(raw_tools: Sequence[Any], raw_input: Any, conversation: Conversation,
+async def plan(raw_tools: Sequence[Any], approvals: Sequence[Approval], conversation: Conversation,
                listed: dict[str, list[McpTool]], settings: Settings, max_tool_calls: int | None) -> McpPlan | None:
     """The MCP side of a response, before it starts: its servers admitted, their listings
     reused or fetched (the tools offered in `conversation`), and the calls the input approves
-    run (their outputs appended to `conversation`). None when the request names no MCP server."""
+    (`approvals`) run (their outputs appended to `conversation`). None when the request names
+    no MCP server."""
     hosted = servers(raw_tools, settings)
     if not hosted:
-        _check_approvals(raw_input, {}, conversation)
+        _check_approvals(approvals, {}, conversation)
         return None
     result = McpPlan({}, max_tool_calls if max_tool_calls is not None else settings.mcp_max_calls,
                      settings.mcp_timeout, settings.mcp_max_output_bytes)
@@ -204,7 +200,7 @@ async def plan(raw_tools: Sequence[Any], raw_input: Any, conversation: Conversat
                for name, hosted_tool in result.tools.items()]
     if conversation.tool_choice != "none":
         conversation.tools = [*conversation.tools, *offered]
-    for call, approve, reason in _check_approvals(raw_input, result.tools, conversation):
+    for call, approve, reason in _check_approvals(approvals, result.tools, conversation):
         hosted_tool = result.tools[call.name]
         if approve:
             outcome = await mcp.call_tool(hosted_tool.server.server, hosted_tool.tool.name, call.arguments,
@@ -242,24 +238,20 @@ def approval_item(call_id: str, hosted: HostedTool, arguments: str) -> dict[str,
             "name": hosted.tool.name, "arguments": arguments}
 
 
-def _check_approvals(raw_input: Any, tools: dict[str, HostedTool], conversation: Conversation
+def _check_approvals(approvals: Sequence[Approval], tools: dict[str, HostedTool], conversation: Conversation
                      ) -> list[tuple[ToolCall, bool, str | None]]:
     """The calls `mcp_approval_response` items answer; 400 for one no pending request of this response's
     MCP tools matches."""
     answered = []
     pending = _pending_calls(conversation.items)
-    for i, raw in enumerate(raw_input if isinstance(raw_input, list) else []):
-        if not isinstance(raw, dict) or raw.get("type") != "mcp_approval_response":
-            continue
-        param = f"input[{i}]"
-        request_id = expect(raw.get("approval_request_id"), str, f"{param}.approval_request_id", optional=False)
-        approve = expect(raw.get("approve"), bool, f"{param}.approve", optional=False)
+    for i, approval in approvals:
+        request_id = approval.approval_request_id
         call = pending.pop(request_id.removeprefix(APPROVAL_PREFIX), None)
         if call is None or call.name not in tools:
             raise invalid_request(f"No pending MCP approval request with id {request_id!r} (of this request's MCP "
-                                  f"tools) to answer at '{param}'.", param=f"{param}.approval_request_id",
+                                  f"tools) to answer at 'input[{i}]'.", param=f"input[{i}].approval_request_id",
                                   code="mcp_approval_request_not_found")
-        answered.append((call, approve, expect(raw.get("reason"), str, f"{param}.reason")))
+        answered.append((call, approval.approve, approval.reason))
     return answered
 
 

@@ -28,6 +28,7 @@ from typing import Any, overload
 import orjson
 import xxhash
 
+from gateway.adapters.request_schema import validate_items
 from gateway.adapters.responses_input import ResponsesRequest, input_items, parse_request
 from gateway.core.conversation import Item
 from gateway.core.errors import APIError
@@ -102,7 +103,7 @@ def parse_resent(raw: bytes, key: str, found: Session, terminators: frozenset[in
     instructions = body.get("instructions")
     try:
         if prefix.instructions_end:
-            instructions = input_items([orjson.loads(raw[prefix.start + 1:prefix.instructions_end])], {}, [])[0].text
+            instructions = _items(raw[prefix.start:prefix.instructions_end] + b"]")[0].text
         # "" keeps a leading developer message among the new items, as it is in the whole history.
         parsed = parse_request({**body, "instructions": "" if instructions is None else instructions})
     except (APIError, orjson.JSONDecodeError):
@@ -174,8 +175,13 @@ class ResentItems(Sequence[Item]):
 
 def _covered_items(raw: bytes, prefix: ResentPrefix) -> list[Item]:
     """The covered input items, converted as the request that sent them first had them."""
-    items = input_items(orjson.loads(raw[prefix.start:prefix.end] + b"]"), {}, [])
+    items = _items(raw[prefix.start:prefix.end] + b"]")
     return items[1:] if prefix.instructions_end else items
+
+
+def _items(array_bytes: bytes) -> list[Item]:
+    """Input items from the bytes of a JSON array, checked by the schema a body's `input` is."""
+    return input_items(validate_items(orjson.loads(array_bytes), "input"), {}, [])
 
 
 def _cache_key(raw: bytes) -> str | None:

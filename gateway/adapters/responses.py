@@ -202,7 +202,7 @@ def _call_meta(hosted: HostedTool, outcome: mcp.McpResult) -> dict[str, Any]:
 async def plan_hosted(parsed: ResponsesRequest, body: dict[str, Any], settings: Settings) -> None:
     """The request's remote MCP tools, admitted and listed before the response starts
     (gateway/adapters/mcp_tools.py)."""
-    parsed.mcp = await mcp_tools.plan(parsed.tools, body.get("input"), parsed.conversation, parsed.listed, settings,
+    parsed.mcp = await mcp_tools.plan(parsed.tools, parsed.approvals, parsed.conversation, parsed.listed, settings,
                                       body.get("max_tool_calls"))
 
 

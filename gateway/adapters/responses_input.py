@@ -11,15 +11,33 @@ from __future__ import annotations
 import json
 import logging
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.adapters import compaction, mcp_tools, output_fields, reasoning_blob
 from gateway.adapters.codex_tools import LOCAL_SHELL, custom_arguments, flat_name, function_tool, offered_tools
 from gateway.adapters.images import responses_image
-from gateway.adapters.mcp_tools import McpPlan
-from gateway.adapters.request_schema import ResponsesBody, validate
+from gateway.adapters.mcp_tools import MCP_ITEMS, Approval, McpPlan
+from gateway.adapters.request_schema import (
+    CompactionItem,
+    Content,
+    CustomToolCallItem,
+    FunctionCallItem,
+    ImagePart,
+    InputItem,
+    LocalShellCallItem,
+    LocalShellOutputItem,
+    MessageItem,
+    OtherItem,
+    Part,
+    ReasoningItem,
+    RefusalPart,
+    ResponsesBody,
+    TextPart,
+    ToolOutputItem,
+    validate,
+)
 from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.validation import expect
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput, with_parts
@@ -29,9 +47,6 @@ from gateway.core.sampling import SamplingOptions
 from gateway.upstream.mcp import McpTool
 
 log = logging.getLogger(__name__)
-
-_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
-
 
 @dataclass(slots=True)
 class ResponsesRequest:
@@ -52,6 +67,7 @@ class ResponsesRequest:
     generated: list[tuple[Reasoning, array | str]] = field(default_factory=list)
     # Remote MCP tools (gateway/adapters/mcp_tools.py): listings the context holds, by server label…
     listed: dict[str, list[McpTool]] = field(default_factory=dict)
+    approvals: list[Approval] = field(default_factory=list)  # …the input's answers to approval requests…
     mcp: McpPlan | None = None  # …and, once planned, what the response may call
 
 
@@ -61,9 +77,10 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     request = validate(ResponsesBody, body)  # every field's type and range: what is read below is checked
     instructions = request.instructions
     generated: list[tuple[Reasoning, array | str]] = []
-    raw_input, compact = compaction.take_trigger(body.get("input"))
+    found, compact = compaction.take_trigger(request.input)
+    given = found if isinstance(found, list) else []  # the input's items (a string is one message)
     # A continuation may send the trigger alone.
-    items = input_items(raw_input, earlier_calls or {}, generated) if raw_input or not compact else []
+    items = input_items(found, earlier_calls or {}, generated) if found or not compact else []
     if compact:
         items.append(compaction.summary_prompt())
     if instructions is None:
@@ -125,7 +142,7 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         conversation=conversation, sampling=sampling, model=request.model, stream=bool(request.stream), echo=echo,
         store=store, prompt_cache_key=request.prompt_cache_key,
         return_token_ids=return_token_ids, text_logprobs=text_logprobs, background=background, tools=raw_tools, generated=generated,
-        truncate=truncation == "auto", listed=mcp_tools.listed_in(raw_input if isinstance(raw_input, list) else []),
+        truncate=truncation == "auto", listed=mcp_tools.listed_in(given), approvals=mcp_tools.approvals_in(given),
         compact=compact,
     )
 
@@ -139,97 +156,65 @@ def _echoed_tool(raw: Any) -> Any:
     return raw
 
 
-def input_items(raw: Any, earlier_calls: Mapping[str, str], generated: list[tuple[Reasoning, array | str]]
-                ) -> list[Item]:
-    """`input` as conversation items; `earlier_calls` as in `parse_request`, and the reasoning
-    items whose blob holds their turn's generated ids appended to `generated`."""
-    if isinstance(raw, str):
-        if not raw:
-            raise invalid_request("'input' must not be empty.", param="input", code="empty_input")
-        return [Message(role="user", text=raw)]
-    items_raw = expect(raw, list, "input", optional=False)
-    if not items_raw:
-        raise invalid_request("'input' must not be empty.", param="input", code="empty_input")
+def input_items(found: str | Sequence[InputItem], earlier_calls: Mapping[str, str],
+                generated: list[tuple[Reasoning, array | str]], field: str = "input") -> list[Item]:
+    """Validated `input` (gateway/adapters/request_schema.py) as conversation items; `earlier_calls`
+    as in `parse_request`, and the reasoning items whose blob holds their turn's generated ids
+    appended to `generated`. `field`: where the items are in the request, as a 400 names them."""
+    if isinstance(found, str):
+        if not found:
+            raise invalid_request(f"'{field}' must not be empty.", param=field, code="empty_input")
+        return [Message(role="user", text=found)]
+    if not found:
+        raise invalid_request(f"'{field}' must not be empty.", param=field, code="empty_input")
     items: list[Item] = []
     call_names = dict(earlier_calls)
-    for i, raw_item in enumerate(items_raw):
-        item = _plain_item(raw_item) if type(raw_item) is dict else None
-        if item is None and type(raw_item) is dict and (hosted := mcp_tools.input_items(raw_item, f"input[{i}]")
-                                                         ) is not None:
+    for i, model in enumerate(found):
+        param = f"{field}[{i}]"
+        if isinstance(model, MCP_ITEMS):
+            hosted = mcp_tools.input_items(model)
             call_names.update((call.call_id, call.name) for call in hosted if isinstance(call, ToolCall))
             items += hosted
             continue
-        if item is None:
-            item = _item(expect(raw_item, dict, f"input[{i}]", optional=False), f"input[{i}]")
-        if item is None:
-            continue
-        if isinstance(item, Reasoning) and (ids := _generated_ids(raw_item)) is not None:
-            generated.append((item, ids))
+        item = _item(model, param, generated)
         if isinstance(item, ToolCall):
             call_names[item.call_id] = item.name
         elif isinstance(item, ToolOutput):
             item.name = call_names.get(item.call_id)
             if item.name is None:
                 raise invalid_request(f"No tool call found for function call output with call_id "
-                                      f"{item.call_id!r} at 'input[{i}]'.", param=f"input[{i}].call_id")
+                                      f"{item.call_id!r} at '{param}'.", param=f"{param}.call_id")
         items.append(item)
     return items
 
 
-def _plain_item(raw: dict[str, Any]) -> Item | None:
-    """Well-formed function calls and outputs, which Codex resends for every earlier turn,
-    without `_item`'s per-field checks (they exist for the error messages); None: use `_item`."""
-    kind = raw.get("type")
-    if kind == "function_call_output":
-        call_id, output = raw.get("call_id"), raw.get("output")
-        if type(call_id) is str and type(output) is str:
-            return ToolOutput(call_id=call_id, output=output)
-    elif kind == "function_call" and raw.get("namespace") is None:
-        call_id, name, arguments = raw.get("call_id"), raw.get("name"), raw.get("arguments")
-        if type(call_id) is str and type(name) is str and type(arguments) is str:
-            return ToolCall(call_id=call_id, name=name, arguments=arguments)
-    return None
-
-
-def _item(raw: dict[str, Any], param: str) -> Item | None:
-    kind = raw.get("type", "message")
-    if kind == "message":
-        role = raw.get("role")
-        if role not in ("user", "assistant", "system", "developer"):
-            raise invalid_request(f"Invalid value for '{param}.role': {role!r}; expected one of 'user', "
-                                  f"'assistant', 'system', 'developer'.", param=f"{param}.role")
-        content = _content(raw.get("content"), f"{param}.content", images=role == "user")
-        text, parts = with_parts(content)
-        channel = "commentary" if role == "assistant" and raw.get("phase") == "commentary" else None
-        return Message(role=role, text=text, channel=channel, parts=parts)
-    if kind == "reasoning":
-        return _reasoning(raw, param)
-    if kind == "function_call":
-        namespace = expect(raw.get("namespace"), str, f"{param}.namespace")
-        return ToolCall(
-            call_id=expect(raw.get("call_id"), str, f"{param}.call_id", optional=False),
-            name=flat_name(namespace, expect(raw.get("name"), str, f"{param}.name", optional=False)),
-            arguments=expect(raw.get("arguments"), str, f"{param}.arguments", optional=False),
-        )
-    if kind == "custom_tool_call":
-        return ToolCall(
-            call_id=expect(raw.get("call_id"), str, f"{param}.call_id", optional=False),
-            name=expect(raw.get("name"), str, f"{param}.name", optional=False),
-            arguments=custom_arguments(expect(raw.get("input"), str, f"{param}.input", optional=False)),
-        )
-    if kind == "local_shell_call":
-        action = expect(raw.get("action"), dict, f"{param}.action", optional=False)
-        return ToolCall(call_id=_local_shell_call_id(raw, param), name=LOCAL_SHELL,
-                        arguments=json.dumps(action, ensure_ascii=False))
-    if kind == "local_shell_call_output":
-        return ToolOutput(call_id=_local_shell_call_id(raw, param),
-                          output=_output_text(raw.get("output"), f"{param}.output"))
-    if kind in ("function_call_output", "custom_tool_call_output"):
-        text, parts = with_parts(_output(raw.get("output"), f"{param}.output"))
-        return ToolOutput(call_id=expect(raw.get("call_id"), str, f"{param}.call_id", optional=False), output=text,
-                          parts=parts)
-    if kind == "compaction":
-        return compaction.summary_message(raw, param)
+def _item(model: InputItem, param: str, generated: list[tuple[Reasoning, array | str]]) -> Item:
+    """One non-MCP item; the kinds Codex resends most first."""
+    if isinstance(model, FunctionCallItem):
+        return ToolCall(call_id=model.call_id, name=flat_name(model.namespace, model.name), arguments=model.arguments)
+    if isinstance(model, ToolOutputItem):
+        text, parts = with_parts(_output(model.output, f"{param}.output"))
+        return ToolOutput(call_id=model.call_id, output=text, parts=parts)
+    if isinstance(model, ReasoningItem):
+        reasoning, ids = _reasoning(model, param)
+        if ids is not None:
+            generated.append((reasoning, ids))
+        return reasoning
+    if isinstance(model, MessageItem):
+        text, parts = with_parts(_content(model.content, f"{param}.content", images=model.role == "user"))
+        channel = "commentary" if model.role == "assistant" and model.phase == "commentary" else None
+        return Message(role=model.role, text=text, channel=channel, parts=parts)
+    if isinstance(model, CustomToolCallItem):
+        return ToolCall(call_id=model.call_id, name=model.name, arguments=custom_arguments(model.input))
+    if isinstance(model, LocalShellCallItem):
+        return ToolCall(call_id=_local_shell_call_id(model, param), name=LOCAL_SHELL,
+                        arguments=json.dumps(model.action, ensure_ascii=False))
+    if isinstance(model, LocalShellOutputItem):
+        return ToolOutput(call_id=_local_shell_call_id(model, param),
+                          output=_output_text(model.output, f"{param}.output"))
+    if isinstance(model, CompactionItem):
+        return compaction.summary_message(model, param)
+    kind = model.type if isinstance(model, OtherItem) else None  # the one kind left
     if kind == "item_reference":
         raise invalid_request(f"'{param}' is an item_reference; this gateway does not store items "
                               f"(send the item itself).", param=param, code="unsupported_item")
@@ -237,74 +222,67 @@ def _item(raw: dict[str, Any], param: str) -> Item | None:
                           code="unsupported_item")
 
 
-def _reasoning(raw: dict[str, Any], param: str) -> Reasoning:
+def _reasoning(model: ReasoningItem, param: str) -> tuple[Reasoning, array | str | None]:
     """The exact text from the gateway's own `encrypted_content` blob when there is one (clients
-    may drop `content`), else the text parts of `content`."""
-    blob = raw.get("encrypted_content")
-    if isinstance(blob, str) and blob:
+    may drop `content`), else the text parts of `content`; and the ids of the turn the blob sealed
+    with it, or the response id they are kept under."""
+    blob = model.encrypted_content
+    if blob:
         sealed = reasoning_blob.unseal(blob)
         if sealed is not None:
-            return Reasoning(text=sealed.text)
+            return Reasoning(text=sealed.text), sealed.token_ids if sealed.token_ids is not None else sealed.turn
         log.warning("ignoring %s.encrypted_content: not a reasoning blob of this gateway (tampered, or "
                     "sealed with another --reasoning-secret)", param)
-    parts = raw.get("content") or []
-    return Reasoning(text="".join(p.get("text", "") for p in parts if isinstance(p, dict)))
+    return Reasoning(text="".join(part.text for part in model.content or () if isinstance(part, TextPart))), None
 
 
-def _generated_ids(raw: dict[str, Any]) -> array | str | None:
-    """The ids of the turn a reasoning item's blob sealed with it, or the response id they are
-    kept under (`_reasoning` checked the blob)."""
-    blob = raw.get("encrypted_content")
-    sealed = reasoning_blob.unseal(blob) if isinstance(blob, str) and blob else None
-    if sealed is None:
-        return None
-    return sealed.token_ids if sealed.token_ids is not None else sealed.turn
-
-
-def _local_shell_call_id(raw: dict[str, Any], param: str) -> str:
+def _local_shell_call_id(model: LocalShellCallItem | LocalShellOutputItem, param: str) -> str:
     """Older payloads identify a local shell call by `id` alone."""
-    call_id = raw.get("call_id") if raw.get("call_id") is not None else raw.get("id")
-    return expect(call_id, str, f"{param}.call_id", optional=False)
+    call_id = model.call_id if model.call_id is not None else model.id
+    if call_id is None:
+        raise invalid_request(f"Missing required parameter: '{param}.call_id'.", param=f"{param}.call_id",
+                              code="missing_required_parameter")
+    return call_id
 
 
-def _content_text(content: Any, param: str) -> str:
+def content_text(content: Content, param: str) -> str:
+    """The text of content where no image is taken (instructions, an assistant's message)."""
     return "".join(part for part in _content(content, param, images=False) if isinstance(part, str))
 
 
-def _content(content: Any, param: str, *, images: bool) -> list[str | Image]:
+def _content(content: Content, param: str, *, images: bool) -> list[str | Image]:
     """A content string or part list, in order; `input_image` parts where `images` (user messages, tool
     outputs), else a 400."""
     if isinstance(content, str):
         return [content]
-    parts = expect(content, list, param, optional=False)
-    found: list[str | Image] = []
-    for j, part in enumerate(parts):
-        part = expect(part, dict, f"{param}[{j}]", optional=False)
-        kind = part.get("type")
-        if kind in _TEXT_PARTS:
-            found.append(expect(part.get("text"), str, f"{param}[{j}].text", optional=False))
-        elif kind == "refusal":
-            found.append(part.get("refusal") or "")
-        elif kind == "input_image" and images:
-            found.append(responses_image(part, f"{param}[{j}]"))
-        elif kind in ("input_image", "input_file", "input_audio"):
-            where = "here" if kind == "input_image" else "by this gateway"
-            raise invalid_request(f"'{param}[{j}]' is {kind}, which is not accepted {where}.",
-                                  param=f"{param}[{j}]", code="unsupported_content")
-        else:
-            raise invalid_request(f"Unsupported content part type {kind!r} at '{param}[{j}]'.",
-                                  param=f"{param}[{j}].type", code="unsupported_content")
-    return found
+    return [content_part(part, f"{param}[{j}]", images=images) for j, part in enumerate(content)]
 
 
-def _output(output: Any, param: str) -> list[str | Image]:
+def content_part(part: Part, param: str, *, images: bool) -> str | Image:
+    """One content part: its text, or its image where `images`; a 400 for media not taken here."""
+    if isinstance(part, TextPart):
+        return part.text
+    if isinstance(part, RefusalPart):
+        return part.refusal or ""
+    if isinstance(part, ImagePart) and images:
+        return responses_image(part, param)
+    kind = part.type
+    if kind in ("input_image", "input_file", "input_audio"):
+        where = "here" if kind == "input_image" else "by this gateway"
+        raise invalid_request(f"'{param}' is {kind}, which is not accepted {where}.", param=param,
+                              code="unsupported_content")
+    raise invalid_request(f"Unsupported content part type {kind!r} at '{param}'.", param=f"{param}.type",
+                          code="unsupported_content")
+
+
+def _output(output: str | list[Part] | TextPart, param: str) -> list[str | Image]:
     """Tool outputs are strings, or content-part lists (text and, from Codex's view_image, images)."""
-    if isinstance(output, dict) and "text" in output:
-        return [expect(output["text"], str, f"{param}.text", optional=False)]
+    if isinstance(output, TextPart):
+        return [output.text]
     return _content(output, param, images=True)
 
 
-def _output_text(output: Any, param: str) -> str:
+def _output_text(output: str | list[Part] | TextPart, param: str) -> str:
     return "".join(part for part in _output(output, param) if isinstance(part, str))
 
 

@@ -36,11 +36,3 @@ async def begin_rollout(runtime: Runtime, body: dict[str, Any]) -> Pending | Non
                               "'-'.", param="rollout_id", code="invalid_value")
     return await session.begin_rollout(runtime, rollout_id, mask)
 
-
-def token_ids(value: Any, param: str) -> list[int]:
-    ids = expect(value, list, param, optional=False)
-    if not all(type(t) is int and t >= 0 for t in ids):
-        raise invalid_request(f"Invalid '{param}': expected an array of token ids (non-negative integers).",
-                              param=param, code="invalid_type")
-    return ids
-

@@ -94,7 +94,16 @@ def test_bad_requests_get_clear_errors(client):
     assert "At most 20 items" in too_many.value.body["message"]
     with pytest.raises(openai.BadRequestError) as bad_item:
         client.conversations.items.create(conversation.id, items=[{"type": "nonsense"}])
-    assert bad_item.value.body["param"] == "input[0].type"
+    assert bad_item.value.body["param"] == "items[0].type"
+    with pytest.raises(openai.BadRequestError) as bad_content:
+        client.conversations.items.create(conversation.id, items=[{"type": "message", "role": "user", "content": 5}])
+    assert bad_content.value.body["param"] == "items[0].content"
+    assert "expected a string or an array, but got an integer" in bad_content.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as unanswered:
+        client.conversations.items.create(conversation.id, items=[
+            {"type": "message", "role": "user", "content": "hi"},
+            {"type": "function_call_output", "call_id": "call_nope", "output": "x"}])
+    assert unanswered.value.body["param"] == "items[1].call_id" and "call_nope" in unanswered.value.body["message"]
     with pytest.raises(openai.BadRequestError) as metadata:
         client.conversations.create(metadata={f"k{i}": "v" for i in range(17)})
     assert metadata.value.body["param"] == "metadata"
