@@ -8,6 +8,7 @@ import dataclasses
 import itertools
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -37,6 +38,7 @@ from gateway.upstream.pool import Pool
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 KEY = "thread-1"
+CODEX = Path(__file__).parents[1] / "data" / "codex"
 TOOLS = [{"type": "function", "name": "exec_command", "description": "Run a shell command",
           "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}]
 # JSON syntax inside strings, non-ASCII (offsets are bytes), and markup that must stay text.
@@ -236,6 +238,23 @@ async def test_only_the_new_items_are_converted_when_the_template_renders_them_a
     record.token_state(qwen_format.turn_terminators)
     assert not items.converted  # the next state's digest extends this one's
     assert list(items) == parse_request(orjson.loads(raw)).conversation.items and items.converted
+
+
+async def test_a_codex_history_takes_the_resent_path(qwen_format):
+    """Codex's own request (developer and user messages with content parts, an echoed reasoning
+    item, its call and the call's output), sent again: recognised from its bytes, the covered
+    items read through the schema only when something reads them."""
+    body = {**json.loads((CODEX / "http_3_reasoning_item_echoed.json").read_text())["body"], "model": "m",
+            "prompt_cache_key": KEY}
+    previous, turn, new = body["input"][:4], body["input"][4:6], body["input"][6:]
+    gateway = session_after(qwen_format, {**body, "input": previous}, orjson.dumps, turn, False)
+    raw = orjson.dumps({**body, "input": [*previous, *turn, *new]})
+    resent = _parse(raw, gateway)
+    assert resent is not None and resent.covered.items == 5  # the first developer message is the instructions
+    items = resent.parsed.conversation.items
+    record = await prepared(gateway, resent.parsed, resent)
+    assert record.spliced and isinstance(items, ResentItems) and not items.converted
+    assert list(items) == parse_request(orjson.loads(raw)).conversation.items
 
 
 def test_an_output_answering_a_covered_call_takes_the_full_parse(qwen_format):
