@@ -170,28 +170,31 @@ def input_items(found: str | Sequence[InputItem], earlier_calls: Mapping[str, st
     items: list[Item] = []
     call_names = dict(earlier_calls)
     for i, model in enumerate(found):
-        param = f"{field}[{i}]"
         if isinstance(model, MCP_ITEMS):
             hosted = mcp_tools.input_items(model)
             call_names.update((call.call_id, call.name) for call in hosted if isinstance(call, ToolCall))
             items += hosted
             continue
-        item = _item(model, param, generated)
+        item = _item(model, field, i, generated)
         if isinstance(item, ToolCall):
             call_names[item.call_id] = item.name
         elif isinstance(item, ToolOutput):
             item.name = call_names.get(item.call_id)
             if item.name is None:
                 raise invalid_request(f"No tool call found for function call output with call_id "
-                                      f"{item.call_id!r} at '{param}'.", param=f"{param}.call_id")
+                                      f"{item.call_id!r} at '{field}[{i}]'.", param=f"{field}[{i}].call_id")
         items.append(item)
     return items
 
 
-def _item(model: InputItem, param: str, generated: list[tuple[Reasoning, array | str]]) -> Item:
-    """One non-MCP item; the kinds Codex resends most first."""
+def _item(model: InputItem, field: str, i: int, generated: list[tuple[Reasoning, array | str]]) -> Item:
+    """One non-MCP item, `field[i]`; the kinds Codex resends most first, without a param to name
+    when nothing can be wrong with them."""
     if isinstance(model, FunctionCallItem):
         return ToolCall(call_id=model.call_id, name=flat_name(model.namespace, model.name), arguments=model.arguments)
+    if isinstance(model, ToolOutputItem) and type(model.output) is str:
+        return ToolOutput(call_id=model.call_id, output=model.output)
+    param = f"{field}[{i}]"
     if isinstance(model, ToolOutputItem):
         text, parts = with_parts(_output(model.output, f"{param}.output"))
         return ToolOutput(call_id=model.call_id, output=text, parts=parts)
