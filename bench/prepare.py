@@ -39,13 +39,12 @@ from typing import Any
 import orjson
 
 from gateway.adapters import reasoning_blob
-from gateway.adapters.continuation import parse_continuation
-from gateway.adapters.resent import parse_resent, resent_prefix
+from gateway.adapters.resent import resent_prefix
 from gateway.adapters.responses_input import parse_request
+from gateway.adapters.responses_turn import from_http, from_socket
 from gateway.core.sampling import GenerationDefaults
+from gateway.core.settings import Settings
 from gateway.formats.base import ChatFormat
-from gateway.pipeline import session
-from gateway.pipeline.request import Recognised, TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.sessions.responses import CachedResponse, ResponseCache
 from gateway.sessions.session_store import Session
@@ -56,6 +55,7 @@ from gateway.ws.request import read_create
 SIZES = (4_000, 16_000, 52_000, 128_000)
 MODEL = "bench-model"
 CACHE_KEY = "bench-session"
+SETTINGS = Settings(model=MODEL)  # the defaults, serving MODEL
 CODEX_REQUEST = Path(__file__).resolve().parent.parent / "tests/data/codex/http_2b_toolcall_second_request_full_history.json"
 
 
@@ -156,26 +156,16 @@ def _for_vllm(full: dict[str, Any]) -> dict[str, Any]:
 # -- the measurements ----------------------------------------------------------------------
 
 async def prepare_http(scenario: Scenario, raw: bytes) -> Sequence[int]:
-    """POST /v1/responses up to the prompt ids (gateway/server/routes/responses.py)."""
-    runtime = scenario.runtime
-    resent = await parse_resent(raw, runtime)
-    if resent is not None:
-        parsed, recognised = resent.parsed, Recognised(resent.state, resent.covered, resent.prefix)
-    else:
-        parsed, recognised = parse_continuation(orjson.loads(raw), None), None
-    request = TurnRequest(parsed.conversation, parsed.sampling, cache_key=parsed.prompt_cache_key,
-                          recognised=recognised)
-    return await (await session.prepare(runtime, request)).render()
+    """POST /v1/responses up to the prompt ids (the route's builder, gateway/adapters/responses_turn.py)."""
+    return await (await from_http(scenario.runtime, raw, SETTINGS)).turn.render()
 
 
 async def prepare_ws(scenario: Scenario, raw: bytes) -> Sequence[int]:
-    """A WebSocket continuation frame up to the prompt ids (gateway/ws/connection.py)."""
+    """A WebSocket continuation frame up to the prompt ids (the socket's builder)."""
     request = read_create(orjson.loads(raw))
-    previous = await session.previous_response(scenario.runtime, request.body["previous_response_id"], scenario.ws_cache)
-    parsed = parse_continuation(request.body, previous)
-    turn_request = TurnRequest(parsed.conversation, parsed.sampling, cache_key=parsed.prompt_cache_key,
-                               previous=previous)
-    return await (await session.prepare(scenario.runtime, turn_request)).render()
+    built = await from_socket(scenario.runtime, request.body, SETTINGS, cache=scenario.ws_cache, stream_id=None,
+                              connection_id="bench")
+    return await built.turn.render()
 
 
 async def _timed(prepare: Callable[[], Awaitable[Sequence[int]]], repeats: int) -> tuple[list[float], int]:
