@@ -42,7 +42,7 @@ def otlp_sink() -> Iterator[dict[str, Any]]:
     seen = {"endpoint": "", "spans": 0}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             request = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers["content-length"])))
             seen["spans"] += sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
             self.send_response(200)

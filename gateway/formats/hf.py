@@ -28,8 +28,8 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.errors import APIError
 from gateway.core.image import Image
-from gateway.core.vision import PatchGrid, is_vision_model, load_grid
 from gateway.core.sampling import OutputConstraint
+from gateway.core.vision import PatchGrid, is_vision_model, load_grid
 from gateway.formats import families, hf_constraints
 from gateway.formats.base import Covered, LocalityProbe, Tail
 from gateway.formats.family import CHATML, Family, Parsing

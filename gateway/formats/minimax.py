@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import re
 
-from gateway.formats.invoke import InvokeToolCallParser, Tags
 from gateway.formats.family import Family, ParserFactory
+from gateway.formats.invoke import InvokeToolCallParser, Tags
 from gateway.formats.qwen_xml import template_messages
 
 CALLS_BEGIN, CALLS_END = "<minimax:tool_call>", "</minimax:tool_call>"

@@ -45,8 +45,8 @@ from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 from pydantic import ValidationError
 
 from gateway.core.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.core.image import Image
 from gateway.core.errors import APIError
+from gateway.core.image import Image
 from gateway.core.sampling import OutputConstraint
 from gateway.formats.base import Covered, Tail
 from gateway.formats.hf_parser import Markup

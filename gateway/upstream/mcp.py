@@ -122,14 +122,13 @@ async def _session(server: McpServer, timeout: float, work: Callable[[Client], A
                    max_event_bytes: int = MAX_OUTPUT_BYTES) -> T | McpError:
     """`work` on a fresh session with `server`, all within `timeout` seconds; failures as an McpError."""
     try:
-        async with asyncio.timeout(timeout):
-            async with httpx2.AsyncClient(headers=server.headers,
-                                          timeout=httpx2.Timeout(timeout, read=timeout)) as http:
-                async with Client(_transport(server, http, max_event_bytes), read_timeout_seconds=timeout) as client:
-                    return await work(client)
+        async with asyncio.timeout(timeout), httpx2.AsyncClient(
+                headers=server.headers, timeout=httpx2.Timeout(timeout, read=timeout)) as http, Client(
+                _transport(server, http, max_event_bytes), read_timeout_seconds=timeout) as client:
+            return await work(client)
     except TimeoutError:
         return _protocol_error(-32001, f"The MCP server '{server.label}' did not answer within {timeout:g} s.")
-    except Exception as exc:  # the SDK's task groups wrap what failed in exception groups
+    except Exception as exc:  # noqa: BLE001 (the SDK's task groups wrap what failed in exception groups)
         return _failure(server, _innermost(exc))
 
 

@@ -14,7 +14,6 @@ from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.stack import fake_stack
 
-
 pytestmark = pytest.mark.stack(served_model_name="m")
 
 

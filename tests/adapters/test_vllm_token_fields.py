@@ -73,7 +73,7 @@ def test_streamed_ids_come_per_chunk_and_the_prompt_on_the_first(stack, fake, to
     assert chunks[0]["prompt_token_ids"] == fake.bodies(GENERATE)[-1]["token_ids"]
     assert all("prompt_token_ids" not in chunk for chunk in chunks[1:])
     per_chunk = [c["choices"][0]["token_ids"] for c in chunks if c["choices"] and "token_ids" in c["choices"][0]]
-    assert sum(per_chunk, []) == generated
+    assert [i for ids in per_chunk for i in ids] == generated
     text_chunks = [c["choices"][0] for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
     assert text_chunks and all(tokenizer.decode(c["token_ids"]) == c["delta"]["content"] for c in text_chunks)
 

@@ -180,7 +180,7 @@ def test_an_agent_with_a_hosted_mcp_tool_in_a_conversations_session(fake, stack,
     assert (first.final_output, second.final_output) == ("42.", "Still 42.")
     assert "mcp_list_tools_item" in [item.type for item in first.new_items]
     assert "mcp_list_tools_item" not in [item.type for item in second.new_items]  # reused from the conversation
-    kinds = [item["type"] if "type" in item else "message" for item in items]
+    kinds = [item.get("type", "message") for item in items]
     assert kinds.count("mcp_list_tools") == 1 and kinds.count("mcp_call") == 1
     assert servers.calls == [("add", {"a": 19, "b": 23})]
     last_prompt = tokenizer.decode(fake.bodies(GENERATE)[-1]["token_ids"])

@@ -14,6 +14,7 @@ from gateway.core.errors import APIError
 from gateway.core.image import ImageLimits, check_images, image_from_base64, image_from_url
 from gateway.core.vision import PatchGrid
 
+
 def encoded(width: int, height: int, kind: str = "PNG") -> str:
     buffer = io.BytesIO()
     PILImage.new("RGB", (width, height), (1, 2, 3)).save(buffer, kind)

@@ -64,6 +64,6 @@ def test_the_direct_writers_work_on_the_lowest_allowed_uvicorn():
     assert Version(probe.stdout.strip()) == low
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           str(ROOT / "tests" / "server" / "test_body_writer.py")],
-                         env=env, cwd=ROOT, capture_output=True, text=True)
+                         env=env, cwd=ROOT, capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and " failed" not in run.stdout

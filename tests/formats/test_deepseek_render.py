@@ -14,8 +14,8 @@ from gateway.tokenfix.locality import failing_kinds
 from tests.formats.test_deepseek_parser import TOOLS, call, ids_of, section
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support import family_render
-from tests.support.family_contract import RenderContract
 from tests.support.deepseek import KNOWN_IDS, LAST_ADDED_ID, V31_TOKENS
+from tests.support.family_contract import RenderContract
 
 BOS, EOS = KNOWN_IDS["<｜begin▁of▁sentence｜>"], KNOWN_IDS["<｜end▁of▁sentence｜>"]
 USER, ASSISTANT, THINK, THINK_END = (KNOWN_IDS[t] for t in ("<｜User｜>", "<｜Assistant｜>", "<think>", "</think>"))

@@ -12,7 +12,7 @@ from importlib.resources import files
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.hf_render import hf_messages
 from gateway.formats.qwen_xml import template_messages
-from tests.formats.test_qwen_xml_parser import SHELL, TOOLS, ids_of, items, parse
+from tests.formats.test_qwen_xml_parser import SHELL, TOOLS, ids_of, parse
 from tests.support import family_render
 from tests.support.family_contract import RenderContract
 from tests.support.qwen36 import FIRST_ADDED_ID, KNOWN_IDS, added_tokens

@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 
-
 CODEX = Path(__file__).parents[1] / "data" / "codex"
 MODEL = "tiny-qwen3"
 CHAT = {"model": MODEL, "messages": [

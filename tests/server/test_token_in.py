@@ -115,7 +115,7 @@ def test_streamed_events_pass_through_as_the_replica_sent_them(stack, fake, toke
         lines = [line for line in response.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
     events = [orjson.loads(line[6:]) for line in lines[:-1]]
-    assert sum((e["choices"][0]["token_ids"] for e in events if e["choices"]), []) == generated
+    assert [i for e in events if e["choices"] for i in e["choices"][0]["token_ids"]] == generated
     assert events[0]["choices"][0]["prompt_token_ids"] == ids(tokenizer, "x")
 
 
@@ -138,7 +138,7 @@ def test_a_client_that_leaves_aborts_the_generation(stack, fake, tokenizer):
     with httpx.stream("POST", stack.url + GENERATE, timeout=30, json={
             "sampling_params": {"max_tokens": 64}, "token_ids": ids(tokenizer, "go"), "stream": True}) as response:
         next(response.iter_lines())
-    replica, sent = served(stack, GENERATE)
+    replica, _ = served(stack, GENERATE)
     wait_for(lambda: replica.disconnected, "the generation was aborted upstream")
 
 

@@ -81,7 +81,7 @@ def otlp_receiver(protocol: str = "http/protobuf") -> Iterator[Receiver]:
 
 def _http(receiver: Receiver) -> Iterator[Receiver]:
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["content-length"]))
             if self.headers.get("content-encoding") == "gzip":
                 body = gzip.decompress(body)
@@ -115,7 +115,7 @@ def _grpc(receiver: Receiver) -> Iterator[Receiver]:
     import grpc
 
     class Service(trace_service_pb2_grpc.TraceServiceServicer):
-        def Export(self, request, context):  # noqa: N802 (the service's name)
+        def Export(self, request, context):
             receiver.take(request)
             return trace_service_pb2.ExportTraceServiceResponse()
 
