@@ -86,6 +86,7 @@ class FakeVLLM:
     enable_scale_out: bool = True  # False: /inference/* answers 403 like a stock replica without the flag
     image_tokens: int = 1  # what each `content_parts` image expands to in the prompt vLLM counts
     healthy: bool = True
+    health_checks: int = 0  # /health requests answered
     requests: list[Recorded] = field(default_factory=list)  # model calls (and aborts), not probes
     probes: list[Recorded] = field(default_factory=list)  # the pool's probe and warmup requests
     aborted: list[str] = field(default_factory=list)  # request ids sent to /inference/v1/abort_requests
@@ -128,6 +129,7 @@ class FakeVLLM:
         self._serving.__exit__(None, None, None)
 
     async def _health(self, request: Request) -> Response:
+        self.health_checks += 1
         return Response(status_code=200 if self.healthy else 503)
 
     async def _models(self, request: Request) -> Response:

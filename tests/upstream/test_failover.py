@@ -3,8 +3,6 @@ failure after it, ejection of an unreachable replica."""
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import orjson
 import pytest
@@ -52,7 +50,8 @@ def test_a_stream_cut_mid_way_fails_cleanly_and_keeps_the_session_cache(stack, t
     assert runtime.sessions.get("thread-1") is cached  # the failed turn did not replace it
     assert len(home.bodies(GENERATE)) == 2  # not retried: output had reached the client
     # The replica's /health still answers, so the check the broken stream triggered keeps it.
-    time.sleep(0.3)
+    checked = home.health_checks
+    wait_for(lambda: home.health_checks >= checked + 2, "two more health checks of the replica")
     assert all(r.healthy for r in runtime.pool.replicas)
 
 
