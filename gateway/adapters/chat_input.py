@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.adapters import output_fields, vllm_fields
+from gateway.adapters.codex_tools import function_tool
 from gateway.adapters.images import chat_image
 from gateway.adapters.request_schema import ChatBody, ChatImagePart, ChatMessage, Content, validate
-from gateway.adapters.responses_input import _tool, content_part, content_text
+from gateway.adapters.responses_input import content_part, content_text
 from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.validation import expect
-from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput, with_parts
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput, with_parts
 from gateway.core.errors import invalid_request
 from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
 from gateway.tokenfix.state import TokenState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -153,3 +157,12 @@ def _content(content: Content, param: str) -> list[str | Image]:
         return [content]
     return [chat_image(part, f"{param}[{j}]") if isinstance(part, ChatImagePart)
             else content_part(part, f"{param}[{j}]", images=False) for j, part in enumerate(content)]
+
+
+def _tool(raw: Any, param: str) -> Tool | None:
+    """A Chat Completions tool: functions only (Codex's tool shapes come over Responses; others are dropped)."""
+    raw = expect(raw, dict, param, optional=False)
+    if raw.get("type") != "function":
+        log.debug("dropping tool of type %r (%s)", raw.get("type"), param)
+        return None
+    return function_tool(raw, param)

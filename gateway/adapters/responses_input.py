@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.adapters import compaction, mcp_tools, output_fields, reasoning_blob
-from gateway.adapters.codex_tools import LOCAL_SHELL, custom_arguments, flat_name, function_tool, offered_tools
+from gateway.adapters.codex_tools import LOCAL_SHELL, custom_arguments, flat_name, offered_tools
 from gateway.adapters.images import responses_image
 from gateway.adapters.mcp_tools import MCP_ITEMS, Approval, McpPlan
 from gateway.adapters.request_schema import (
@@ -39,8 +39,7 @@ from gateway.adapters.request_schema import (
     validate,
 )
 from gateway.adapters.sampling_fields import parse_sampling
-from gateway.adapters.validation import expect
-from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput, with_parts
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput, with_parts
 from gateway.core.errors import invalid_request
 from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
@@ -294,14 +293,3 @@ def _take_leading_instructions(items: list[Item]) -> str | None:
     if items and isinstance(items[0], Message) and items[0].role in ("system", "developer"):
         return items.pop(0).text
     return None
-
-
-def _tool(raw: Any, param: str) -> Tool | None:
-    """A Chat Completions tool: functions only (Codex's tool shapes come over Responses)."""
-    raw = expect(raw, dict, param, optional=False)
-    if raw.get("type") != "function":
-        log.debug("dropping tool of type %r (%s)", raw.get("type"), param)
-        return None
-    return function_tool(raw, param)
-
-
