@@ -14,11 +14,14 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 import httpx
 
 from gateway.ops.vllm_process import VLLMError, VLLMProcess
+
+__all__ = ["Supervisor"]
 
 log = logging.getLogger(__name__)
 
@@ -28,25 +31,28 @@ MAX_BACKOFF = 60.0  # seconds; restart delays double from 1 s up to this
 STABLE_AFTER = 600.0  # seconds up after which a replica's restarts-in-a-row count starts over
 
 
+@dataclass(eq=False)
 class Supervisor:
-    def __init__(self, replicas: Sequence[VLLMProcess], *, max_restarts: int = 5, ready_timeout: float = 1800.0,
-                 health_interval: float = 5.0, stop_timeout: float = 30.0,
-                 on_give_up: Callable[[], None] | None = None) -> None:
-        """`on_give_up` is called (from the supervisor's thread) once every replica has died more
-        than `max_restarts` times in a row: nothing is left to serve."""
-        self.replicas = list(replicas)
-        self.max_restarts = max_restarts
-        self.ready_timeout = ready_timeout
-        self.health_interval = health_interval
-        self.stop_timeout = stop_timeout
-        self.on_give_up = on_give_up
-        self.gave_up = False
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._work: asyncio.Task | None = None
-        self._running = threading.Event()  # _loop and _work are set
-        self._ready = threading.Event()  # start-up finished, well or not
-        self._error: BaseException | None = None
+    """`on_give_up` is called (from the supervisor's thread) once every replica has died more
+    than `max_restarts` times in a row: nothing is left to serve."""
+
+    replicas: list[VLLMProcess]
+    _: KW_ONLY
+    max_restarts: int = 5
+    ready_timeout: float = 1800.0
+    health_interval: float = 5.0
+    stop_timeout: float = 30.0
+    on_give_up: Callable[[], None] | None = None
+    gave_up: bool = field(default=False, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
+    _work: asyncio.Task | None = field(default=None, init=False)
+    _running: threading.Event = field(default_factory=threading.Event, init=False)  # _loop and _work are set
+    _ready: threading.Event = field(default_factory=threading.Event, init=False)  # start-up finished, well or not
+    _error: BaseException | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.replicas = list(self.replicas)
 
     @property
     def urls(self) -> list[str]:
