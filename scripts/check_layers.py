@@ -1,12 +1,15 @@
-"""Every import in gateway/ points down the layers (docs/architecture.md), and no modules import
-each other in a circle; prints what breaks either rule.
+"""Every import in gateway/ points down the layers (docs/architecture.md), no modules import
+each other in a circle, and a module uses only what another one declares public (its `__all__`);
+prints what breaks these rules.
 
 Every import counts: at module level, inside a function, or under `if TYPE_CHECKING:`. A circle
-between modules of one layer is as much a knot for a reader as one across layers.
+between modules of one layer is as much a knot for a reader as one across layers. A name missing
+from `__all__` is the module's own business: another module that needs it makes it public there.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -85,6 +88,40 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+def private_uses(root: Path) -> list[tuple[str, str, str]]:
+    """(importing file, module, name) for each name a gateway module takes from another one whose
+    `__all__` does not list it: `from module import name`, or `module.name` on an imported module."""
+    paths = {_name(root, path): path for path in (root / "gateway").rglob("*.py")}
+    public = {name: _declared(path) for name, path in paths.items()}
+    found = []
+    for importer, path in sorted(paths.items()):
+        tree = ast.parse(path.read_text())
+        modules: dict[str, str] = {}  # local name → a gateway module imported whole
+        uses: list[tuple[str, str]] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("gateway"):
+                for alias in node.names:
+                    if f"{node.module}.{alias.name}" in paths:
+                        modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    else:
+                        uses.append((node.module, alias.name))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+                module = modules[node.value.id]
+                if f"{module}.{node.attr}" not in paths:
+                    uses.append((module, node.attr))
+        found += [(str(path.relative_to(root)), module, name) for module, name in dict.fromkeys(uses)
+                  if module != importer and module in paths and name not in public[module]]
+    return found
+
+
+def _declared(path: Path) -> frozenset[str]:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return frozenset(ast.literal_eval(node.value))
+    return frozenset()
+
+
 def _name(root: Path, path: Path) -> str:
     parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -98,4 +135,7 @@ if __name__ == "__main__":
     knots = circles(import_graph(root))
     for group in knots:
         print(f"import circle: {' ↔ '.join(group)}")
-    sys.exit(1 if bad or knots else 0)
+    private = private_uses(root)
+    for path, module, name in private:
+        print(f"{path} uses {module}.{name}, which {module}'s __all__ does not list")
+    sys.exit(1 if bad or knots or private else 0)

@@ -28,6 +28,8 @@ from gateway.core.errors import invalid_request
 from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
 
+__all__ = ["MessagesRequest", "parse_messages_request"]
+
 log = logging.getLogger(__name__)
 
 

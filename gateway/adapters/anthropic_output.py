@@ -30,6 +30,8 @@ from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
 from gateway.pipeline.turn import Turn
 from gateway.tokenfix.record import TurnRecord
 
+__all__ = ["MessageEvents", "error_body", "message"]
+
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
                 529: "overloaded_error"}

@@ -19,6 +19,8 @@ from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["ChatRequest", "parse_chat_request", "unwrap_extra_body"]
+
 log = logging.getLogger(__name__)
 
 

@@ -21,6 +21,8 @@ from gateway.formats.base import ItemDelta, ItemStarted, ParseEvent
 from gateway.pipeline import session
 from gateway.pipeline.turn import Turn
 
+__all__ = ["ChatChunks", "completion", "completions", "samples_ending"]
+
 
 def completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None, "reasoning": None,

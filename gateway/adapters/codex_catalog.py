@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["codex_model_info"]
+
 # Codex's own base prompt is ~3k tokens (with its tools ~8.5k): one line keeps small contexts usable.
 BASE_INSTRUCTIONS = "You are a coding agent. Use the tools to change files."
 

@@ -20,6 +20,9 @@ from typing import Any
 from gateway.adapters.validation import expect
 from gateway.core.conversation import Tool
 
+__all__ = ["LOCAL_SHELL", "Route", "custom_arguments", "custom_input", "flat_name", "function_tool", "offered_tools",
+           "routes"]
+
 log = logging.getLogger(__name__)
 
 NAMESPACE_SEPARATOR = "__"

@@ -27,6 +27,9 @@ from gateway.core.conversation import Item, Message, Reasoning
 from gateway.core.errors import invalid_request
 from gateway.core.ids import new_id
 
+__all__ = ["TRIGGER", "compaction_item", "kept_messages", "summary_message", "summary_prompt", "summary_text",
+           "take_trigger"]
+
 TRIGGER = "compaction_trigger"
 
 SUMMARY_PROMPT = (

@@ -19,6 +19,8 @@ from gateway.pipeline.request import InConversation
 from gateway.pipeline.runtime import Runtime
 from gateway.sessions.responses import CachedResponse
 
+__all__ = ["parse_continuation", "parse_in_conversation"]
+
 
 def parse_continuation(body: dict[str, Any], previous: CachedResponse | None) -> ResponsesRequest:
     """`parse_request`, with the new items appended to `previous`'s history when there is one."""

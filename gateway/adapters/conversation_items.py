@@ -21,6 +21,9 @@ from gateway.core.errors import APIError, invalid_request
 from gateway.core.ids import new_id
 from gateway.upstream.mcp import McpTool
 
+__all__ = ["conversation_id", "conversation_object", "deleted_object", "history_of", "item_in", "items_page", "kept",
+           "listed_in", "metadata", "new_items"]
+
 MAX_NEW_ITEMS = 20  # items one create call may add (OpenAI's bound)
 _ID_PREFIXES = {"message": "msg", "reasoning": "rs", "function_call": "fc", "function_call_output": "fco",
                 "custom_tool_call": "ctc", "custom_tool_call_output": "ctco", "mcp_list_tools": "mcpl",

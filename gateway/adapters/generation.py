@@ -13,6 +13,8 @@ from gateway.formats.base import ItemDelta, ParseEvent
 from gateway.pipeline.turn import Turn
 from gateway.tokenfix.record import TurnRecord
 
+__all__ = ["CONTEXT_WINDOW", "coalesce", "incomplete_reason", "nemo_fields", "token_fields"]
+
 CONTEXT_WINDOW = "model_context_window_exceeded"
 
 

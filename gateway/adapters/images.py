@@ -16,6 +16,8 @@ from gateway.adapters.request_schema import ChatImagePart, ImagePart
 from gateway.core.errors import invalid_request
 from gateway.core.image import Image, file_image, image_from_base64, image_from_url
 
+__all__ = ["anthropic_image", "chat_image", "responses_image"]
+
 
 def responses_image(part: ImagePart, param: str) -> Image:
     url = part.image_url

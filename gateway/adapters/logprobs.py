@@ -14,6 +14,8 @@ from typing import Any
 from gateway.formats.base import ChatFormat
 from gateway.tokenfix.record import TurnRecord
 
+__all__ = ["entries"]
+
 
 def entries(chat_format: ChatFormat, record: TurnRecord, start: int = 0, end: int | None = None, *,
             as_ids: bool = False) -> list[dict[str, Any]]:

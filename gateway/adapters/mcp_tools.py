@@ -35,6 +35,22 @@ from gateway.core.settings import Settings
 from gateway.upstream import mcp
 from gateway.upstream.mcp import McpError, McpResult, McpServer, McpTool
 
+__all__ = [
+    "CALL_PREFIX",
+    "MCP_ITEMS",
+    "Approval",
+    "HostedTool",
+    "McpPlan",
+    "approval_item",
+    "approvals_in",
+    "call_item",
+    "echoed",
+    "input_items",
+    "listed_as_tools",
+    "listed_in",
+    "plan",
+]
+
 SEPARATOR = "__"
 CALL_PREFIX, APPROVAL_PREFIX = "mcp_", "mcpr_"  # item ids: the prefix + the canonical call's id
 _LABEL = re.compile(r"[A-Za-z0-9_-]{1,64}")

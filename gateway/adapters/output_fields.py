@@ -16,6 +16,8 @@ from typing import Any
 from gateway.adapters.validation import expect, expect_range, invalid_request
 from gateway.core.sampling import OutputConstraint
 
+__all__ = ["output_constraint", "tool_choice"]
+
 
 def tool_choice(raw: Any) -> tuple[str, tuple[str, ...] | None]:
     """(auto | none | required | a function's name, the allowed names or None). Both APIs'

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import xxhash
 
+__all__ = ["seal", "unseal", "use_secret"]
+
 _VERSION = 3
 _MAC_BYTES = hashlib.sha256().digest_size
 _ZLIB = 1

@@ -23,6 +23,36 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field
 from gateway.adapters.validation import type_name
 from gateway.core.errors import APIError, invalid_request
 
+__all__ = [
+    "ROLLOUT_ID",
+    "ChatBody",
+    "ChatImagePart",
+    "ChatMessage",
+    "CompactionItem",
+    "Content",
+    "CustomToolCallItem",
+    "DetokenizeBody",
+    "FunctionCallItem",
+    "ImagePart",
+    "InputItem",
+    "LocalShellCallItem",
+    "LocalShellOutputItem",
+    "McpApprovalResponseItem",
+    "McpCallItem",
+    "McpListToolsItem",
+    "MessageItem",
+    "OtherItem",
+    "Part",
+    "ReasoningItem",
+    "RefusalPart",
+    "ResponsesBody",
+    "TextPart",
+    "TokenizeBody",
+    "ToolOutputItem",
+    "validate",
+    "validate_items",
+]
+
 M = TypeVar("M", bound=BaseModel)
 MAX_DEPTH = 128  # nesting of a free-form object; orjson encodes at most 254 (the response adds a few)
 INT64 = 2**63

@@ -36,6 +36,8 @@ from gateway.formats.base import Covered
 from gateway.sessions.session_store import ResentPrefix, Session
 from gateway.tokenfix.state import TokenState, context_digest
 
+__all__ = ["Resent", "parse_resent", "resent_key", "resent_prefix"]
+
 # XXH3-128, not a cryptographic hash: it reads the body's bytes at memory speed (SHA-256 took
 # 0.36 ms of a 634 KB history, which is the growth this module removes). Accidental collisions
 # are out of reach at 128 bits, and the seed is this process's secret. A deliberate collision

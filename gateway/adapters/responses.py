@@ -29,6 +29,8 @@ from gateway.pipeline.turn import Turn
 from gateway.tokenfix.record import TurnRecord
 from gateway.upstream import mcp
 
+__all__ = ["CompactionEvents", "ResponseEvents", "new_writer", "plan_hosted"]
+
 # A generation that failed, as a non-streaming answer's status (the failure's own code kept).
 _FAILED_STATUS = {"upstream_timeout": 504, "server_shutting_down": 503}
 

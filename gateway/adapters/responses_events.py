@@ -35,6 +35,8 @@ from gateway.core.ids import new_id
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
 from gateway.upstream.mcp import McpResult
 
+__all__ = ["Event", "ResponseWriter"]
+
 Event = dict[str, Any]
 
 # The reasoning text events: OpenAI's names (which Codex and the openai SDK read), and Open

@@ -45,6 +45,8 @@ from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
 from gateway.upstream.mcp import McpTool
 
+__all__ = ["ResponsesRequest", "content_part", "content_text", "input_items", "parse_request"]
+
 log = logging.getLogger(__name__)
 
 @dataclass(slots=True)

@@ -30,6 +30,8 @@ from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
 from gateway.sessions.responses import CachedResponse, ResponseCache
 
+__all__ = ["ResponseTurn", "from_http", "from_socket"]
+
 
 @dataclass(frozen=True, slots=True)
 class ResponseTurn:

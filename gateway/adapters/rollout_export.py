@@ -24,6 +24,8 @@ from typing import Any
 
 from gateway.core.errors import invalid_request
 
+__all__ = ["check_format", "samples"]
+
 FORMATS = ("gateway", "verl", "slime")
 
 Decode = Callable[[Sequence[int]], str]

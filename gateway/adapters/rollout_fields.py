@@ -19,6 +19,8 @@ from gateway.pipeline import session
 from gateway.pipeline.runtime import Runtime
 from gateway.sessions.rollouts import Pending
 
+__all__ = ["begin_rollout"]
+
 _ROLLOUT_ID = re.compile(ROLLOUT_ID)
 
 

@@ -12,6 +12,8 @@ from typing import Any
 from gateway.adapters.validation import expect, invalid_request
 from gateway.core.sampling import SamplingOptions
 
+__all__ = ["parse_sampling"]
+
 
 def parse_sampling(body: dict[str, Any], *, max_tokens: int | None, logprobs: bool) -> SamplingOptions:
     """`logprobs`: the API's own fields asked for the sampled tokens' logprobs (the top

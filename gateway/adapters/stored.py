@@ -14,6 +14,8 @@ from typing import Any
 from gateway.adapters.validation import expect, expect_range, invalid_request
 from gateway.core.conversation import Item, Message, Reasoning, ToolCall, ToolOutput
 
+__all__ = ["input_items_page", "page"]
+
 
 def input_items_page(response_id: str, items: list[Item], query: Mapping[str, str]) -> dict[str, Any]:
     """One page of a stored response's input items (`page`'s query)."""

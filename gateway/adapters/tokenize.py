@@ -20,6 +20,8 @@ from gateway.adapters.chat_input import ChatRequest, parse_chat_request
 from gateway.adapters.request_schema import DetokenizeBody, TokenizeBody, validate
 from gateway.core.errors import invalid_request
 
+__all__ = ["parse_detokenize", "parse_tokenize"]
+
 
 @dataclass(frozen=True, slots=True)
 class TokenizeRequest:

@@ -8,6 +8,8 @@ import orjson
 
 from gateway.core.errors import APIError, invalid_request
 
+__all__ = ["check_model", "expect", "expect_range", "invalid_request", "parse_json", "type_name"]
+
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
               list: "an array", dict: "an object", type(None): "null"}  # as every 400 names a JSON type
 

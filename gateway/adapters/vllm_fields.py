@@ -24,6 +24,8 @@ from typing import Any
 from gateway.core.errors import invalid_request
 from gateway.core.sampling import SamplingOptions
 
+__all__ = ["apply", "check_logprobs", "tokens_as_ids"]
+
 
 def tokens_as_ids(body: dict[str, Any], *, server_default: bool) -> bool:
     """Whether logprobs `token`s are "token_id:N": the request says, else the server's flag."""

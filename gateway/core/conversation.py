@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from gateway.core.image import Image
 
+__all__ = ["Conversation", "Item", "Message", "Reasoning", "Tool", "ToolCall", "ToolOutput", "images_of", "with_parts"]
+
 Role = Literal["system", "developer", "user", "assistant"]
 NO_THINKING = ("none", "minimal")  # reasoning efforts that turn a template's thinking off
 

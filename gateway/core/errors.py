@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["APIError", "UpstreamFailed", "UpstreamRejected", "UpstreamUnavailable", "context_length_exceeded",
+           "invalid_request", "shutting_down"]
+
 
 class APIError(Exception):
     """An error the client should see, with an HTTP status and an OpenAI error type."""

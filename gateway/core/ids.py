@@ -6,6 +6,8 @@ import os
 import time
 import uuid
 
+__all__ = ["new_id"]
+
 
 def uuid7() -> uuid.UUID:
     """RFC 9562 UUID v7: 48-bit unix-ms timestamp, version 7, variant 10, random rest."""

@@ -25,6 +25,8 @@ from PIL import UnidentifiedImageError
 
 from gateway.core.errors import APIError, invalid_request
 
+__all__ = ["Image", "ImageLimits", "check_images", "file_image", "image_from_base64", "image_from_url", "text_only"]
+
 MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)?(?:;[\w.+-]+=[^;,]*)*;base64,", re.ASCII)
 

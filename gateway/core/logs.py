@@ -20,6 +20,8 @@ import orjson
 
 from gateway.core import tracing
 
+__all__ = ["FORMATS", "configure_logging", "connection_id", "request_id"]
+
 request_id: ContextVar[str | None] = ContextVar("request_id", default=None)
 connection_id: ContextVar[str | None] = ContextVar("connection_id", default=None)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+__all__ = ["Hold", "Sink", "held"]
+
 T = TypeVar("T")
 
 Hold = Awaitable[None] | None

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+__all__ = ["GenerationDefaults", "OutputConstraint", "SamplingOptions", "resolve"]
+
 log = logging.getLogger(__name__)
 
 # generation_config.json keys that map 1:1 onto vLLM SamplingParams.

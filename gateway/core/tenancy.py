@@ -14,6 +14,8 @@ import re
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+__all__ = ["TENANT_NAME", "Tenant", "current", "scoped", "tenant_prefix"]
+
 # A tenant name never holds ':', so "{tenant}:{key}" names one (tenant, key) pair only.
 TENANT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 

@@ -22,6 +22,9 @@ from opentelemetry import context, propagate, trace
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+__all__ = ["capture_content", "current", "end", "end_request", "log_ids", "phase", "propagation_headers", "shutdown",
+           "start_request", "start_span", "tracer", "upstream_headers", "use"]
+
 tracer: trace.Tracer | None = None  # None: traces are off
 capture_content = False  # prompt and output text on the spans (off: never)
 _provider: Any = None

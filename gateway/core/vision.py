@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = ["PatchGrid", "is_vision_model", "load_grid"]
+
 
 @dataclass(frozen=True, slots=True)
 class PatchGrid:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from gateway.formats.base import ChatFormat, LocalityProbe
 
+__all__ = ["load_format"]
+
 log = logging.getLogger(__name__)
 
 

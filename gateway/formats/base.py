@@ -14,6 +14,9 @@ from gateway.core.conversation import Conversation, Item, Message, Reasoning, To
 from gateway.core.image import Image
 from gateway.core.sampling import OutputConstraint
 
+__all__ = ["ChatFormat", "Covered", "ItemDelta", "ItemDone", "ItemKind", "ItemStarted", "LocalityProbe", "ParseEvent",
+           "Tail", "output_item"]
+
 ItemKind = Literal["reasoning", "text", "tool_call"]
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from gateway.formats.base import ParseEvent
 from gateway.formats.hf_parser import HermesOutputParser
 
+__all__ = ["CallSectionParser"]
+
 
 class CallSectionParser(HermesOutputParser):
     """A `HermesOutputParser` whose call section a subclass reads (see the module docstring)."""

@@ -42,6 +42,8 @@ from gateway.formats.family import Family, ParserFactory
 from gateway.formats.glm import is_valid_name
 from gateway.formats.hf_parser import Markup
 
+__all__ = ["FAMILY", "DeepSeekToolCallParser"]
+
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 # The per-call markers: inside a section they structure it, anywhere else they are text.

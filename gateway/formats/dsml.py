@@ -26,6 +26,8 @@ from gateway.formats.dsml_render import BLOCKS, DSML, DsmlEncoder
 from gateway.formats.family import Family, ParserFactory
 from gateway.formats.invoke import InvokeToolCallParser, Tags
 
+__all__ = ["V4", "V32"]
+
 MARK = "\ufdd0"  # the `｜DSML｜` id in scanned text
 
 

@@ -28,6 +28,8 @@ from transformers import PreTrainedTokenizerFast
 
 from gateway.formats.hf_render import SafeTemplateEncoder
 
+__all__ = ["BLOCKS", "DSML", "DsmlEncoder"]
+
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 USER, ASSISTANT = "<｜User｜>", "<｜Assistant｜>"
 THINK, THINK_END = "<think>", "</think>"

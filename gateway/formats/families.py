@@ -11,6 +11,9 @@ from __future__ import annotations
 from gateway.formats import deepseek, dsml, gemma4, glm, hermes, kimi, llama3_json, minimax, qwen_xml
 from gateway.formats.family import Family
 
+__all__ = ["OWN_FORMATS", "by_tool_parser", "of_model_type", "of_template", "reasoning_parser_names",
+           "tool_parser_names"]
+
 FAMILIES: tuple[Family, ...] = (
     minimax.FAMILY,  # MiniMax-M2: <minimax:tool_call>
     dsml.V4,  # DeepSeek-V4: ｜DSML｜tool_calls (or model_type deepseek_v4)

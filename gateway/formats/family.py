@@ -18,6 +18,8 @@ from typing import Any
 from gateway.core.conversation import Tool
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 
+__all__ = ["CHATML", "Family", "ParserFactory", "Parsing", "Turns"]
+
 Messages = list[dict[str, Any]]
 
 

@@ -38,6 +38,8 @@ from gateway.formats.glm import is_valid_name
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.qwen_xml import argument_dict
 
+__all__ = ["FAMILY"]
+
 CALL_OPEN, CALL_CLOSE, STRING = "<|tool_call>", "<tool_call|>", '<|"|>'
 CHANNEL_OPEN, CHANNEL_CLOSE = "<|channel>", "<channel|>"
 TURN_OPEN, TURN_CLOSE, RESPONSE_OPEN = "<|turn>", "<turn|>", "<|tool_response>"

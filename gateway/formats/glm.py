@@ -46,6 +46,8 @@ from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.hf_parser import Markup
 from gateway.formats.qwen_xml import argument_dict
 
+__all__ = ["FAMILY", "MAX_NAME", "convert_arg_value", "is_valid_name"]
+
 ARG_TOKENS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
 TEMPLATE_MARKER = "<arg_key>"
 # The model's stop tokens besides eos: each opens the message that follows its turn.

@@ -16,6 +16,8 @@ from gateway.formats.harmony_constraints import HarmonyTokens
 from gateway.formats.harmony_parser import HarmonyParser
 from gateway.formats.harmony_render import HarmonyRenderer
 
+__all__ = ["load_harmony_format"]
+
 # o200k_base's longest token, in bytes (tests/formats/test_length.py reads it off the vocabulary).
 O200K_MAX_TOKEN_BYTES = 128
 

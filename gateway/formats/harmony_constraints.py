@@ -31,6 +31,8 @@ from gateway.core.conversation import Tool
 from gateway.core.sampling import OutputConstraint
 from gateway.formats.hf_constraints import MAX_WHITESPACE, allowed_tools
 
+__all__ = ["HarmonyTokens", "structured_outputs"]
+
 Format = dict[str, Any]
 
 

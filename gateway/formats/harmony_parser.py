@@ -24,6 +24,8 @@ from openai_harmony import HarmonyEncoding, HarmonyError, Role, StreamableParser
 
 from gateway.formats.base import ItemDelta, ItemDone, ItemKind, ItemStarted, ParseEvent
 
+__all__ = ["HarmonyParser"]
+
 log = logging.getLogger(__name__)
 
 _CHANNEL_ITEMS: dict[str, tuple[ItemKind, str | None]] = {

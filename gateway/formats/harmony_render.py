@@ -31,6 +31,8 @@ from openai_harmony import (
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.base import Covered, Tail
 
+__all__ = ["HarmonyRenderer"]
+
 REASONING_EFFORT = {
     "minimal": ReasoningEffort.LOW,
     "low": ReasoningEffort.LOW,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from gateway.formats.family import Family
 
+__all__ = ["HERMES", "NONE"]
+
 # Qwen's image placeholder: its templates write `<|vision_start|><|image_pad|><|vision_end|>` per image.
 IMAGE_PAD = "<|image_pad|>"
 

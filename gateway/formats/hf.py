@@ -37,6 +37,8 @@ from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
 from gateway.formats.hf_window import TemplateWindow
 
+__all__ = ["load_hf_format"]
+
 THINKING_SWITCH = "enable_thinking"  # the variable Qwen3, Qwen3.5/3.6 and GLM templates switch thinking with
 _QWEN_MARKERS = {"think_open": "<think>", "think_close": "</think>", "call_open": "<tool_call>",
                  "call_close": "</tool_call>"}

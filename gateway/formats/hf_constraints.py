@@ -35,6 +35,8 @@ from gateway.core.conversation import Tool
 from gateway.core.errors import APIError
 from gateway.core.sampling import OutputConstraint
 
+__all__ = ["MAX_WHITESPACE", "allowed_tools", "structured_outputs"]
+
 MAX_WHITESPACE = 32
 # A string parameter's text: anything but `</` (which would close the parameter), not ending
 # in a newline (the parser takes the last one as markup's).

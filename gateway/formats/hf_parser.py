@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from gateway.formats.base import ItemDelta, ItemDone, ItemKind, ItemStarted, ParseEvent
 
+__all__ = ["HermesOutputParser", "Markup"]
+
 _ARGUMENTS_KEY = re.compile(r'"arguments"\s*:\s*')
 
 

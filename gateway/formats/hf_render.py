@@ -27,6 +27,8 @@ from transformers import PreTrainedTokenizerFast
 from gateway.core.conversation import Conversation, Message, Reasoning, ToolCall, ToolOutput
 from gateway.core.image import Image
 
+__all__ = ["SafeTemplateEncoder", "hf_messages"]
+
 log = logging.getLogger(__name__)
 
 # Escapes are ESCAPE_OPEN + index + ESCAPE_CLOSE, from the Supplementary Private Use Area-B.

@@ -34,6 +34,8 @@ from gateway.core.conversation import Conversation, Item, Message, ToolOutput
 from gateway.formats.base import ChatFormat, Covered, LocalityProbe, Tail
 from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
 
+__all__ = ["TemplateWindow"]
+
 log = logging.getLogger(__name__)
 
 KINDS = ("tool", "user", "system")

@@ -37,6 +37,8 @@ from gateway.formats.base import ItemDelta, ItemDone, ItemKind, ParseEvent
 from gateway.formats.glm import convert_arg_value, is_valid_name
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 
+__all__ = ["InvokeToolCallParser", "Tags"]
+
 MAX_TAG = 1024  # a tag longer than this (an endless name) is not markup
 _WHITESPACE = " \t\r\n"
 

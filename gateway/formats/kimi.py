@@ -23,6 +23,8 @@ from gateway.formats.deepseek import DeepSeekToolCallParser
 from gateway.formats.family import Family, ParserFactory
 from gateway.formats.glm import is_valid_name
 
+__all__ = ["FAMILY"]
+
 CALLS_BEGIN, CALLS_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 CALL_BEGIN, CALL_END, SEP = "<|tool_call_begin|>", "<|tool_call_end|>", "<|tool_call_argument_begin|>"
 CALL_TOKENS = (CALL_BEGIN, CALL_END, SEP)  # in the order DeepSeekToolCallParser takes their ids

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from gateway.core.conversation import Conversation, Message, ToolOutput
 
+__all__ = ["too_long"]
+
 
 def min_prompt_tokens(conversation: Conversation, max_token_bytes: int) -> int:
     """At least this many tokens in any render of `conversation`."""

@@ -32,6 +32,8 @@ from gateway.formats.glm import is_valid_name
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.qwen_xml import argument_dict
 
+__all__ = ["FAMILY"]
+
 PYTHON_TAG = "<|python_tag|>"
 TEMPLATE_MARKER = '"parameters": '  # vLLM's llama3.1 JSON template writes calls with it
 _WHITESPACE = b" \t\r\n"

@@ -28,6 +28,8 @@ from gateway.formats.family import Family, ParserFactory
 from gateway.formats.invoke import InvokeToolCallParser, Tags
 from gateway.formats.qwen_xml import template_messages
 
+__all__ = ["FAMILY"]
+
 CALLS_BEGIN, CALLS_END = "<minimax:tool_call>", "</minimax:tool_call>"
 TEMPLATE_MARKER = CALLS_BEGIN
 _OPEN, _CLOSE = "\ufdd1", "\ufdd2"  # the two ids in scanned text

@@ -52,6 +52,8 @@ from gateway.formats.base import Covered, Tail
 from gateway.formats.hf_parser import Markup
 from gateway.formats.mistral_parser import CALL_ID_SHAPE, MistralToolCallParser
 
+__all__ = ["is_mistral_dir", "load_mistral_format"]
+
 TOKENIZER_FILE = "tekken.json"
 # Stands in for an empty answer (a generation with no visible output), which mistral-common refuses to
 # encode; taken out of the ids again, leaving what the encoder would write for it: `</s>`.

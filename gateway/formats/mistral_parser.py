@@ -34,6 +34,8 @@ from gateway.formats.call_section import CallSectionParser
 from gateway.formats.glm import MAX_NAME, is_valid_name
 from gateway.formats.hf_parser import Markup
 
+__all__ = ["CALL_ID_SHAPE", "MistralToolCallParser"]
+
 CALL_ID_SHAPE = re.compile(r"[a-zA-Z0-9]{9}")
 
 # States of a call

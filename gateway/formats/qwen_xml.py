@@ -54,6 +54,8 @@ from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
 from gateway.formats.family import Family, ParserFactory
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 
+__all__ = ["FAMILY", "argument_dict", "template_messages"]
+
 FUNCTION_OPEN = "<function="
 FUNCTION_CLOSE = "</function>"
 PARAMETER_OPEN = "<parameter="

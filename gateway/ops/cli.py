@@ -14,6 +14,8 @@ from gateway.core.logs import configure_logging
 from gateway.ops.flags import build_parser, settings_from_args
 from gateway.ops.serve import run
 
+__all__ = ["main"]
+
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser(__doc__)

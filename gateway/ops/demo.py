@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import logging
 
+__all__ = ["serve_demo"]
+
 DEMO_MODEL_NAME = "tiny-qwen3"
 DEMO_CONTEXT_LENGTH = 32768  # vLLM's --max-model-len; the tiny model costs nothing at 32k
 

@@ -10,6 +10,8 @@ from gateway.core.logs import FORMATS
 from gateway.core.settings import Settings
 from gateway.formats import families
 
+__all__ = ["build_parser", "settings_from_args"]
+
 
 def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get("GATEWAY_" + name.upper().replace("-", "_"), default)

@@ -32,6 +32,8 @@ from gateway.ops.supervisor import Supervisor
 from gateway.ops.vllm_process import VLLMError, VLLMProcess, free_port
 from gateway.server.tracing import replica_options
 
+__all__ = ["launch", "serve_supervised"]
+
 log = logging.getLogger(__name__)
 
 # Gateway flag (argparse dest) → vLLM flag. --model-path (alias --model) is vLLM's --model.

@@ -14,6 +14,8 @@ import ctypes
 import ctypes.util
 import logging
 
+__all__ = ["pin_mmap_threshold"]
+
 log = logging.getLogger(__name__)
 
 _M_MMAP_THRESHOLD = -3  # <malloc.h>

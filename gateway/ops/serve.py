@@ -6,6 +6,8 @@ import sys
 
 from gateway.core.settings import Settings
 
+__all__ = ["run"]
+
 
 def run(settings: Settings, workers: int = 1) -> None:
     from gateway.server.auth import KeyRing

@@ -22,6 +22,8 @@ from typing import Self
 
 import httpx
 
+__all__ = ["VLLMError", "VLLMProcess", "free_port", "vllm_python"]
+
 log = logging.getLogger(__name__)
 
 VENV_ENV = "GATEWAY_VLLM_PYTHON"

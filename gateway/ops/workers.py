@@ -33,6 +33,8 @@ from pathlib import Path
 
 from gateway.core.settings import Settings
 
+__all__ = ["WorkersError", "serve_workers"]
+
 log = logging.getLogger(__name__)
 
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 
 from gateway.formats.base import ItemDone, ItemStarted, ParseEvent
 
+__all__ = ["CallLimit"]
+
 Feed = Callable[[Sequence[int]], list[ParseEvent]]
 
 

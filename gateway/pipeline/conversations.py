@@ -29,6 +29,8 @@ from gateway.pipeline.runtime import Runtime
 from gateway.sessions.conversations import StoredConversation
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["append_turn", "change", "create", "delete", "load"]
+
 log = logging.getLogger(__name__)
 
 MAX_ITEMS = 10_000  # items one conversation may hold

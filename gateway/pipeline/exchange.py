@@ -41,6 +41,8 @@ from gateway.formats.base import ParseEvent
 from gateway.pipeline import session, tool_loop, trace
 from gateway.pipeline.turn import Turn
 
+__all__ = ["Quiet", "ToolsRan", "run", "run_samples"]
+
 
 class Writer(Protocol):
     """An API's answer to one turn, written as the turn goes (Responses events, chat chunks,

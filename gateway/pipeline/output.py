@@ -18,6 +18,8 @@ from gateway.pipeline.stop_strings import StopStrings
 from gateway.tokenfix.record import TurnRecord
 from gateway.upstream.chunks import TokenChunk, Usage
 
+__all__ = ["TurnOutput"]
+
 
 class TurnOutput:
     """A turn's output, taken chunk by chunk: ids, logprobs and finish into the record, the ids

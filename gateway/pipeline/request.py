@@ -20,6 +20,8 @@ from gateway.sessions.session_store import ResentPrefix
 from gateway.tokenfix.restore import Generated
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["InConversation", "Lane", "Recognised", "TurnRequest"]
+
 
 @dataclass(frozen=True, slots=True)
 class Recognised:

@@ -14,6 +14,8 @@ from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import SessionStore
 from gateway.upstream.pool import Pool
 
+__all__ = ["Runtime"]
+
 
 @dataclass(eq=False)
 class Runtime:

@@ -63,6 +63,10 @@ from gateway.tokenfix import client_ids
 from gateway.tokenfix.restore import restore, uncovered
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["begin_rollout", "branch_id", "branch_rollout", "commit", "confirm", "delete_rollout", "delete_stored",
+           "export_rollout", "forget", "prepare", "previous_response", "prompt_ids", "recall", "rollout_summary",
+           "store_snapshot", "stored", "warm_up"]
+
 log = logging.getLogger(__name__)
 
 TURN_IDS = "turn-ids:"  # session store key prefix: a turn's exact tokens, by response id

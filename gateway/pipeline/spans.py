@@ -24,6 +24,8 @@ from gateway.core.conversation import Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.base import ChatFormat
 from gateway.tokenfix.record import TurnRecord
 
+__all__ = ["Generation", "end_generation", "open_generation", "summary_attributes"]
+
 OPERATION = "chat"  # gen_ai.operation.name of every generating API (Responses, Chat, Messages)
 
 # Sampling parameters as sent upstream (vLLM's names) → their GenAI attribute.

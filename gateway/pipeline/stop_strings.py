@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
 
+__all__ = ["StopStrings"]
+
 Feed = Callable[[Sequence[int]], list[ParseEvent]]
 
 

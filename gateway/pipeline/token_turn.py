@@ -32,6 +32,8 @@ from gateway.upstream.protocol import parse_usage
 from gateway.upstream.replica import Replica, UpstreamStream
 from gateway.upstream.stream import StreamMode
 
+__all__ = ["COMPLETIONS", "GENERATE", "TokenTurn"]
+
 GENERATE, COMPLETIONS = "/inference/v1/generate", "/v1/completions"
 _ID_FIELDS = ("token_ids", "prompt_token_ids")
 

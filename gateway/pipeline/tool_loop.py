@@ -22,6 +22,8 @@ from gateway.core.conversation import ToolOutput
 from gateway.pipeline import trace
 from gateway.pipeline.turn import Turn
 
+__all__ = ["following"]
+
 
 async def following(turn: Turn, outputs: Sequence[ToolOutput], tool_calls: list[dict[str, Any]]) -> Turn:
     """The next generation of `turn`'s response (not started): `turn`'s history, its output and

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from gateway.core.errors import APIError
 from gateway.tokenfix.record import TurnRecord
 
+__all__ = ["Trace", "answered_as", "attach", "current", "error", "failed"]
+
 
 @dataclass(eq=False, slots=True)
 class Trace:

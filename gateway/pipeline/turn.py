@@ -40,6 +40,8 @@ from gateway.tokenfix.state import TokenState
 from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.replica import Replica, UpstreamStream
 
+__all__ = ["Turn", "handed_on"]
+
 log = logging.getLogger(__name__)
 
 # Renders of items with more text than this run off the event loop.

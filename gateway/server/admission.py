@@ -14,6 +14,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.core.errors import APIError
 from gateway.server.http import error_response
 
+__all__ = ["Admission", "AdmissionMiddleware"]
+
 RETRY_AFTER_SECONDS = 1
 
 

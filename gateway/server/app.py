@@ -62,6 +62,8 @@ from gateway.upstream.outlier import OutlierPolicy
 from gateway.upstream.pool import Pool
 from gateway.upstream.router import Router
 
+__all__ = ["build_runtime", "create_app"]
+
 log = logging.getLogger(__name__)
 
 

@@ -39,6 +39,8 @@ from gateway.pipeline import trace
 from gateway.server.http import error_response
 from gateway.ws.error_events import error_event
 
+__all__ = ["AuthMiddleware", "KeyRing", "warn_if_open"]
+
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/live"})

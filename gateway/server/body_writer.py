@@ -27,6 +27,8 @@ from typing import Any
 from starlette.types import Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+__all__ = ["BodyWriter", "DirectBodies"]
+
 EXTENSION = "gateway.body_writer"
 
 

@@ -25,6 +25,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.core.errors import shutting_down
 
+__all__ = ["Drain", "DrainMiddleware", "GracefulServer"]
+
 log = logging.getLogger(__name__)
 
 GOING_AWAY = 1001

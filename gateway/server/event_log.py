@@ -18,6 +18,8 @@ from typing import Any
 from gateway.core.push import Sink
 from gateway.server.http import sse_event
 
+__all__ = ["EventLog", "EventLogs"]
+
 MAX_FINISHED = 256
 
 

@@ -20,6 +20,9 @@ from gateway.core.push import Hold, Sink
 from gateway.pipeline import trace
 from gateway.server.body_writer import BodyWriter
 
+__all__ = ["JSONResponse", "api_error_handler", "error_payload", "error_response", "http_error_handler", "model_route",
+           "read_json", "sse_event", "sse_response"]
+
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 

@@ -28,6 +28,8 @@ from starlette.responses import Response
 from gateway.sessions.observer import StateObserver
 from gateway.upstream.router import MATCH_BUCKETS, Router
 
+__all__ = ["Metrics", "metrics_endpoint"]
+
 # Agent turns run from milliseconds (a warm tool call) to many minutes (long reasoning).
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

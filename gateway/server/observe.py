@@ -33,6 +33,8 @@ from gateway.pipeline.trace import Trace, current
 from gateway.server.metrics import Metrics
 from gateway.upstream.router import DECISIONS, Decision
 
+__all__ = ["ObserveMiddleware", "traced"]
+
 access_log = logging.getLogger("gateway.access")
 
 # POST routes that generate, by the `api` label they are counted under.

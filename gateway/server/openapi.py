@@ -18,6 +18,8 @@ from starlette.responses import Response
 
 from gateway.server.http import JSONResponse
 
+__all__ = ["openapi_endpoint"]
+
 _OPENAI = "https://raw.githubusercontent.com/openai/openai-openapi/master/openapi.yaml#/components/schemas/"
 _IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
 

@@ -43,6 +43,8 @@ from gateway.server.body_writer import DirectBodies
 from gateway.server.http import error_payload
 from gateway.server.ws_frames import DirectFrames
 
+__all__ = ["uvicorn_config"]
+
 MAX_HEADER_BYTES = 64 * 1024  # request line and headers; nginx's default is 32 KiB, h11's 16 KiB
 CLOSE_TIMEOUT = 10.0  # seconds a WebSocket's close frame may wait for the client's reply (uvicorn's)
 

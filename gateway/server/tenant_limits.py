@@ -45,6 +45,8 @@ from gateway.sessions.redis_link import StoreDown
 from gateway.tokenfix.record import TurnRecord
 from gateway.ws.connection import Budget
 
+__all__ = ["TenantBudget", "TenantLimitMiddleware", "TenantLimits"]
+
 WINDOW = 60.0
 _FIELDS = ("concurrent", "tokens_per_minute")
 

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from gateway.core import tracing
 from gateway.core.settings import Settings
 
+__all__ = ["replica_options", "start", "stop"]
+
 PROTOCOLS = ("http/protobuf", "grpc")
 SERVICE_NAME = "vllm-gateway"
 

@@ -9,6 +9,8 @@ from websockets.exceptions import InvalidState
 
 from gateway.ws.frames import EXTENSION
 
+__all__ = ["DirectFrames"]
+
 
 class ProtocolFrames:
     """Writes text messages straight through one connection's websockets state machine."""

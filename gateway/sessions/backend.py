@@ -25,6 +25,8 @@ from gateway.sessions.session_store import Session, SessionStore
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["MemoryState", "StateStore", "open_conversations", "open_state"]
+
 
 class StateStore(Protocol):
     kind: str  # "memory" | "redis"

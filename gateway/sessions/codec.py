@@ -24,6 +24,8 @@ from gateway.core.conversation import Conversation, Message, Reasoning, Tool, To
 from gateway.core.image import Image
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["dumps", "ids_from_bytes", "ids_to_bytes", "loads", "state_from", "state_meta"]
+
 _LITTLE = sys.byteorder == "little"
 # An Image travels as its data URL: a stored conversation is continued by another process with its
 # images (bounded by --max-image-bytes and --max-images per request).

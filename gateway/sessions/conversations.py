@@ -24,6 +24,8 @@ from typing import Any, Protocol
 from gateway.core.conversation import Item
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["ConversationStore", "MemoryConversations", "StoredConversation"]
+
 
 @dataclass(slots=True)
 class StoredConversation:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
+__all__ = ["FALLBACK", "StateObserver"]
+
 # Why the current request's last lookup found nothing although there may have been something
 # (unreachable | full | lost), set by the shared backend; per request (task), never shared.
 FALLBACK: ContextVar[str | None] = ContextVar("state_fallback", default=None)

@@ -18,6 +18,8 @@ from gateway.sessions.conversations import StoredConversation
 from gateway.sessions.observer import StateObserver
 from gateway.sessions.redis_link import RedisLink, StoreDown
 
+__all__ = ["RedisConversations"]
+
 TTL = 30 * 24 * 3600.0  # seconds a conversation lives after its last write
 TOMBSTONE_TTL = 24 * 3600.0
 

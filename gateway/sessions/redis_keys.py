@@ -10,6 +10,8 @@ share a name; an empty ID is `%`, which no escaped ID can be.
 
 from __future__ import annotations
 
+__all__ = ["check_prefix", "tag", "tag_start"]
+
 
 def tag(ident: str) -> str:
     """`{ident}`, escaped so that it is one whole hash tag."""

@@ -25,6 +25,8 @@ from itertools import count
 from gateway.sessions import redis_keys
 from gateway.sessions.redis_link import RedisLink, StoreDown
 
+__all__ = ["RedisLimits"]
+
 ALIVE_TTL = 30  # seconds a process's liveness key lives without a refresh
 REFRESH = 10.0  # seconds between refreshes
 

@@ -24,6 +24,8 @@ from redis.exceptions import ClusterDownError, ConnectionError, RedisError, TryA
 from gateway.sessions import redis_url
 from gateway.sessions.observer import FALLBACK, StateObserver
 
+__all__ = ["RedisLink", "StoreDown"]
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 

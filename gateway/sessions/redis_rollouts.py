@@ -32,6 +32,8 @@ from gateway.sessions.rollouts import Pending, Rollout, RolloutStore, RolloutTur
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["RedisRollouts"]
+
 TOMBSTONE_TTL = 7 * 24 * 3600  # seconds a gone rollout's reason is kept
 MAX_KNOWN = 100_000  # rollout ids this process saw alive, to tell "lost" from "never existed"
 MAX_HELD = 256  # open segments kept here, so a call that follows this process's own reads only the header

@@ -36,6 +36,8 @@ from gateway.sessions.session_store import ResentPrefix, Session, SessionStore
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["RedisState"]
+
 RESPONSE_TTL = 30 * 24 * 3600.0  # seconds a stored response lives (as OpenAI keeps them)
 
 # ARGV: the local copy's log id, version and token count. Returns {} (no session), the header

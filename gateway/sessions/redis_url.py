@@ -20,6 +20,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS
 
+__all__ = ["connect", "parse"]
+
 EXAMPLES = ("redis://host:6379/0, rediss://…, unix:///path/redis.sock, redis://host:6379?cluster=true "
             "(Redis Cluster) or redis+sentinel://host:26379,host:26379/MASTER_NAME (Sentinel)")
 _SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")

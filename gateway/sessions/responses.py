@@ -16,6 +16,8 @@ from typing import Any
 from gateway.core.conversation import Conversation
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["CachedResponse", "ResponseCache", "ResponseStore"]
+
 
 @dataclass(slots=True)
 class CachedResponse:

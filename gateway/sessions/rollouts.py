@@ -31,6 +31,8 @@ from gateway.core.errors import APIError
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["Pending", "Rollout", "RolloutStore", "RolloutTurn", "addition"]
+
 # Ids of rollouts that are gone are remembered (for a 410) up to this many.
 MAX_TOMBSTONES = 100_000
 

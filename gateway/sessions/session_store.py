@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["ResentPrefix", "Session", "SessionStore"]
+
 
 @dataclass(frozen=True, slots=True)
 class ResentPrefix:

@@ -32,6 +32,8 @@ from gateway.formats.base import ChatFormat, ItemDone, ItemStarted, output_item
 from gateway.tokenfix.state import TokenState
 from gateway.tokenfix.terminators import count_terminators
 
+__all__ = ["mismatch"]
+
 
 def mismatch(chat_format: ChatFormat, conversation: Conversation, state: TokenState) -> str | None:
     """Why the client's ids in `state` do not cover `conversation`'s first `state.items`

@@ -22,6 +22,8 @@ from gateway.tokenfix.prompt import PromptBuilder
 from gateway.tokenfix.splice import splice_tail
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["failing_kinds"]
+
 log = logging.getLogger(__name__)
 
 

@@ -28,6 +28,8 @@ from gateway.formats.base import ChatFormat, Covered
 from gateway.tokenfix.splice import splice, splice_tail
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["PromptBuilder", "build_prompt"]
+
 
 class PromptBuilder:
     """One prompt's decision. After `tail()` or `full()` returned the ids, `spliced`,

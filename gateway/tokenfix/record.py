@@ -19,6 +19,8 @@ from gateway.core.image import Image
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.chunks import Usage
 
+__all__ = ["TurnRecord"]
+
 
 @dataclass(eq=False, slots=True)
 class TurnRecord:

@@ -26,6 +26,8 @@ from gateway.formats.base import ChatFormat, ItemDone, ItemStarted, output_item
 from gateway.tokenfix.prompt import build_prompt
 from gateway.tokenfix.state import TokenState
 
+__all__ = ["Generated", "restore", "uncovered"]
+
 log = logging.getLogger(__name__)
 
 # (the reasoning item that carried them, the ids the model generated in that item's turn,

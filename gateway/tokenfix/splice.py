@@ -19,6 +19,8 @@ from gateway.formats.base import Tail
 from gateway.tokenfix.state import TokenState
 from gateway.tokenfix.terminators import count_terminators, nth_terminator
 
+__all__ = ["splice", "splice_tail"]
+
 
 def splice(
     model_prefix: Sequence[int],

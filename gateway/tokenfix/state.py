@@ -14,6 +14,8 @@ from gateway.core.conversation import Conversation, Item, Message, Reasoning, To
 from gateway.formats.base import ChatFormat, Covered
 from gateway.tokenfix.terminators import count_terminators
 
+__all__ = ["TokenState", "context_digest"]
+
 
 class HistoryHash:
     """`history_digest` as a running hash, so a continued history extends its prefix's hash

@@ -14,6 +14,8 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
+__all__ = ["count_terminators", "nth_terminator"]
+
 
 def count_terminators(ids: Sequence[int], terminators: Collection[int]) -> int:
     if isinstance(ids, array):  # a TokenState's ids: counted without boxing each one

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+__all__ = ["ConnectError", "Connection", "Connections", "IdleTimeout", "Stale"]
+
 CONNECT_TIMEOUT = 5.0  # seconds to open a TCP connection
 MAX_IDLE = 256  # idle connections kept per replica; more are closed when they come back
 

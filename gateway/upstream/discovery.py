@@ -14,6 +14,8 @@ import socket
 from collections.abc import Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+__all__ = ["Resolver"]
+
 log = logging.getLogger(__name__)
 
 

@@ -22,6 +22,8 @@ from gateway.core.ids import new_id
 from gateway.upstream.protocol import PATHS, UpstreamAPI, request_body
 from gateway.upstream.replica import Replica
 
+__all__ = ["HealthPolicy", "admit", "watch"]
+
 log = logging.getLogger(__name__)
 
 

@@ -36,6 +36,8 @@ import zmq.asyncio
 
 from gateway.upstream.prefix_index import BlockIndex
 
+__all__ = ["KVEventSubscriber"]
+
 log = logging.getLogger(__name__)
 
 END_SEQ = -1

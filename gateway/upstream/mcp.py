@@ -30,6 +30,8 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+__all__ = ["McpError", "McpResult", "McpServer", "McpTool", "call_tool", "list_tools"]
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+__all__ = ["OutlierDetector", "OutlierPolicy", "OutlierRecord"]
+
 log = logging.getLogger(__name__)
 
 

@@ -23,6 +23,8 @@ from gateway.upstream.replica import Replica
 from gateway.upstream.router import Router
 from gateway.upstream.transport import Transport
 
+__all__ = ["Pool"]
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")

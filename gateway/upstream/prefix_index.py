@@ -33,6 +33,8 @@ import msgpack
 import numpy as np
 import xxhash
 
+__all__ = ["BLOCK_TOKENS", "BlockIndex", "SentIndex", "chunk_keys"]
+
 BLOCK_TOKENS = 16  # vLLM's default --block-size on GPUs; it must divide the replicas' block size
 _SEED = int.from_bytes(os.urandom(8), "little")
 _hash = xxhash.xxh3_64_intdigest

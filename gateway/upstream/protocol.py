@@ -18,6 +18,8 @@ import orjson
 from gateway.core.image import Image
 from gateway.upstream.chunks import TokenChunk, Usage
 
+__all__ = ["PATHS", "UpstreamAPI", "encode", "engine_request_id", "parse_choice", "parse_usage", "request_body"]
+
 UpstreamAPI = Literal["generate", "completions"]
 
 PATHS: dict[UpstreamAPI, str] = {

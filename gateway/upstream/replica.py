@@ -25,6 +25,8 @@ from gateway.upstream.protocol import (
 )
 from gateway.upstream.stream import StreamMode, UpstreamStream
 
+__all__ = ["Replica", "UpstreamStream"]
+
 log = logging.getLogger(__name__)
 
 # Answers that mean "this replica cannot take it now": another replica may.

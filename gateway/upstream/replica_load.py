@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import httpx
 
+__all__ = ["ReplicaLoad", "parse", "watch"]
+
 log = logging.getLogger(__name__)
 
 _SAMPLE = re.compile(r"^(vllm:num_requests_running|vllm:num_requests_waiting|vllm:kv_cache_usage_perc"

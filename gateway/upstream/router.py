@@ -40,6 +40,8 @@ from gateway.upstream.kv_events import KVEventSubscriber
 from gateway.upstream.prefix_index import BLOCK_TOKENS, BlockIndex, SentIndex, chunk_keys
 from gateway.upstream.replica_load import ReplicaLoad
 
+__all__ = ["DECISIONS", "MATCH_BUCKETS", "Decision", "Router"]
+
 log = logging.getLogger(__name__)
 
 MODES = ("prefix", "session", "least-loaded", "round-robin")

@@ -24,6 +24,8 @@ import math
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
+__all__ = ["LOAD_FACTOR", "Routable", "choose", "pick", "ranked"]
+
 LOAD_FACTOR = 1.25
 # Requests a replica may run beyond the bound: at small counts the bound's granularity would
 # split a GRPO group of 8 for being 1–2 ahead, while vLLM batches that many in one step.

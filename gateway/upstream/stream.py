@@ -28,6 +28,8 @@ from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.connection import Connection, IdleTimeout
 from gateway.upstream.protocol import UpstreamAPI, parse_choice, parse_usage
 
+__all__ = ["StreamMode", "UpstreamStream"]
+
 # What a stream hands its sink: "tokens", the decoded TokenChunks (a turn the gateway parses);
 # "events", each SSE event's JSON payload as the replica sent it; "body", a non-streamed answer's
 # whole JSON body, once (token-in traffic passed through: gateway/pipeline/token_turn.py).

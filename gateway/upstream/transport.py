@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import httpx
 
+__all__ = ["Transport"]
+
 
 class Transport(httpx.AsyncHTTPTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

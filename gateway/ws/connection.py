@@ -36,6 +36,8 @@ from gateway.ws.frames import frame_writer
 from gateway.ws.lanes import Lanes
 from gateway.ws.request import CreateRequest, frame_stream_id, read_create
 
+__all__ = ["Budget", "ResponsesSocket", "refuse"]
+
 log = logging.getLogger(__name__)
 
 # What sending on a socket the client (or we) already closed raises.

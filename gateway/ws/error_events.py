@@ -10,6 +10,9 @@ from typing import Any
 
 from gateway.core.errors import APIError, invalid_request
 
+__all__ = ["concurrent_request", "connection_limit_reached", "error_event", "invalid_json", "processing_error",
+           "unknown_event_type"]
+
 
 def error_event(exc: APIError, stream_id: str | None = None) -> dict[str, Any]:
     """Always with a string `code` (Open Responses' WebSocketErrorEvent requires one): an error

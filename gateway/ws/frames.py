@@ -14,6 +14,8 @@ from typing import Protocol
 
 from starlette.types import Scope
 
+__all__ = ["EXTENSION", "frame_writer"]
+
 EXTENSION = "gateway.frame_writer"
 
 

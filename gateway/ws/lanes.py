@@ -15,6 +15,8 @@ from typing import Generic, TypeVar
 
 from gateway.ws.error_events import concurrent_request
 
+__all__ = ["Lanes"]
+
 Job = TypeVar("Job")
 
 

@@ -15,6 +15,8 @@ from gateway.adapters.validation import expect
 from gateway.core.errors import invalid_request
 from gateway.ws.error_events import unknown_event_type
 
+__all__ = ["CreateRequest", "frame_stream_id", "read_create"]
+
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 _TRANSPORT_FIELDS = frozenset({"type", "stream", "background", "generate", "stream_id"})
 

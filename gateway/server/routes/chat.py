@@ -25,6 +25,8 @@ from gateway.pipeline import exchange, session, trace
 from gateway.pipeline.request import TurnRequest
 from gateway.server.http import JSONResponse, model_route, sse_response
 
+__all__ = ["create_chat_completion"]
+
 
 async def _complete(request: Request, raw: bytes) -> Response:
     runtime = request.app.state.runtime

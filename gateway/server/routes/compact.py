@@ -24,6 +24,8 @@ from gateway.core.errors import invalid_request
 from gateway.pipeline import exchange
 from gateway.server.http import JSONResponse, model_route
 
+__all__ = ["compact_response"]
+
 # A compact body: OpenAI's and Open Responses' fields, and what Codex's compaction client may add
 # (its tools and reasoning options: kept, the summary turn's prompt then continues the session's).
 _FIELDS = frozenset({"model", "input", "previous_response_id", "instructions", "prompt_cache_key", "service_tier",

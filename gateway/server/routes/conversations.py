@@ -19,6 +19,9 @@ from gateway.pipeline.runtime import Runtime
 from gateway.server.http import JSONResponse, read_json
 from gateway.sessions.conversations import StoredConversation
 
+__all__ = ["create_conversation", "create_items", "delete_conversation", "delete_item", "get_conversation", "get_item",
+           "list_items", "update_conversation"]
+
 
 async def create_conversation(request: Request) -> Response:
     body = await _body(request)

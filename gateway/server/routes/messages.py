@@ -24,6 +24,8 @@ from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.server.http import JSONResponse, model_route, sse_response
 
+__all__ = ["count_tokens", "create_message"]
+
 SESSION_HEADER = "x-claude-code-session-id"
 
 

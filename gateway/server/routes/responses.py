@@ -21,6 +21,8 @@ from gateway.pipeline import exchange
 from gateway.server.http import JSONResponse, model_route, sse_event, sse_response
 from gateway.server.routes.stored_responses import run_in_background
 
+__all__ = ["create_response", "sse_sink"]
+
 
 async def _create(request: Request, raw: bytes) -> Response:
     made = await from_http(request.app.state.runtime, raw, request.app.state.settings)

@@ -28,6 +28,8 @@ from gateway.pipeline import session
 from gateway.pipeline.runtime import Runtime
 from gateway.server.http import JSONResponse, read_json
 
+__all__ = ["delete_rollout", "export_rollouts", "get_rollout", "rollout_stats"]
+
 MAX_BULK_IDS = 100_000
 
 

@@ -33,6 +33,8 @@ from gateway.server.event_log import EventLog, EventLogs
 from gateway.server.http import JSONResponse, sse_response
 from gateway.sessions.responses import CachedResponse
 
+__all__ = ["cancel_response", "delete_response", "get_response", "list_input_items", "run_in_background"]
+
 _running: dict[str, asyncio.Task[None]] = {}  # background responses this process runs, by id
 _logs = EventLogs()  # their events, for streams that start or resume on them
 

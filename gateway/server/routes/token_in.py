@@ -20,6 +20,8 @@ from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.token_turn import COMPLETIONS, GENERATE, TokenTurn
 from gateway.server.http import model_route, sse_response
 
+__all__ = ["create_completion", "generate"]
+
 SESSION_HEADER = "x-session-id"
 
 

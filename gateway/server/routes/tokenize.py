@@ -24,6 +24,8 @@ from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.server.http import JSONResponse, read_json
 
+__all__ = ["detokenize", "tokenize"]
+
 
 async def tokenize(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime

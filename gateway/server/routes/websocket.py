@@ -22,6 +22,8 @@ from gateway.server.metrics import Metrics
 from gateway.server.tenant_limits import TenantBudget
 from gateway.ws.connection import ResponsesSocket, refuse
 
+__all__ = ["responses_websocket"]
+
 
 async def responses_websocket(websocket: WebSocket) -> None:
     state = websocket.app.state
