@@ -15,6 +15,7 @@ from hypothesis import settings
 from gateway.ops.vllm_process import VLLMError, VLLMProcess
 from tests.support.fake_vllm import FakeVLLM
 from tests.support.stack import Stack, fake_stack
+from tests.support.tokenizers import shared_tokenizer
 
 # Hypothesis' per-example deadline is a timing assertion: on a loaded CI box it fails tests
 # whose properties hold. Examples are bounded by max_examples instead.
@@ -33,9 +34,7 @@ def qwen_tokenizer_dir() -> Path:
 @pytest.fixture(scope="session")
 def tokenizer(qwen_tokenizer_dir: Path):
     """Qwen3's tokenizer, loaded once for every test that encodes or decodes ids."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(qwen_tokenizer_dir)
+    return shared_tokenizer(qwen_tokenizer_dir)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -73,11 +72,9 @@ def _needs_vllm(item: pytest.Item) -> bool:
 def _load_each_format_once() -> None:
     """A format takes seconds to load (the tokenizer, the template's compile, the byte table) and
     holds nothing a turn changes, so every gateway started in this process and every test that
-    loads one share one per set of arguments (a failed load is not kept). The tokenizer, most of
-    that time (transformers reads tokenizer.json in Python), is shared too by the formats of one
-    dir loaded with other parser options (the family selection tests); formats never change it."""
-    from transformers import AutoTokenizer
-
+    loads one share one per set of arguments (a failed load is not kept). Its tokenizer, most of
+    that time and memory, is the session's one for its dir (tests/support/tokenizers.py), also
+    under other parser options (the family selection tests) and in the tokenizer fixtures."""
     import gateway.formats
     import gateway.formats.hf
     import gateway.server.app
@@ -85,7 +82,7 @@ def _load_each_format_once() -> None:
     load = gateway.formats.load_format
     assert gateway.server.app.load_format is load, "gateway.server.app loads its format elsewhere"
     gateway.formats.load_format = gateway.server.app.load_format = functools.cache(load)
-    gateway.formats.hf.AutoTokenizer = SimpleNamespace(from_pretrained=functools.cache(AutoTokenizer.from_pretrained))
+    gateway.formats.hf.AutoTokenizer = SimpleNamespace(from_pretrained=shared_tokenizer)
 
 
 @pytest.fixture(scope="session")

