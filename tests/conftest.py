@@ -14,8 +14,8 @@ from hypothesis import settings
 
 from gateway.ops.vllm_process import VLLMError, VLLMProcess
 from tests.support.fake_vllm import FakeVLLM
+from tests.support.shared_tokenizers import shared_tokenizer
 from tests.support.stack import Stack, fake_stack
-from tests.support.tokenizers import shared_tokenizer
 
 # Hypothesis' per-example deadline is a timing assertion: on a loaded CI box it fails tests
 # whose properties hold. Examples are bounded by max_examples instead.
@@ -94,7 +94,7 @@ def _load_each_format_once() -> None:
     """A format takes seconds to load (the tokenizer, the template's compile, the byte table) and
     holds nothing a turn changes, so every gateway started in this process and every test that
     loads one share one per set of arguments (a failed load is not kept). Its tokenizer, most of
-    that time and memory, is the session's one for its dir (tests/support/tokenizers.py), also
+    that time and memory, is the session's one for its dir (tests/support/shared_tokenizers.py), also
     under other parser options (the family selection tests) and in the tokenizer fixtures."""
     import gateway.formats
     import gateway.formats.hf

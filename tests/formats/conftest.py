@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.tokenizers import shared_tokenizer
+from tests.support.shared_tokenizers import shared_tokenizer
 
 
 @pytest.fixture(scope="session")
