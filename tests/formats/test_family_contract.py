@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.formats import families
+from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from tests.formats import (
     test_deepseek_parser,
     test_deepseek_render,
@@ -70,6 +71,21 @@ def test_every_split_point_of_a_call(family):
     ids = contract.ids(tokenizer, contract.split_turn, split="bytes")
     for cut in range(len(ids) + 1):
         assert contract.parse(chat_format, ids, [cut]) == contract.split_items
+
+
+@pytest.mark.parametrize("family", [c for c in CONTRACTS if c.cut_call], ids=str, indirect=True)
+def test_a_call_cut_off_keeps_what_was_streamed(family):
+    """The generation stopped inside a call's arguments: the call as far as written, completed by the
+    parser's finish where its format streams one JSON object."""
+    contract, chat_format, tokenizer = family
+    output, name, streamed, arguments = contract.cut_call
+    parser = chat_format.parser(contract.tools)
+    events = parser.feed(contract.ids(tokenizer, output))
+    assert events[0] == ItemStarted(0, "tool_call", name=name)
+    assert "".join(e.text for e in events if isinstance(e, ItemDelta)) == streamed
+    *closing, done = parser.finish()
+    assert done == ItemDone(0, arguments)
+    assert streamed + "".join(e.text for e in closing if isinstance(e, ItemDelta)) == arguments
 
 
 @pytest.mark.parametrize(("family", "output", "expected"), [pytest.param(*case, id=f"{case[0]}-{n}")

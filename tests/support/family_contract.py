@@ -2,7 +2,7 @@
 declare (`CONTRACT = OutputContract(...)`, `RENDER = RenderContract(...)`) and
 tests/formats/test_family_contract.py checks for all of them: a model turn parses to the same
 items however its ids are cut into feeds, a call whose ids split tags and multi-byte characters
-parses at every cut, malformed markup degrades to text, arbitrary output never raises and never
+parses at every cut, a call cut off keeps what was streamed, malformed markup degrades to text, arbitrary output never raises and never
 depends on the feeds; and the prompt of any conversation is the template's own render.
 """
 
@@ -32,6 +32,9 @@ class OutputContract:
     malformed: Sequence[tuple[str, Items]]  # (output after `prefix`, its items)
     fragments: Sequence[str]  # what arbitrary output is made of
     prefix: str = ""  # what the model writes before the malformed cases (e.g. closing its reasoning)
+    # Output that stops inside a call's arguments (the length limit): the output, the call's name, the
+    # arguments streamed by then, and the call's arguments once the parser finishes.
+    cut_call: tuple[str, str, str, str] | None = None
     json_arguments: bool = False  # a call's streamed arguments are always one JSON object (typed values)
     fuzz_format: str | None = None  # another fixture's format for the arbitrary output (default: `format`)
     examples: int = 300  # arbitrary outputs tried
