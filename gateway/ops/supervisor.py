@@ -25,8 +25,11 @@ __all__ = ["Supervisor"]
 
 log = logging.getLogger(__name__)
 
-HEALTH_TIMEOUT = 5.0  # seconds a /health probe may take
-UNHEALTHY_AFTER = 3  # failed /health probes in a row after which a live server counts as hung
+# A restart costs a model load, and a replica starved of CPU (another one loading on the same cores)
+# answers /health late without being hung: about a minute of silence before it counts as hung. The
+# gateway's pool stops routing to it at its own first failed check meanwhile.
+HEALTH_TIMEOUT = 10.0  # seconds a /health probe may take
+UNHEALTHY_AFTER = 6  # failed /health probes in a row after which a live server counts as hung
 MAX_BACKOFF = 60.0  # seconds; restart delays double from 1 s up to this
 STABLE_AFTER = 600.0  # seconds up after which a replica's restarts-in-a-row count starts over
 
