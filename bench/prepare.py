@@ -125,7 +125,7 @@ def build_scenario(chat_format: ChatFormat, size: int) -> Scenario:
     previous = _previous_turn(runtime, full)
     # The previous request (the history up to the model's last turn) left where its items end.
     sent = {**full, "input": full["input"][:-len(last)]}
-    runtime.sessions.put(CACHE_KEY, Session(previous.tokens, resent_prefix(orjson.dumps(sent), sent,
+    runtime.store.sessions.put(CACHE_KEY, Session(previous.tokens, resent_prefix(orjson.dumps(sent), sent,
                                                                          parse_request(sent))))
     ws_cache = ResponseCache()
     ws_cache.put(None, previous)

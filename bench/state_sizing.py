@@ -1,6 +1,6 @@
 """`python -m bench.state_sizing`: what the shared state costs in Redis memory.
 
-Writes through the gateway's own backend (gateway/sessions/redis_state.py) into a private
+Writes through the gateway's own backend (gateway/sessions/redis_store.py) into a private
 `redis-server` on loopback and asks Redis what each key takes (`MEMORY USAGE … SAMPLES 0`,
 allocator rounding included):
 
@@ -28,7 +28,7 @@ from typing import Any
 import redis
 
 from gateway.core.conversation import Conversation, Message
-from gateway.sessions.backend import open_state
+from gateway.sessions.backend import open_store
 from gateway.sessions.responses import CachedResponse, ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import Session, SessionStore
@@ -57,7 +57,7 @@ def _usage(client: redis.Redis, pattern: str) -> tuple[int, int]:
 async def measure(url: str) -> dict[str, Any]:
     client = redis.Redis.from_url(url)
     results: dict[str, Any] = {}
-    store = open_state(url, SessionStore(max_tokens=10**9), ResponseStore(), RolloutStore(max_tokens=10**9))
+    store = open_store(url, SessionStore(max_tokens=10**9), ResponseStore(), RolloutStore(max_tokens=10**9))
     try:
         for n in (1_000, 16_000, 128_000):
             await store.put_session(f"at-once-{n}", Session(_state(_tokens(n))))

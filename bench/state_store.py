@@ -4,7 +4,7 @@ A turn reads its session before rendering and writes the new one after its gener
 Measured here, per turn, for a Codex session of 16k and 128k tokens that grows by 600 tokens a
 turn (a tool output and the model's answer), next to the in-process store in the same run:
 
-- in process: `MemoryState` (a dict lookup and insert);
+- in process: `MemoryStore` (a dict lookup and insert);
 - Redis, local hit: the process served the previous turn, so it reads only the header and
   appends only the new tokens;
 - Redis, store read: another process served the previous turn, so this one reads the whole
@@ -29,7 +29,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gateway.core.conversation import Conversation, Message
-from gateway.sessions.backend import StateStore, open_state
+from gateway.sessions.backend import Store, open_store
 from gateway.sessions.responses import ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import Session, SessionStore
@@ -44,8 +44,8 @@ def _state(n_tokens: int) -> TokenState:
     return TokenState.build(HISTORY, list(HISTORY.items), tokens[:-GROWTH // 2], tokens[-GROWTH // 2:], {151645})
 
 
-def _store(url: str | None, prefix: str) -> StateStore:
-    return open_state(url, SessionStore(max_tokens=10**9), ResponseStore(), RolloutStore(), key_prefix=prefix)
+def _store(url: str | None, prefix: str) -> Store:
+    return open_store(url, SessionStore(max_tokens=10**9), ResponseStore(), RolloutStore(), key_prefix=prefix)
 
 
 async def _turns(mode: str, url: str | None, size: int, repeats: int) -> tuple[list[float], dict[str, float]]:
@@ -92,7 +92,7 @@ async def _turns(mode: str, url: str | None, size: int, repeats: int) -> tuple[l
                    "redis_cpu_ms": round(redis_cpu / repeats * 1000, 4) if redis_cpu is not None else None}
 
 
-async def _redis_cpu(store: StateStore) -> float | None:
+async def _redis_cpu(store: Store) -> float | None:
     """redis-server's CPU seconds so far (INFO cpu, from its getrusage); None in process."""
     link = getattr(store, "link", None)
     if link is None:

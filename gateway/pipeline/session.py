@@ -27,7 +27,7 @@ turn with reasoning under its response id, its conversation's new items, its rol
 A turn that failed commits nothing — `forget` drops the lane's response, as the
 WebSocket spec wants — so a retry finds everything as it was.
 
-The stores are `runtime.state` (gateway/sessions/backend.py): in this process, or shared
+The stores are `runtime.store` (gateway/sessions/backend.py): in this process, or shared
 through Redis by every gateway process (`--state-url`); hence the awaits. This module is
 the only caller of either.
 
@@ -128,7 +128,7 @@ async def _known(runtime: Runtime, turns: list[tuple[int, Sequence[int] | str]])
     known = []
     for index, ids in turns:
         if isinstance(ids, str):
-            kept = await runtime.state.session(scoped(TURN_IDS + ids), count=False)
+            kept = await runtime.store.session(scoped(TURN_IDS + ids), count=False)
             if kept is None:
                 log.info("the ids of turn %s are no longer kept: it is rendered from its items", ids)
                 continue
@@ -164,22 +164,22 @@ async def commit(turn: Turn, response: dict[str, Any] | None = None, *, after: S
     state = record.token_state(runtime.format.turn_terminators)
     if record.truncated_items and state is not None:  # its tokens are of a shorter history than the client's
         if request.rollout is not None:
-            await runtime.state.commit_rollout(request.rollout, record, state)
+            await runtime.store.commit_rollout(request.rollout, record, state)
         state = None
         request = dataclasses.replace(request, cache_key=None, rollout=None)
     if request.sample > 0:
         if request.rollout is not None and state is not None:
-            await runtime.state.commit_rollout(request.rollout, record, state)
+            await runtime.store.commit_rollout(request.rollout, record, state)
         return
     if state is not None and request.response_id is not None and _reasoned(record.output_items):
         # for the reasoning blobs that name the turn
-        await runtime.state.put_session(scoped(TURN_IDS + request.response_id), Session(state))
+        await runtime.store.put_session(scoped(TURN_IDS + request.response_id), Session(state))
     if request.cache_key and state is not None:
         resent = request.recognised.resent if request.recognised is not None else (
             request.resent() if request.resent is not None else None)
-        await runtime.state.put_session(scoped(request.cache_key), Session(state, resent), record)
+        await runtime.store.put_session(scoped(request.cache_key), Session(state, resent), record)
     if request.rollout is not None and state is not None:
-        await runtime.state.commit_rollout(request.rollout, record, state)
+        await runtime.store.commit_rollout(request.rollout, record, state)
     if request.in_conversation is not None:
         await _append_to_conversation(runtime, request, [*record.turn_items, *after], state, response)
     if request.store or request.lane is not None:
@@ -227,7 +227,7 @@ async def _remember(runtime: Runtime, request: TurnRequest, response: CachedResp
     if request.lane is not None:
         request.lane.cache.put(request.lane.stream_id, response)
     if request.store:
-        await runtime.state.put_response(dataclasses.replace(response, response_id=scoped(response.response_id)))
+        await runtime.store.put_response(dataclasses.replace(response, response_id=scoped(response.response_id)))
 
 
 def forget(request: TurnRequest) -> None:
@@ -246,7 +246,7 @@ async def previous_response(runtime: Runtime, response_id: str, cache: ResponseC
 
 async def stored(runtime: Runtime, response_id: str) -> CachedResponse | None:
     """A `store: true` response of the caller's (GET /v1/responses/{id}, its input items)."""
-    found = await runtime.state.response(scoped(response_id))
+    found = await runtime.store.response(scoped(response_id))
     return dataclasses.replace(found, response_id=response_id) if found is not None else None
 
 
@@ -254,31 +254,31 @@ async def store_snapshot(runtime: Runtime, request: TurnRequest, response: dict[
     """A background response's state while it runs (or after it failed or was cancelled):
     answered by GET, not continuable (no tokens)."""
     assert request.response_id is not None
-    await runtime.state.put_response(CachedResponse(scoped(request.response_id), request.conversation, None,
+    await runtime.store.put_response(CachedResponse(scoped(request.response_id), request.conversation, None,
                                                     response=response, inputs=len(request.conversation.items)))
 
 
 async def delete_stored(runtime: Runtime, response_id: str) -> bool:
-    return await runtime.state.delete_response(scoped(response_id))
+    return await runtime.store.delete_response(scoped(response_id))
 
 
 async def recall(runtime: Runtime, key: str, *, count: bool = True) -> Session | None:
     """The session under `key`; `count=False` looks without counting a hit or a miss, refreshing
     or expiring it (for a look that may be followed by the real one)."""
-    return await runtime.state.session(scoped(key), count=count)
+    return await runtime.store.session(scoped(key), count=count)
 
 
 def confirm(runtime: Runtime, key: str, found: Session) -> bool:
     """`found`, from a `recall(key, count=False)` with no await since, is the session under `key`:
     counted as a hit and kept fresh. In this process only: the look before asked the shared
     store already (a second round trip would learn nothing new)."""
-    return runtime.state.sessions.get(scoped(key)) is found
+    return runtime.store.sessions.get(scoped(key)) is found
 
 
 async def begin_rollout(runtime: Runtime, rollout_id: str, response_mask: list[int] | None) -> Pending:
     """A call's place in the tenant's rollout `rollout_id` (new or live); 410 if it is gone."""
     with _client_ids(rollout_id):
-        return await runtime.state.begin_rollout(scoped(rollout_id), response_mask)
+        return await runtime.store.begin_rollout(scoped(rollout_id), response_mask)
 
 
 def branch_id(rollout_id: str, sample: int) -> str:
@@ -291,7 +291,7 @@ async def branch_rollout(runtime: Runtime, pending: Pending, rollout_id: str, sa
     this sample. 409 if that branch exists already, 410 if it was deleted (a branch is one trajectory)."""
     branch = branch_id(rollout_id, sample)
     with _client_ids(branch):
-        found = await runtime.state.begin_rollout(scoped(branch), None)
+        found = await runtime.store.begin_rollout(scoped(branch), None)
     if found.rollout is not None:
         raise APIError(f"Rollout '{branch}' exists already: sample {sample} of rollout '{rollout_id}' is recorded "
                        f"there. Use another rollout_id (a branch is one trajectory).", status=409, param="rollout_id",
@@ -301,17 +301,17 @@ async def branch_rollout(runtime: Runtime, pending: Pending, rollout_id: str, sa
 
 async def export_rollout(runtime: Runtime, rollout_id: str) -> dict[str, Any]:
     with _client_ids(rollout_id):
-        return {**await runtime.state.export_rollout(scoped(rollout_id)), "id": rollout_id}
+        return {**await runtime.store.export_rollout(scoped(rollout_id)), "id": rollout_id}
 
 
 async def delete_rollout(runtime: Runtime, rollout_id: str) -> None:
     with _client_ids(rollout_id):
-        await runtime.state.delete_rollout(scoped(rollout_id))
+        await runtime.store.delete_rollout(scoped(rollout_id))
 
 
 async def rollout_summary(runtime: Runtime) -> dict[str, Any]:
     """The store's figures; a tenant's own rollouts and tokens only (the counters are everyone's)."""
-    return await runtime.state.rollout_summary(tenant_prefix())
+    return await runtime.store.rollout_summary(tenant_prefix())
 
 
 @contextlib.contextmanager

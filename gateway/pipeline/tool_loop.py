@@ -32,8 +32,8 @@ async def following(turn: Turn, outputs: Sequence[ToolOutput], tool_calls: list[
     state = record.token_state(runtime.format.turn_terminators)  # None only for an unfinished turn
     rollout = turn.request.rollout
     if rollout is not None and state is not None:
-        await runtime.state.commit_rollout(rollout, record, state)
-        rollout = await runtime.state.begin_rollout(rollout.rollout_id, None)
+        await runtime.store.commit_rollout(rollout, record, state)
+        rollout = await runtime.store.begin_rollout(rollout.rollout_id, None)
     history = dataclasses.replace(record.conversation, items=[*record.conversation.items, *record.turn_items,
                                                               *outputs])
     # Everything that chose the first prompt's prefix is spent: this one continues `state`.

@@ -51,8 +51,8 @@ from gateway.server.routes.websocket import responses_websocket
 from gateway.server.tenant_limits import TenantLimitMiddleware, TenantLimits
 from gateway.server.tracing import start as start_tracing
 from gateway.server.tracing import stop as stop_tracing
-from gateway.sessions.backend import open_conversations, open_state
-from gateway.sessions.observer import StateObserver
+from gateway.sessions.backend import open_conversations, open_store
+from gateway.sessions.observer import StoreObserver
 from gateway.sessions.responses import ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import SessionStore
@@ -67,7 +67,7 @@ __all__ = ["build_runtime", "create_app"]
 log = logging.getLogger(__name__)
 
 
-def build_runtime(settings: Settings, observer: StateObserver | None = None) -> Runtime:
+def build_runtime(settings: Settings, observer: StoreObserver | None = None) -> Runtime:
     sessions, responses = SessionStore(), ResponseStore()
     rollouts = RolloutStore(max_tokens=settings.rollout_max_tokens, ttl=settings.rollout_ttl)
     chat_format = load_format(settings.model, tokenizer=settings.tokenizer, chat_format=settings.chat_format,
@@ -91,9 +91,9 @@ def build_runtime(settings: Settings, observer: StateObserver | None = None) -> 
                   router=Router(settings.routing, block_tokens=settings.prefix_block_tokens,
                                 load_factor=settings.routing_load_factor, kv_events=settings.kv_events,
                                 metrics_interval=settings.replica_metrics_interval)),
-        sessions=sessions, responses=responses, rollouts=rollouts, tokens_as_ids=settings.return_tokens_as_token_ids,
-        state_store=open_state(settings.state_url, sessions, responses, rollouts, observer=observer,
-                               key_prefix=settings.state_key_prefix),
+        tokens_as_ids=settings.return_tokens_as_token_ids,
+        store=open_store(settings.state_url, sessions, responses, rollouts, observer=observer,
+                         key_prefix=settings.state_key_prefix),
         conversations=open_conversations(settings.state_url, key_prefix=settings.state_key_prefix,
                                          observer=observer),
         image_limits=ImageLimits(max_bytes=settings.max_image_bytes, max_images=settings.max_images,
@@ -139,8 +139,8 @@ async def ready(request: Request) -> Response:
 def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        app.state.runtime = runtime or build_runtime(settings, app.state.metrics.state_store)
-        app.state.tenant_limits.share(app.state.runtime.state)  # counted in Redis with --state-url
+        app.state.runtime = runtime or build_runtime(settings, app.state.metrics.store)
+        app.state.tenant_limits.share(app.state.runtime.store)  # counted in Redis with --state-url
         await app.state.runtime.pool.start()
         log.info("event loop: %s", type(asyncio.get_running_loop()).__module__)  # "uvloop" where installed
         served = [r.served_model for r in app.state.runtime.pool.replicas if r.served_model]
@@ -152,7 +152,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         finally:
             app.state.tenant_limits.close()
             await app.state.runtime.pool.close()
-            await app.state.runtime.state.close()
+            await app.state.runtime.store.close()
             await app.state.runtime.conversations.close()
             if traces:
                 stop_tracing()  # the spans still buffered are exported

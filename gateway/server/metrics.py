@@ -25,7 +25,7 @@ from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.sessions.observer import StateObserver
+from gateway.sessions.observer import StoreObserver
 from gateway.upstream.router import MATCH_BUCKETS, Router
 
 __all__ = ["Metrics", "metrics_endpoint"]
@@ -84,11 +84,11 @@ class Metrics:
                                       registry=registry)
         self.auth_refused = Counter("gateway_auth_refused_requests", "Requests refused for their API key, by "
                                     "reason: missing, invalid", ["reason"], registry=registry)
-        self.state_store = StateMetrics(registry)
+        self.store = StoreMetrics(registry)
         registry.register(LiveCollector(state))
 
 
-class StateMetrics(StateObserver):
+class StoreMetrics(StoreObserver):
     """What the shared state store (--state-url) reports: round trips, bytes, reads, fallbacks."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -156,7 +156,7 @@ class LiveCollector(Collector):
         yield CounterMetricFamily("gateway_panic_routes", "Requests routed to an ejected replica because none "
                                   "was routable (panic mode)", value=outliers.panic_routes)
         yield from _routing(runtime.pool.router)
-        sessions = runtime.sessions
+        sessions = runtime.store.sessions
         stats = sessions.stats
         yield CounterMetricFamily("gateway_session_cache_hits", "Session lookups (prompt_cache_key) that found "
                                   "exact tokens", value=stats.hits)
@@ -189,7 +189,7 @@ class LiveCollector(Collector):
                 memory.add_metric([node], figures["memory_bytes"])
                 keys.add_metric([node], figures["keys"])
             yield from (memory, keys)
-        rollouts = runtime.rollouts.summary()
+        rollouts = runtime.store.rollouts.summary()
         yield GaugeMetricFamily("gateway_rollouts", "RL rollouts held", value=rollouts["rollouts"])
         yield GaugeMetricFamily("gateway_rollout_tokens", "Tokens held by RL rollouts", value=rollouts["tokens"])
         yield CounterMetricFamily("gateway_rollout_turns", "Calls recorded in RL rollouts", value=rollouts["turns"])
@@ -204,8 +204,8 @@ class LiveCollector(Collector):
 async def metrics_endpoint(request: Request) -> Response:
     """GET /metrics in the Prometheus text format."""
     runtime = getattr(request.app.state, "runtime", None)
-    if runtime is not None and runtime.state.kind != "memory":  # the shared store's figures, not just this cache's
-        request.app.state.shared_figures = await runtime.state.figures()
+    if runtime is not None and runtime.store.kind != "memory":  # the shared store's figures, not just this cache's
+        request.app.state.shared_figures = await runtime.store.figures()
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 

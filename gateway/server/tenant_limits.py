@@ -40,7 +40,7 @@ from gateway.core.tenancy import TENANT_NAME, Tenant, current
 from gateway.pipeline import trace
 from gateway.server.http import error_response
 from gateway.server.metrics import Metrics
-from gateway.sessions.backend import StateStore
+from gateway.sessions.backend import Store
 from gateway.sessions.redis_link import StoreDown
 from gateway.tokenfix.record import TurnRecord
 from gateway.ws.connection import Budget
@@ -84,7 +84,7 @@ class TenantLimits:
     def limits(self, tenant: Tenant) -> Limits:
         return self.named.get(tenant.name, self.default)
 
-    def share(self, state: StateStore) -> None:
+    def share(self, state: Store) -> None:
         """Count in `state`'s shared store when it has one (Redis), so all processes count together."""
         if state.kind == "redis" and (self.named or self.default != Limits()):
             from gateway.sessions.redis_limits import RedisLimits

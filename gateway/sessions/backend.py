@@ -1,11 +1,11 @@
 """Where the state that makes turns exact lives: one interface, two backends.
 
-`StateStore` is everything a later request may need — `prompt_cache_key` sessions, `store:
+`Store` is everything a later request may need — `prompt_cache_key` sessions, `store:
 true` responses, RL rollouts — behind one small async interface, so the session pipeline
 (gateway/pipeline/session.py, its only caller) never knows which backend it holds:
 
-- `MemoryState` (the default): this process's bounded in-memory stores, as they always were;
-- `RedisState` (gateway/sessions/redis_state.py, `--state-url`): shared by every gateway
+- `MemoryStore` (the default): this process's bounded in-memory stores;
+- `RedisStore` (gateway/sessions/redis_store.py, `--state-url`): shared by every gateway
   process and pod, so any of them continues any session exactly, and a restart loses nothing.
 
 Reads that fail (the shared store unreachable, restarted, full) answer "nothing found" and
@@ -18,17 +18,17 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from gateway.sessions.conversations import ConversationStore, MemoryConversations
-from gateway.sessions.observer import StateObserver
+from gateway.sessions.observer import StoreObserver
 from gateway.sessions.responses import CachedResponse, ResponseStore
 from gateway.sessions.rollouts import Pending, RolloutStore
 from gateway.sessions.session_store import Session, SessionStore
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 
-__all__ = ["MemoryState", "StateStore", "open_conversations", "open_state"]
+__all__ = ["MemoryStore", "Store", "open_conversations", "open_store"]
 
 
-class StateStore(Protocol):
+class Store(Protocol):
     kind: str  # "memory" | "redis"
     sessions: SessionStore  # this process's sessions (the whole store in memory, a cache over Redis)
     responses: ResponseStore
@@ -70,13 +70,16 @@ class StateStore(Protocol):
     async def close(self) -> None: ...
 
 
-class MemoryState:
+class MemoryStore:
     """The in-process backend: this process's stores, bounded as configured."""
 
     kind = "memory"
 
-    def __init__(self, sessions: SessionStore, responses: ResponseStore, rollouts: RolloutStore) -> None:
-        self.sessions, self.responses, self.rollouts = sessions, responses, rollouts
+    def __init__(self, sessions: SessionStore | None = None, responses: ResponseStore | None = None,
+                 rollouts: RolloutStore | None = None) -> None:
+        self.sessions = SessionStore() if sessions is None else sessions
+        self.responses = ResponseStore() if responses is None else responses
+        self.rollouts = RolloutStore() if rollouts is None else rollouts
 
     async def session(self, key: str, *, count: bool = True) -> Session | None:
         return self.sessions.get(key) if count else self.sessions.peek(key)
@@ -118,25 +121,25 @@ class MemoryState:
         pass
 
 
-def open_state(url: str | None, sessions: SessionStore, responses: ResponseStore, rollouts: RolloutStore, *,
-               observer: StateObserver | None = None, key_prefix: str = "gw:") -> StateStore:
+def open_store(url: str | None, sessions: SessionStore, responses: ResponseStore, rollouts: RolloutStore, *,
+               observer: StoreObserver | None = None, key_prefix: str = "gw:") -> Store:
     """The backend `url` names (a Redis, a Redis Cluster, a Sentinel-managed master: see
     gateway/sessions/redis_url.py), or the in-process one for None; a ValueError saying what is
     wrong with a URL it cannot use. `key_prefix` namespaces every key (one Redis may serve
     several gateways or tenants)."""
     if not url:
-        return MemoryState(sessions, responses, rollouts)
+        return MemoryStore(sessions, responses, rollouts)
     from gateway.sessions import redis_keys, redis_url  # the redis client only where it is used
-    from gateway.sessions.redis_state import RedisState
+    from gateway.sessions.redis_store import RedisStore
 
     redis_url.parse(url)
     redis_keys.check_prefix(key_prefix)
 
-    return RedisState(url, sessions, responses, rollouts, observer=observer or StateObserver(),
+    return RedisStore(url, sessions, responses, rollouts, observer=observer or StoreObserver(),
                       key_prefix=key_prefix)
 
 
-def open_conversations(url: str | None, *, key_prefix: str = "gw:", observer: StateObserver | None = None
+def open_conversations(url: str | None, *, key_prefix: str = "gw:", observer: StoreObserver | None = None
                        ) -> ConversationStore:
     """The backend `url` names (as `--state-url`), or the in-process one for None."""
     if not url:

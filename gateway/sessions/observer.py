@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-__all__ = ["FALLBACK", "StateObserver"]
+__all__ = ["FALLBACK", "StoreObserver"]
 
 # Why the current request's last lookup found nothing although there may have been something
 # (unreachable | full | lost), set by the shared backend; per request (task), never shared.
 FALLBACK: ContextVar[str | None] = ContextVar("state_fallback", default=None)
 
 
-class StateObserver:
+class StoreObserver:
     """What a shared backend reports (gateway/server/metrics.py counts it); does nothing here."""
 
     def round_trip(self, op: str, seconds: float) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from gateway.core.errors import APIError
 from gateway.sessions import codec
 from gateway.sessions.conversations import StoredConversation
-from gateway.sessions.observer import StateObserver
+from gateway.sessions.observer import StoreObserver
 from gateway.sessions.redis_link import RedisLink, StoreDown
 
 __all__ = ["RedisConversations"]
@@ -37,9 +37,9 @@ return 1
 class RedisConversations:
     kind = "redis"
 
-    def __init__(self, url: str, *, key_prefix: str = "gw:", observer: StateObserver | None = None,
+    def __init__(self, url: str, *, key_prefix: str = "gw:", observer: StoreObserver | None = None,
                  ttl: float = TTL) -> None:
-        self.link = RedisLink(url, observer or StateObserver())
+        self.link = RedisLink(url, observer or StoreObserver())
         self.prefix = key_prefix
         self.ttl = ttl
         self._put = self.link.script(_PUT)

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from redis.exceptions import ClusterDownError, ConnectionError, RedisError, TryAgainError
 
 from gateway.sessions import redis_url
-from gateway.sessions.observer import FALLBACK, StateObserver
+from gateway.sessions.observer import FALLBACK, StoreObserver
 
 __all__ = ["RedisLink", "StoreDown"]
 
@@ -43,7 +43,7 @@ class StoreDown(Exception):
 
 
 class RedisLink:
-    def __init__(self, url: str, observer: StateObserver, *, timeout: float = TIMEOUT) -> None:
+    def __init__(self, url: str, observer: StoreObserver, *, timeout: float = TIMEOUT) -> None:
         self.address = redis_url.parse(url)
         self.url = self.address.label
         self.observer = observer

@@ -28,7 +28,7 @@ _SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 
 
 @dataclass(frozen=True)
-class StateAddress:
+class StoreAddress:
     topology: str  # single | cluster | sentinel
     url: str  # as given (a single Redis is opened from it)
     nodes: tuple[tuple[str, int], ...] = ()  # cluster seeds or sentinels
@@ -51,7 +51,7 @@ class StateAddress:
         return f"{scheme}{sep}{rest.rpartition('@')[2]}".split("?")[0]
 
 
-def parse(url: str) -> StateAddress:
+def parse(url: str) -> StoreAddress:
     """`url` understood, or a ValueError naming what is wrong with it."""
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     if scheme not in _SCHEMES:
@@ -73,7 +73,7 @@ def parse(url: str) -> StateAddress:
             raise _bad(url, "a Redis Cluster is reached over TCP (redis://host:port?cluster=true), not a unix socket")
         if not parts.path:
             raise _bad(url, "no socket path (unix:///path/to/redis.sock)")
-        return StateAddress("single", plain, options=options)
+        return StoreAddress("single", plain, options=options)
     nodes = _nodes(url, hosts, 26379 if "sentinel" in scheme else 6379)
     path = [p for p in parts.path.split("/") if p]
     if "sentinel" in scheme:
@@ -83,7 +83,7 @@ def parse(url: str) -> StateAddress:
             raise _bad(url, "no master name: redis+sentinel://host:26379,host:26379/MASTER_NAME[/db]")
         if len(path) > 2:
             raise _bad(url, "the path is /MASTER_NAME or /MASTER_NAME/db")
-        return StateAddress("sentinel", url, nodes, master=unquote(path[0]),
+        return StoreAddress("sentinel", url, nodes, master=unquote(path[0]),
                             db=_db(url, path[1] if len(path) > 1 else "0"), sentinel_password=sentinel_password,
                             tls=scheme.startswith("rediss"), options=options, **credentials)
     if len(path) > 1:
@@ -92,13 +92,13 @@ def parse(url: str) -> StateAddress:
     if cluster:
         if db:
             raise _bad(url, f"a Redis Cluster has database 0 only, not {db}")
-        return StateAddress("cluster", url, nodes, tls=scheme == "rediss", options=options, **credentials)
+        return StoreAddress("cluster", url, nodes, tls=scheme == "rediss", options=options, **credentials)
     if len(nodes) > 1:
         raise _bad(url, "several hosts are a cluster's seeds (add ?cluster=true) or sentinels (redis+sentinel://)")
-    return StateAddress("single", plain, db=db, options=options)
+    return StoreAddress("single", plain, db=db, options=options)
 
 
-def connect(address: StateAddress, *, timeout: float, **client: Any) -> Any:
+def connect(address: StoreAddress, *, timeout: float, **client: Any) -> Any:
     """redis-py's asyncio client for `address`: calls time out after `timeout` seconds; a
     connection error is retried once (a cluster's by gateway/sessions/redis_link.py)."""
     from redis.asyncio import Redis

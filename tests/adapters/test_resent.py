@@ -54,7 +54,7 @@ SERIALIZERS: dict[str, Callable[[Any], bytes]] = {
 def _parse(raw: bytes, runtime: Runtime) -> Resent | None:
     """`parse_resent` of `raw` against the session its key names, as the builder looks it up."""
     key = resent_key(raw)
-    found = runtime.sessions.peek(key) if key is not None else None
+    found = runtime.store.sessions.peek(key) if key is not None else None
     return parse_resent(raw, key, found, runtime.format.turn_terminators) if found is not None else None
 
 
@@ -122,7 +122,7 @@ def session_after(chat_format, sent: dict[str, Any], serialize, turn: list[dict[
     if state is None:
         return None
     gateway = runtime(chat_format)
-    gateway.sessions.put(KEY, Session(state, resent_prefix(serialize(sent), sent, parse_request(sent))))
+    gateway.store.sessions.put(KEY, Session(state, resent_prefix(serialize(sent), sent, parse_request(sent))))
     return gateway
 
 
@@ -148,7 +148,7 @@ async def test_the_fast_path_is_the_full_parse_token_for_token(chat_format, case
     serialize = SERIALIZERS[serializer]
     gateway = session_after(chat_format, request(previous), serialize, turn, cut)
     assume(gateway is not None)
-    state = gateway.sessions.peek(KEY).state
+    state = gateway.store.sessions.peek(KEY).state
     body = request([*previous, *turn, *new])
     raw = serialize(body)
 
@@ -200,7 +200,7 @@ async def test_any_change_to_the_covered_history_takes_the_full_path(chat_format
     serialize = SERIALIZERS[serializer]
     gateway = session_after(chat_format, request(previous), serialize, turn, cut)
     assume(gateway is not None)
-    state = gateway.sessions.peek(KEY).state
+    state = gateway.store.sessions.peek(KEY).state
     covered = parse_request(request([*previous, *turn])).conversation
     for change, history in edits([*previous, *turn]):
         body = request([*history, *new])

@@ -52,7 +52,7 @@ def test_a_resent_history_is_read_from_its_new_bytes_and_continues_the_exact_tok
                                    *ids('"}}\n'), END_TOOL_CALL, IM_END]))
                 body = {"model": "tiny-qwen3", "input": history, "tools": TOOLS, "store": False,
                         "include": ["reasoning.encrypted_content"], "prompt_cache_key": "codex-thread"}
-                session = runtime.sessions.peek("codex-thread")
+                session = runtime.store.sessions.peek("codex-thread")
                 if session is not None:  # what the ordinary path would send
                     prompt = build_prompt(runtime.format, parse_request(body).conversation, session.state)
                     expected.append(list(prompt.ids))

@@ -165,7 +165,7 @@ def test_reasoning_is_echoed_back_and_continued_on_its_exact_ids(stack, codex_bi
 def elsewhere(app, body):
     """As if the request reached another gateway sharing the --reasoning-secret: no session
     tokens, and the echoed reasoning stripped of its `content`."""
-    app.state.runtime.sessions.discard(body["prompt_cache_key"])
+    app.state.runtime.store.sessions.discard(body["prompt_cache_key"])
     for item in body["input"]:
         if item["type"] == "reasoning":
             item.pop("content", None)
@@ -181,7 +181,7 @@ def test_after_a_session_cache_miss_the_turn_comes_back_exactly_from_its_blob(st
     assert continues(p2, p1, generated)
     body = stack.traffic.posts[1].body
     assert p2 != chat_format.render(parse_request(body).conversation)  # which re-encodes the turn
-    assert stack.traffic.app.state.runtime.sessions.stats.hits == 0
+    assert stack.traffic.app.state.runtime.store.sessions.stats.hits == 0
 
 
 def test_every_turn_of_a_session_is_exact_though_no_request_finds_the_cache(stack, codex_bin, tokenizer, tmp_path):

@@ -44,7 +44,7 @@ def session(stack, generations: list[list[int]], *, forget: bool) -> list[list[i
     history: list[dict] = [{"type": "message", "role": "user", "content": "Show pyproject."}]
     for step in range(len(generations)):
         if forget:
-            stack.runtime.sessions.discard("k")
+            stack.runtime.store.sessions.discard("k")
             history = [{k: v for k, v in item.items() if not (item["type"] == "reasoning" and k == "content")}
                        for item in history]
         body = {"model": "m", "input": history, "tools": TOOLS, "prompt_cache_key": "k", "store": False,

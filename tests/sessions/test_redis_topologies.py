@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from gateway.sessions import redis_keys
-from gateway.sessions.backend import open_state
-from gateway.sessions.observer import StateObserver
+from gateway.sessions.backend import open_store
+from gateway.sessions.observer import StoreObserver
 from gateway.sessions.redis_limits import RedisLimits
 from gateway.sessions.redis_link import RedisLink
 from gateway.sessions.redis_url import parse
@@ -90,7 +90,7 @@ def test_hash_tags_keep_an_id_whole_and_distinct():
     assert redis_keys.tag("a}b{c") == "{a%7Db%7Bc}" != redis_keys.tag("a%7Db%7Bc") == "{a%257Db%257Bc}"
     assert redis_keys.tag("") == "{%}"
     with pytest.raises(ValueError, match="must not contain braces"):
-        open_state("redis://h:6379/0", SessionStore(), ResponseStore(), RolloutStore(), key_prefix="{gw}:")
+        open_store("redis://h:6379/0", SessionStore(), ResponseStore(), RolloutStore(), key_prefix="{gw}:")
 
 
 # -- the cluster: slots and masters ---------------------------------------------------------------
@@ -98,7 +98,7 @@ def test_hash_tags_keep_an_id_whole_and_distinct():
 @on_the_session_loop
 async def test_sessions_spread_over_the_masters_and_each_ones_keys_share_a_slot(redis_cluster: RedisClusterSet):
     prefix = f"spread{time.monotonic_ns()}:"
-    store = open_state(redis_cluster.url, SessionStore(), ResponseStore(), RolloutStore(), key_prefix=prefix)
+    store = open_store(redis_cluster.url, SessionStore(), ResponseStore(), RolloutStore(), key_prefix=prefix)
     try:
         for i in range(30):
             await store.put_session(f"thread-{i}", Session(state([1, 2, 3, i, 7])))
@@ -123,7 +123,7 @@ async def test_sessions_spread_over_the_masters_and_each_ones_keys_share_a_slot(
 @on_the_session_loop
 async def test_tenant_limits_hold_across_two_processes_on_the_cluster(redis_cluster: RedisClusterSet):
     prefix = f"limits{time.monotonic_ns()}:"
-    links = [RedisLink(redis_cluster.url, StateObserver()) for _ in range(2)]
+    links = [RedisLink(redis_cluster.url, StoreObserver()) for _ in range(2)]
     first, second = (RedisLimits(link, prefix, window=60) for link in links)
     try:
         assert await first.take("alice", 1, None) is None

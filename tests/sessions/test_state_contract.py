@@ -16,8 +16,9 @@ from redis.exceptions import OutOfMemoryError
 
 from gateway.core.conversation import Conversation, Message, Tool, ToolCall
 from gateway.core.errors import APIError
-from gateway.sessions.backend import StateStore, open_state
-from gateway.sessions.observer import StateObserver
+from gateway.sessions import backend
+from gateway.sessions.backend import Store
+from gateway.sessions.observer import StoreObserver
 from gateway.sessions.responses import CachedResponse, ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import ResentPrefix, Session, SessionStore
@@ -33,7 +34,7 @@ HISTORY = Conversation(items=[Message(role="user", text="hi"), ToolCall(call_id=
                        instructions="Be brief.", tools=[Tool(name="ls", description="list")])
 
 
-class Seen(StateObserver):
+class Seen(StoreObserver):
     def __init__(self) -> None:
         self.reads: list[str] = []
         self.fallbacks: list[str] = []
@@ -50,12 +51,12 @@ class Seen(StateObserver):
             self.written += n_bytes
 
 
-def open_store(url: str | None, observer: StateObserver | None = None, prefix: str = "gw:") -> StateStore:
-    return open_state(url, SessionStore(), ResponseStore(), RolloutStore(), observer=observer, key_prefix=prefix)
+def open_store(url: str | None, observer: StoreObserver | None = None, prefix: str = "gw:") -> Store:
+    return backend.open_store(url, SessionStore(), ResponseStore(), RolloutStore(), observer=observer, key_prefix=prefix)
 
 
 @pytest.fixture(params=["memory", "redis", "cluster", "sentinel"])
-async def store(request) -> AsyncIterator[StateStore]:
+async def store(request) -> AsyncIterator[Store]:
     opened = open_store(state_url(request, request.param) if request.param != "memory" else None,
                         prefix=f"t{time.monotonic_ns()}:")  # a fresh namespace per test
     yield opened
@@ -76,7 +77,7 @@ def same_state(got: TokenState, want: TokenState) -> None:
 
 # -- sessions ------------------------------------------------------------------------------
 
-async def test_a_session_comes_back_as_it_was_put(store: StateStore):
+async def test_a_session_comes_back_as_it_was_put(store: Store):
     resent = ResentPrefix(start=10, end=99, digest=b"\x01" * 16, items=2, instructions_end=0, instructions_field=True)
     first = state([1, 2, 3, 7, 4, 5, 7])
     assert await store.session("k") is None
@@ -94,7 +95,7 @@ async def test_a_session_comes_back_as_it_was_put(store: StateStore):
     assert await store.session("k") is None
 
 
-async def test_a_rewritten_history_replaces_the_session(store: StateStore):
+async def test_a_rewritten_history_replaces_the_session(store: Store):
     await store.put_session("k", Session(state([1, 2, 3, 4])))
     await store.put_session("k", Session(state([1, 9, 3])))  # does not extend: a new log
     found = await store.session("k")
@@ -103,7 +104,7 @@ async def test_a_rewritten_history_replaces_the_session(store: StateStore):
 
 # -- stored responses ----------------------------------------------------------------------
 
-async def test_a_stored_response_comes_back_and_can_be_deleted(store: StateStore):
+async def test_a_stored_response_comes_back_and_can_be_deleted(store: Store):
     tokens = state([5, 6, 7, 8])
     await store.put_response(CachedResponse("resp_1", HISTORY, tokens))
     await store.put_response(CachedResponse("resp_2", EMPTY, None))
@@ -121,7 +122,7 @@ async def test_a_stored_response_comes_back_and_can_be_deleted(store: StateStore
 
 # -- rollouts ------------------------------------------------------------------------------
 
-async def call(store: StateStore, rollout_id: str, prompt: list[int], output: list[int], *,
+async def call(store: Store, rollout_id: str, prompt: list[int], output: list[int], *,
                continues: bool = True, mask: list[int] | None = None) -> None:
     """One call as the pipeline makes it: begin, check the rendered prompt, commit."""
     pending = await store.begin_rollout(rollout_id, mask)
@@ -139,7 +140,7 @@ async def call(store: StateStore, rollout_id: str, prompt: list[int], output: li
 CALLS = [([1, 2], [3], True, None), ([4], [5, 6], True, [0]), ([9, 9], [8], False, None), ([7], [6], True, [1])]
 
 
-async def test_a_rollout_exports_every_call_the_same_from_either_backend(store: StateStore):
+async def test_a_rollout_exports_every_call_the_same_from_either_backend(store: Store):
     reference = open_store(None)
     for prompt, output, continues, mask in CALLS:
         await call(store, "r1", prompt, output, continues=continues, mask=mask)
@@ -156,7 +157,7 @@ async def test_a_rollout_exports_every_call_the_same_from_either_backend(store: 
     assert all(t["sampling"] == {"temperature": 1.0} for t in got["turns"])
 
 
-async def test_n_samples_are_branches_that_start_as_copies_of_their_rollout(store: StateStore):
+async def test_n_samples_are_branches_that_start_as_copies_of_their_rollout(store: Store):
     await call(store, "p", [1, 2], [3])
     pending = await store.begin_rollout("p", None)
     base = list(pending.prefix.tokens)
@@ -177,7 +178,7 @@ async def test_n_samples_are_branches_that_start_as_copies_of_their_rollout(stor
         assert len(got["segments"]) == 1 and [t["stop_reason"] for t in got["turns"]] == [None, 7]
 
 
-async def test_a_deleted_rollout_answers_410_and_an_unknown_one_404(store: StateStore):
+async def test_a_deleted_rollout_answers_410_and_an_unknown_one_404(store: Store):
     await call(store, "r2", [1], [2])
     await store.delete_rollout("r2")
     for ask in (store.export_rollout("r2"), store.begin_rollout("r2", None)):
@@ -189,7 +190,7 @@ async def test_a_deleted_rollout_answers_410_and_an_unknown_one_404(store: State
     assert missing.value.status == 404
 
 
-async def test_a_wrong_response_mask_is_a_422_before_anything_is_recorded(store: StateStore):
+async def test_a_wrong_response_mask_is_a_422_before_anything_is_recorded(store: Store):
     await call(store, "r3", [1, 2], [3])
     with pytest.raises(APIError) as wrong:
         await call(store, "r3", [4, 5], [6], mask=[0])
@@ -200,7 +201,7 @@ async def test_a_wrong_response_mask_is_a_422_before_anything_is_recorded(store:
 # -- only a shared store: two processes ------------------------------------------------------
 
 @pytest.fixture(params=["redis", "cluster", "sentinel"])
-async def two(request) -> AsyncIterator[tuple[StateStore, StateStore, Seen, Seen]]:
+async def two(request) -> AsyncIterator[tuple[Store, Store, Seen, Seen]]:
     prefix = f"t{time.monotonic_ns()}:"
     seen_a, seen_b = Seen(), Seen()
     url = state_url(request, request.param)

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from gateway.core.settings import Settings
 from gateway.pipeline.runtime import Runtime
 from gateway.server.app import build_runtime
-from gateway.server.metrics import StateMetrics
+from gateway.server.metrics import StoreMetrics
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, TOOL_CALL, ids
@@ -51,7 +51,7 @@ def two_gateways(model_dir, redis: RedisServer) -> Iterator[Gateways]:
             settings = Settings(model=str(model_dir), upstreams=[fake.url], served_model_name="tiny-qwen3",
                                 state_url=redis.url, state_key_prefix=namespace)
             registries.append(CollectorRegistry())
-            runtimes.append(build_runtime(settings, StateMetrics(registries[-1])))
+            runtimes.append(build_runtime(settings, StoreMetrics(registries[-1])))
             urls.append(started.enter_context(running_gateway(settings, runtimes[-1])))
         yield Gateways(fake, redis, urls, runtimes, registries)
 
@@ -110,7 +110,7 @@ def test_a_full_history_session_alternating_between_two_gateways_stays_exact(gat
         assert registry.get_sample_value("gateway_state_session_reads_total", {"how": "suffix"}) >= 2
         assert registry.get_sample_value("gateway_state_store_seconds_count", {"op": "session_write"}) == 3
         assert registry.get_sample_value("gateway_state_store_bytes_total", {"direction": "write"}) > 0
-    assert all(runtime.sessions.stats.hits >= 2 for runtime in gateways.runtimes)
+    assert all(runtime.store.sessions.stats.hits >= 2 for runtime in gateways.runtimes)
 
 
 def test_previous_response_id_created_on_one_gateway_continues_on_the_other(gateways, tokenizer):

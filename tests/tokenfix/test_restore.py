@@ -52,7 +52,7 @@ def run(url: str, runtime, fake: FakeVLLM, key: str, steps: list[Step], generati
     for step in steps:
         history += step(output)
         if forget:
-            runtime.sessions.discard(key)
+            runtime.store.sessions.discard(key)
             history = [{k: v for k, v in item.items() if not (item["type"] == "reasoning" and k == "content")}
                        for item in history]
         if alter is not None:

@@ -33,7 +33,7 @@ def test_a_stream_cut_mid_way_fails_cleanly_and_keeps_the_session_cache(stack, t
     body = {"model": "tiny-qwen3", "input": history, "prompt_cache_key": "thread-1", "stream": True}
     with httpx.stream("POST", url + "/v1/responses", json=body) as r:
         assert sse_events(r)[-1]["type"] == "response.completed"
-    cached = runtime.sessions.get("thread-1")
+    cached = runtime.store.sessions.get("thread-1")
     assert list(cached.state.tokens)[-len(answer):] == answer
 
     history += [{"type": "message", "role": "assistant", "content": "Hello there"},
@@ -47,7 +47,7 @@ def test_a_stream_cut_mid_way_fails_cleanly_and_keeps_the_session_cache(stack, t
     assert error["code"] == "server_error" and error["message"].startswith("upstream_error: ")
     # what broke goes to the log; the client reads a stable message without the replica's address
     assert error["message"] == "upstream_error: The model server failed while generating."
-    assert runtime.sessions.get("thread-1") is cached  # the failed turn did not replace it
+    assert runtime.store.sessions.get("thread-1") is cached  # the failed turn did not replace it
     assert len(home.bodies(GENERATE)) == 2  # not retried: output had reached the client
     # The replica's /health still answers, so the check the broken stream triggered keeps it.
     checked = home.health_checks
@@ -68,7 +68,7 @@ async def test_a_stream_cut_over_websocket_is_a_failed_response_and_the_socket_c
             while not events or events[-1]["type"] not in FINAL:
                 events.append(orjson.loads(await ws.recv()))
             assert events[-1]["type"] == expected
-        assert runtime.sessions.get("ws-1") is not None  # only the completed turn stored tokens
+        assert runtime.store.sessions.get("ws-1") is not None  # only the completed turn stored tokens
 
 
 def test_refused_or_busy_before_the_first_token_is_retried_on_the_other_replica(stack, tokenizer):

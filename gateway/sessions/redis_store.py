@@ -27,7 +27,7 @@ from array import array
 from typing import Any
 
 from gateway.sessions import codec, redis_keys
-from gateway.sessions.observer import FALLBACK, StateObserver
+from gateway.sessions.observer import FALLBACK, StoreObserver
 from gateway.sessions.redis_link import RedisLink, StoreDown
 from gateway.sessions.redis_rollouts import RedisRollouts
 from gateway.sessions.responses import CachedResponse, ResponseStore
@@ -36,7 +36,7 @@ from gateway.sessions.session_store import ResentPrefix, Session, SessionStore
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 
-__all__ = ["RedisState"]
+__all__ = ["RedisStore"]
 
 RESPONSE_TTL = 30 * 24 * 3600.0  # seconds a stored response lives (as OpenAI keeps them)
 
@@ -83,11 +83,11 @@ return 1
 """
 
 
-class RedisState:
+class RedisStore:
     kind = "redis"
 
     def __init__(self, url: str, sessions: SessionStore, responses: ResponseStore, rollouts: RolloutStore, *,
-                 observer: StateObserver, key_prefix: str = "gw:", response_ttl: float = RESPONSE_TTL) -> None:
+                 observer: StoreObserver, key_prefix: str = "gw:", response_ttl: float = RESPONSE_TTL) -> None:
         self.sessions, self.responses, self.rollouts = sessions, responses, rollouts
         self.observer = observer
         self.prefix = key_prefix
