@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.support.redis_server import RedisServer
 from tests.support.waiting import wait_for
 
 HELLO, IM_END = 9707, 151645
+_END = "monitored-block-ended"
 
 
 @contextmanager
@@ -34,11 +34,13 @@ def monitored(redis: RedisServer, path: Path) -> Iterator[list[str]]:
         wait_for(lambda: path.read_text().startswith("OK"), "MONITOR started")
         try:
             yield seen
-        finally:
-            time.sleep(0.3)  # MONITOR's last lines
+        finally:  # a marker sent after the block: MONITOR shows commands in the order Redis ran them
+            subprocess.run([shutil.which("redis-cli") or "redis-cli", "-p", str(redis.port), "echo", _END],
+                           check=True, capture_output=True)
+            wait_for(lambda: _END in path.read_text(), "MONITOR's last lines")
             monitor.terminate()
             monitor.wait()
-    seen += [line for line in path.read_text().splitlines()[1:] if "[0 lua]" not in line]
+    seen += [line for line in path.read_text().splitlines()[1:] if "[0 lua]" not in line and _END not in line]
 
 
 @pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli (Debian's redis-tools) not installed")
