@@ -13,6 +13,7 @@ from tests.conformance.openai_schema import errors
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.stack import fake_stack
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.stack(served_model_name="m")
 
@@ -24,7 +25,7 @@ def _create(stack, **fields) -> dict:
 
 
 def _poll(stack, response_id: str, until: set[str]) -> dict:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         found = httpx.get(f"{stack.url}/v1/responses/{response_id}", timeout=10).json()
         if found["status"] in until:
@@ -81,9 +82,7 @@ def test_cancel_stops_a_background_response_and_its_generation(stack, tokenizer)
     cancelled = httpx.post(f"{stack.url}/v1/responses/{queued['id']}/cancel", timeout=10)
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     assert _poll(stack, queued["id"], {"cancelled"})["status"] == "cancelled"
-    deadline = time.monotonic() + 5
-    while not stack.fake.aborted and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: stack.fake.aborted, "the cancelled generation was aborted")
     assert len(stack.fake.aborted) == 1
     again = httpx.post(f"{stack.url}/v1/responses/{queued['id']}/cancel", timeout=10)
     assert again.status_code == 400 and again.json()["error"]["code"] == "response_not_cancellable"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from pathlib import Path
 
 import httpx
@@ -12,6 +11,7 @@ import pytest
 
 from gateway.ops.vllm_process import VLLMError, VLLMProcess
 from tests.support.processes import group_members
+from tests.support.waiting import wait_for
 
 HELLO_WORLD = [9707, 1879]  # "Hello world" in Qwen3's vocabulary
 
@@ -116,10 +116,8 @@ def test_stop_kills_children_that_ignore_sigterm(tmp_path: Path) -> None:
     process.start()
     pgid = process.pid
     assert pgid is not None
-    deadline = time.monotonic() + 10
-    while len(group_members(pgid)) < 3:  # bash and its two sleeps, the trap already set
-        assert time.monotonic() < deadline, "the stand-in server never spawned its children"
-        time.sleep(0.05)
+    # bash and its two sleeps, the trap already set
+    wait_for(lambda: len(group_members(pgid)) >= 3, "the stand-in server spawned its children")
     process.stop(timeout=0.5)
     assert group_members(pgid) == set()
 

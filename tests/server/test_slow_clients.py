@@ -208,7 +208,7 @@ def test_websocket_clients_that_never_read_are_closed_and_their_generations_abor
     # their two slots are all --max-concurrent-requests has; once the non-readers are closed
     # (the client read nothing for 3 s), their generations are aborted and the slots come back
     wait_for(lambda: _live(client, "gateway_websocket_connections") == 0, "the non-readers were closed", timeout=90)
-    wait_for(lambda: len(fake.disconnected) == 2, "both generations were aborted", timeout=30)
+    wait_for(lambda: len(fake.disconnected) == 2, "both generations were aborted")
     after = memory_kb(pid)
     _normal_request(fake, client)
     for sock in readers:
@@ -225,7 +225,7 @@ def test_a_websocket_client_that_never_reads_one_frame_larger_than_the_buffers_i
     reader = _ws_connect(_address(client))
     _ws_text(reader, {"type": "response.create", "model": MODEL, "input": "print a long line"})
     wait_for(lambda: len(fake.bodies("/inference/v1/generate")) == 1, "the generation started")
-    wait_for(lambda: _live(client, "gateway_websocket_connections") == 0, "the non-reader was closed", timeout=30)
-    wait_for(lambda: len(fake.disconnected) == 1, "its generation was aborted", timeout=30)
+    wait_for(lambda: _live(client, "gateway_websocket_connections") == 0, "the non-reader was closed")
+    wait_for(lambda: len(fake.disconnected) == 1, "its generation was aborted")
     _normal_request(fake, client)
     reader.close()

@@ -35,7 +35,7 @@ def gateway_process(model_dir: Path | str, upstreams: list[str], log_path: Path,
                                    env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)})
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 180
             while not _ready(url):
                 assert process.poll() is None, log_path.read_text()
                 assert time.monotonic() < deadline, "the gateway did not become ready"

@@ -29,7 +29,7 @@ def running_gateway(settings: Settings, runtime: Runtime | None = None) -> Itera
         yield f"http://127.0.0.1:{settings.port}"
 
 
-def wait_healthy(url: str, timeout: float = 30.0) -> None:
+def wait_healthy(url: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if httpx.get(url + "/health").status_code == 200:
