@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
+import threading
 from collections.abc import Iterator
 
 import httpx
@@ -15,6 +15,7 @@ from websockets.asyncio.client import connect
 
 from tests.support.fake_vllm import Script
 from tests.support.stack import Stack, fake_stack
+from tests.support.waiting import wait_for
 
 IM_END = 151645
 TOKENS = [9707, 1879, 13, 358, 1079, IM_END]
@@ -48,18 +49,10 @@ def _fresh(request) -> None:
             stack.reset()
 
 
-def settled(stack: Stack, timeout: float = 10.0) -> None:
+def settled(stack: Stack) -> None:
     """Back to baseline: the replica routable and nothing in flight."""
     wait_for(lambda: all(r.healthy and r.inflight == 0 and not r.streams for r in stack.runtime.pool.replicas),
-             timeout)
-
-
-def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition never became true")
-        time.sleep(0.02)
+             "the replica routable and nothing in flight")
 
 
 def sse_events(response: httpx.Response) -> list[dict]:
@@ -151,11 +144,15 @@ def test_a_replicas_403_or_404_is_the_deployments_fault_a_502(impatient, status)
 # -- clients that leave ------------------------------------------------------------------
 
 def test_a_client_leaving_before_the_headers_frees_its_slot(patient):
-    patient.fake.queue(Script(TOKENS, header_delay=2))
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(patient.url + "/v1/responses", json={**BODY, "stream": True}, timeout=0.5)
-    settled(patient, timeout=1.5)  # well before the replica would have answered
-    assert_served(patient)  # one slot: a 429 if it were still held
+    answer = threading.Event()
+    patient.fake.queue(Script(TOKENS, headers_until=answer))
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(patient.url + "/v1/responses", json={**BODY, "stream": True}, timeout=0.5)
+        settled(patient)  # while the replica still holds its answer
+        assert_served(patient)  # one slot: a 429 if it were still held
+    finally:
+        answer.set()
 
 
 def _body(path: str, **fields) -> dict:

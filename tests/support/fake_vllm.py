@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
@@ -47,6 +48,7 @@ class Script:
     `hang` keeps the stream open after the last scripted chunk until the client leaves.
     `drop_after` cuts the connection after that many chunks, as a replica that died would.
     `header_delay` waits that long before answering at all (a replica stalled before its headers);
+    `headers_until` then holds the answer until the test sets the event;
     `stall_after` stops sending after that many chunks until the client leaves (stalled mid-stream);
     `malformed_after` sends a payload that is not JSON after that many chunks.
     """
@@ -65,6 +67,7 @@ class Script:
     drop_after: int | None = None
     cached_tokens: int | None = None
     header_delay: float = 0.0
+    headers_until: threading.Event | None = None
     stall_after: int | None = None
     malformed_after: int | None = None
 
@@ -165,7 +168,7 @@ class FakeVLLM:
         if (error := self._model_error(body)) is not None:
             return error
         script = self._next_script(body)
-        await asyncio.sleep(script.header_delay)
+        await _hold_headers(script)
         if script.status != 200:
             return _error_response(script.error_message, script.status)
         request_id = "generate-tokens-" + (body.get("request_id") or secrets.token_hex(8))
@@ -192,7 +195,7 @@ class FakeVLLM:
         if not (isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)):
             return _error_response("the fake vLLM only takes integer prompts", 400)
         script = self._next_script(body)
-        await asyncio.sleep(script.header_delay)
+        await _hold_headers(script)
         if script.status != 200:
             return _error_response(script.error_message, script.status)
         request_id = "cmpl-" + (body.get("request_id") or secrets.token_hex(8))
@@ -391,6 +394,12 @@ def _error_response(message: str, status: int) -> JSONResponse:
              429: "TooManyRequestsError", 503: "ServiceUnavailableError"}
     error = {"message": message, "type": kinds.get(status, "InternalServerError"), "param": None, "code": status}
     return JSONResponse({"error": error}, status_code=status)
+
+
+async def _hold_headers(script: Script) -> None:
+    await asyncio.sleep(script.header_delay)
+    while script.headers_until is not None and not script.headers_until.is_set():
+        await asyncio.sleep(0.01)
 
 
 def _scale_out_disabled() -> JSONResponse:
