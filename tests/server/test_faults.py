@@ -50,9 +50,15 @@ def _fresh(request) -> None:
 
 
 def settled(stack: Stack) -> None:
-    """Back to baseline: the replica routable and nothing in flight."""
-    wait_for(lambda: all(r.healthy and r.inflight == 0 and not r.streams for r in stack.runtime.pool.replicas),
-             "the replica routable and nothing in flight")
+    """Back to baseline: the replica routable, nothing in flight, and no request in progress (its
+    admission slot is given back before the outermost middleware counts it ended)."""
+    wait_for(lambda: all(r.healthy and r.inflight == 0 and not r.streams for r in stack.runtime.pool.replicas)
+             and _in_progress(stack) == 0, "the replica routable and nothing in flight")
+
+
+def _in_progress(stack: Stack) -> float:
+    lines = httpx.get(stack.url + "/metrics").text.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith("gateway_requests_in_progress"))
 
 
 def sse_events(response: httpx.Response) -> list[dict]:
