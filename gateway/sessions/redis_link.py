@@ -29,7 +29,7 @@ __all__ = ["RedisLink", "StoreDown"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-TIMEOUT = 0.5  # seconds a call may take before the store counts as unreachable
+TIMEOUT = 0.5  # seconds a call may take before the store counts as unreachable (the URL's socket_timeout: its own)
 RETRY_AFTER = 1.0  # seconds a node is left alone after it failed
 INITIALIZE_TIMEOUT = 2.0  # seconds a cluster client may take to read the slot map and meet the masters
 
@@ -43,12 +43,13 @@ class StoreDown(Exception):
 
 
 class RedisLink:
-    def __init__(self, url: str, observer: StoreObserver, *, timeout: float = TIMEOUT) -> None:
+    def __init__(self, url: str, observer: StoreObserver) -> None:
         self.address = redis_url.parse(url)
         self.url = self.address.label
         self.observer = observer
-        self.timeout = timeout
-        self.client = redis_url.connect(self.address, timeout=timeout)
+        # One deadline for redis-py's socket and for the whole call: the URL's socket_timeout, else TIMEOUT.
+        self.timeout = float(self.address.options.get("socket_timeout", TIMEOUT))
+        self.client = redis_url.connect(self.address, timeout=self.timeout)
         self.cluster = self.address.topology == "cluster"
         self._met = False  # a cluster's slot map was read
         self._down_until: dict[str, float] = {}  # node -> monotonic time it is left alone until

@@ -7,7 +7,9 @@
   for TLS to the master): the master a Sentinel set names, followed through its failovers
   (redis-py's `Sentinel`); `?sentinel_password=` authenticates to the sentinels themselves.
 
-Query options are redis-py's URL options (`socket_timeout`, `max_connections`, …). A URL
+Query options are redis-py's URL options (`socket_timeout`, `max_connections`, …);
+`socket_timeout` is also the deadline of a whole call (gateway/sessions/redis_link.py: 0.5 s
+when the URL does not set it). A URL
 the gateway cannot use is a `ValueError` that says what is wrong, at start, never a
 `TypeError` from inside redis-py at the first turn.
 """

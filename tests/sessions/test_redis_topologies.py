@@ -93,6 +93,13 @@ def test_hash_tags_keep_an_id_whole_and_distinct():
         open_store("redis://h:6379/0", SessionStore(), ResponseStore(), RolloutStore(), key_prefix="{gw}:")
 
 
+def test_the_urls_socket_timeout_is_every_calls_deadline():
+    """redis-py's own URL option: the socket's timeout and the whole call's deadline are one."""
+    assert RedisLink("redis://h:6379/0", StoreObserver()).timeout == 0.5
+    link = RedisLink("redis://h:6379/0?socket_timeout=2.5", StoreObserver())
+    assert link.timeout == 2.5 and link.client.connection_pool.connection_kwargs["socket_timeout"] == 2.5
+
+
 # -- the cluster: slots and masters ---------------------------------------------------------------
 
 @on_the_session_loop

@@ -23,6 +23,12 @@ import pytest
 
 from gateway.ops.vllm_process import free_port
 
+# The gateway's deadline for a store call (0.5 s unless the URL says otherwise) is for a store
+# that stopped answering; on a loaded 2-core machine a working one can miss it (a 40,000-token
+# read under a parallel test run did). The tests' stores get ten seconds: what a store that
+# is down or lost its data does is tested by stopping or restarting it, not by its speed.
+SOCKET_TIMEOUT = "socket_timeout=10"
+
 
 class RedisServer:
     def __init__(self, *, maxmemory: str | None = None) -> None:
@@ -33,7 +39,7 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://127.0.0.1:{self.port}/0?{SOCKET_TIMEOUT}"
 
     def start(self) -> Self:
         binary = shutil.which("redis-server")

@@ -30,6 +30,7 @@ import pytest
 import redis
 
 from gateway.ops.vllm_process import free_port
+from tests.support.redis_server import SOCKET_TIMEOUT
 
 NODE_TIMEOUT_MS = 1000
 MASTER = "gateway"  # the Sentinel master's name
@@ -110,7 +111,7 @@ class RedisClusterSet(_Processes):
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.ports[0]}?cluster=true"
+        return f"redis://127.0.0.1:{self.ports[0]}?cluster=true&{SOCKET_TIMEOUT}"
 
     def start_all(self) -> Self:
         for port, bus in zip(self.ports, self.bus_ports, strict=True):
@@ -208,7 +209,7 @@ class RedisSentinelSet(_Processes):
 
     @property
     def url(self) -> str:
-        return "redis+sentinel://" + ",".join(f"127.0.0.1:{p}" for p in self.sentinels) + f"/{MASTER}"
+        return "redis+sentinel://" + ",".join(f"127.0.0.1:{p}" for p in self.sentinels) + f"/{MASTER}?{SOCKET_TIMEOUT}"
 
     def start_all(self) -> Self:
         common = ("--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
