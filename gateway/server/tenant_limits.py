@@ -84,12 +84,12 @@ class TenantLimits:
     def limits(self, tenant: Tenant) -> Limits:
         return self.named.get(tenant.name, self.default)
 
-    def share(self, state: Store) -> None:
-        """Count in `state`'s shared store when it has one (Redis), so all processes count together."""
-        if state.kind == "redis" and (self.named or self.default != Limits()):
+    def share(self, store: Store) -> None:
+        """Count in `store` when it is shared (Redis), so all processes count together."""
+        if store.kind == "redis" and (self.named or self.default != Limits()):
             from gateway.sessions.redis_limits import RedisLimits
 
-            self.shared = RedisLimits(state.link, state.prefix, WINDOW)  # type: ignore[attr-defined]
+            self.shared = RedisLimits(store.link, store.prefix, WINDOW)  # type: ignore[attr-defined]
 
     def close(self) -> None:
         if self.shared is not None:

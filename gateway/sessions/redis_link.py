@@ -29,7 +29,7 @@ __all__ = ["RedisLink", "StoreDown"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-TIMEOUT = 0.5  # seconds a call may take before the store counts as unreachable (the URL's socket_timeout: its own)
+TIMEOUT = 0.5  # seconds a call may take before the store counts as unreachable, unless the URL's socket_timeout says
 RETRY_AFTER = 1.0  # seconds a node is left alone after it failed
 INITIALIZE_TIMEOUT = 2.0  # seconds a cluster client may take to read the slot map and meet the masters
 
