@@ -13,7 +13,7 @@ from tests.conformance.openai_schema import errors
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.stack import fake_stack
-from tests.support.waiting import wait_for
+from tests.support.waiting import DEADLINE, wait_for
 
 pytestmark = pytest.mark.stack(served_model_name="m")
 
@@ -25,7 +25,7 @@ def _create(stack, **fields) -> dict:
 
 
 def _poll(stack, response_id: str, until: set[str]) -> dict:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:
         found = httpx.get(f"{stack.url}/v1/responses/{response_id}", timeout=10).json()
         if found["status"] in until:

@@ -24,6 +24,7 @@ from gateway.upstream import replica as replica_module
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 from tests.support.qwen3_tokens import IM_END
+from tests.support.waiting import DEADLINE
 
 MODEL = "tiny-qwen3"
 
@@ -52,7 +53,7 @@ def no_gc():
 
 
 def alive(made: list[weakref.ref]) -> list[str]:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:  # the server thread finishes its cleanup after the response
         survivors = [type(obj).__name__ for ref in made if (obj := ref()) is not None]
         if not survivors:

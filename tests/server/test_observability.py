@@ -29,7 +29,7 @@ from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway, wait_healthy
 from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.sse import sse_events
-from tests.support.waiting import wait_for
+from tests.support.waiting import DEADLINE, PROCESS_START, wait_for
 
 GENERATE = "/inference/v1/generate"
 MODEL = "tiny-qwen3"
@@ -59,7 +59,7 @@ def scrape(url: str) -> Samples:
 def settled(url: str) -> Samples:
     """A scrape once no request is in progress: a request is counted in one step when it
     ends, which may be just after its client got the last byte."""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + DEADLINE
     while True:
         samples = scrape(url)
         if not any(value for key, value in samples.items() if key.startswith("gateway_requests_in_progress")):
@@ -329,7 +329,7 @@ def test_cli_json_logs_cover_uvicorn_and_the_gateway(fake, qwen_tokenizer_dir, t
                                 str(qwen_tokenizer_dir), "--port", str(port)], stderr=stderr, env=env)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: process.poll() is not None or _answers(url), "the gateway answered", timeout=180)
+        wait_for(lambda: process.poll() is not None or _answers(url), "the gateway answered", timeout=PROCESS_START)
         wait_healthy(url)
         fake.queue(Script(ids(tokenizer, "Hi") + [IM_END]))
         r = httpx.post(url + "/v1/responses", json={"model": MODEL, "input": "x"}, headers={"x-request-id": "cli-1"})

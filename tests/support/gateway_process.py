@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.gateway_server import free_port
+from tests.support.waiting import PROCESS_START
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +36,7 @@ def gateway_process(model_dir: Path | str, upstreams: list[str], log_path: Path,
                                    env={**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)})
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 180
+            deadline = time.monotonic() + PROCESS_START
             while not _ready(url):
                 assert process.poll() is None, log_path.read_text()
                 assert time.monotonic() < deadline, "the gateway did not become ready"

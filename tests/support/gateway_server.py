@@ -16,6 +16,7 @@ from gateway.pipeline.runtime import Runtime
 from gateway.server.app import create_app
 from gateway.server.slow_clients import BoundedClose, BoundedHeaders
 from tests.support.threaded_server import serve_in_thread
+from tests.support.waiting import DEADLINE
 
 
 @contextmanager
@@ -29,7 +30,7 @@ def running_gateway(settings: Settings, runtime: Runtime | None = None) -> Itera
         yield f"http://127.0.0.1:{settings.port}"
 
 
-def wait_healthy(url: str, timeout: float = 60.0) -> None:
+def wait_healthy(url: str, timeout: float = DEADLINE) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if httpx.get(url + "/health").status_code == 200:

@@ -22,6 +22,7 @@ from typing import Any, Self
 import pytest
 
 from gateway.ops.vllm_process import free_port
+from tests.support.waiting import DEADLINE
 
 # The gateway's deadline for a store call (0.5 s unless the URL says otherwise) is for a store
 # that stopped answering; on a loaded 2-core machine a working one can miss it (a 40,000-token
@@ -51,7 +52,7 @@ class RedisServer:
         if self.maxmemory:
             args += ["--maxmemory", self.maxmemory, "--maxmemory-policy", "noeviction"]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + DEADLINE
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as conn:

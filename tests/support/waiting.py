@@ -10,8 +10,11 @@ import asyncio
 import time
 from collections.abc import Callable
 
+DEADLINE = 60.0  # seconds any wait in the tests may take
+PROCESS_START = 180.0  # seconds a child process (a gateway, its tokenizer load) may take to answer
 
-def wait_for(condition: Callable[[], object], what: str = "the condition held", timeout: float = 60.0,
+
+def wait_for(condition: Callable[[], object], what: str = "the condition held", timeout: float = DEADLINE,
              interval: float = 0.02) -> None:
     """Return once `condition()` is truthy; fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -21,7 +24,7 @@ def wait_for(condition: Callable[[], object], what: str = "the condition held", 
 
 
 async def async_wait_for(condition: Callable[[], object], what: str = "the condition held",
-                         timeout: float = 60.0, interval: float = 0.02) -> None:
+                         timeout: float = DEADLINE, interval: float = 0.02) -> None:
     """`wait_for` for a test running on an event loop: yields to it between checks."""
     deadline = time.monotonic() + timeout
     while not condition():
