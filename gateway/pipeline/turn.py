@@ -170,7 +170,11 @@ class Turn:
             record.attempts += 1
             return await replica.open(record.prompt_ids, params, record.request_id, images=record.images)
 
-        return await self.runtime.pool.open(send, record.request_id, self.affinity, prompt_ids=record.prompt_ids)
+        prefix = record.prefix  # its tokens' keys spare hashing the history again
+        record.prompt_keys = self.runtime.pool.prompt_keys(
+            record.prompt_ids, after=(prefix.tokens, prefix.keys) if prefix is not None and prefix.keys else None)
+        return await self.runtime.pool.open(send, record.request_id, self.affinity, prompt_ids=record.prompt_ids,
+                                            keys=record.prompt_keys)
 
     async def relay(self, sink: Sink[list[ParseEvent]]) -> None:
         """The parsed item events, pushed: each read's events go to `sink` from the read

@@ -18,6 +18,7 @@ from gateway.core.conversation import Conversation, Item, Message
 from gateway.core.image import Image
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.chunks import Usage
+from gateway.upstream.prefix_index import KeyChain
 
 __all__ = ["TurnRecord"]
 
@@ -31,6 +32,7 @@ class TurnRecord:
     continued: bool = False  # the history starts with all of `prefix`'s items
     prompt_ids: Sequence[int] = ()  # a list, or an int32 array when spliced onto exact tokens
     spliced: bool = False  # the prompt reuses `prefix`'s exact tokens
+    prompt_keys: KeyChain | None = None  # its chunk keys, when routing by prefix (kept with the turn's tokens)
     non_monotonic: bool = False  # a prefix was offered, but the history does not continue it
     # The shared state store could not be read (unreachable, full): the exact earlier tokens it
     # holds were not offered, so the prompt was rendered in full (counted as non_monotonic too).
@@ -80,7 +82,7 @@ class TurnRecord:
         after = prefix if self.continued and prefix is not None and prefix.history_hash is not None else None
         items = conversation.items[after.items:] if after is not None else conversation.items
         return TokenState.build(conversation, [*items, *self.turn_items], self.prompt_ids, self.output_ids,
-                                terminators, after=after)
+                                terminators, after=after, keys=self.prompt_keys)
 
     @property
     def stop_token_id(self) -> int | None:

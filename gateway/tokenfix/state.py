@@ -6,13 +6,14 @@ import dataclasses
 import hashlib
 from array import array
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.base import ChatFormat, Covered
 from gateway.tokenfix.terminators import count_terminators
+from gateway.upstream.prefix_index import KeyChain
 
 __all__ = ["TokenState", "context_digest"]
 
@@ -89,15 +90,19 @@ class TokenState:
     model_turns: int | None = None  # …and in all of `tokens`
     prompt_hash: HistoryHash | None = None  # the running digest after the prompt's items…
     history_hash: HistoryHash | None = None  # …and after all `items`: a continuation extends it
+    # The prompt's chunk keys (prefix routing, this process only): the next prompt hashes only its new chunks.
+    keys: KeyChain | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def build(cls, conversation: Conversation, items: Sequence[Item], prompt: Sequence[int],
               generated: Sequence[int], terminators: Collection[int] | None = None, *,
-              prompt_items: int | None = None, after: TokenState | None = None) -> TokenState:
+              prompt_items: int | None = None, after: TokenState | None = None,
+              keys: KeyChain | None = None) -> TokenState:
         """`conversation` was the prompt (its first `prompt_items` items, by default all of them);
         `items` are those followed by the model's turn, or with `after` (a state whose items the
         conversation was checked to continue) only what follows `after`'s items. Without
-        `terminators` they are counted when the state is first continued."""
+        `terminators` they are counted when the state is first continued. `keys`: the prompt's
+        chunk keys, as the router made them."""
         prompt_items = len(conversation.items) if prompt_items is None else prompt_items
         if after is not None:
             assert after.history_hash is not None, "`after` without its running digest"
@@ -110,7 +115,7 @@ class TokenState:
         tokens = array("i", prompt)
         tokens.extend(generated)
         state = cls(context_digest(conversation), skipped + len(items), running.digest(), tokens, len(prompt),
-                    prompt_items, prompt_hash=prompt_hash, history_hash=running)
+                    prompt_items, prompt_hash=prompt_hash, history_hash=running, keys=keys)
         if terminators is not None:
             state.prompt_turns = count_terminators(prompt, terminators)
             state.model_turns = state.prompt_turns + count_terminators(generated, terminators)

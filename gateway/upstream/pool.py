@@ -19,6 +19,7 @@ from gateway.upstream import health, routing
 from gateway.upstream.discovery import Resolver
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.outlier import OutlierDetector, OutlierPolicy
+from gateway.upstream.prefix_index import KeyChain
 from gateway.upstream.replica import Replica
 from gateway.upstream.router import Router
 from gateway.upstream.transport import Transport
@@ -88,8 +89,14 @@ class Pool:
         lengths = [r.max_model_len for r in self.replicas if r.max_model_len]
         return min(lengths) if lengths else None
 
+    def prompt_keys(self, prompt_ids: Sequence[int], *, cache_salt: str | None = None,
+                    after: tuple[Sequence[int], KeyChain] | None = None) -> KeyChain | None:
+        """The prompt's chunk keys when the router needs them (`Router.prompt_keys`)."""
+        return self.router.prompt_keys(prompt_ids, cache_salt=cache_salt, after=after)
+
     def pick(self, affinity: str | None = None, exclude: Sequence[Replica] = (), *,
-             prompt_ids: Sequence[int] | None = None, cache_salt: str | None = None) -> Replica:
+             prompt_ids: Sequence[int] | None = None, cache_salt: str | None = None,
+             keys: KeyChain | None = None) -> Replica:
         """The replica for a prompt: the one holding most of it within the load bound, else the
         session's (`affinity`), else the least busy (gateway/upstream/routing.py); when none is
         routable, among the ejected ones (panic routing) rather than none."""
@@ -97,17 +104,18 @@ class Pool:
             self.outliers.panic([r for r in self.replicas if r not in exclude])
         if not candidates:
             raise UpstreamUnavailable("no healthy vLLM replica is available")
-        return self.router.pick(candidates, affinity, prompt_ids=prompt_ids, cache_salt=cache_salt)
+        return self.router.pick(candidates, affinity, prompt_ids=prompt_ids, cache_salt=cache_salt, keys=keys)
 
     async def open(self, send: Callable[[Replica], Awaitable[T]], request_id: str, affinity: str | None = None, *,
-                   prompt_ids: Sequence[int] | None = None, cache_salt: str | None = None) -> T:
+                   prompt_ids: Sequence[int] | None = None, cache_salt: str | None = None,
+                   keys: KeyChain | None = None) -> T:
         """`send` to the replica `pick` chooses, then to the next while one refuses before answering
         (UpstreamUnavailable): nothing was generated yet, so trying another is safe."""
         tried: list[Replica] = []
         last_error: UpstreamUnavailable | None = None
         for _ in range(len(self.replicas)):
             try:
-                replica = self.pick(affinity, exclude=tried, prompt_ids=prompt_ids, cache_salt=cache_salt)
+                replica = self.pick(affinity, exclude=tried, prompt_ids=prompt_ids, cache_salt=cache_salt, keys=keys)
             except UpstreamUnavailable as exc:
                 raise last_error or exc
             try:

@@ -15,6 +15,12 @@ a block of image placeholders never matches the same placeholder ids of another 
 nor of a text prompt. Keys are only comparable inside one process; every process builds
 its own indexes (from what it sent, or from the replicas' KV events).
 
+A prompt's keys are a `KeyChain`, and `prompt_keys` is the one function that makes them (what
+else keys the first chunk included). A chain is kept with the exact tokens it was made from
+(a session's `TokenState`): the next prompt, which starts with those tokens, reuses their keys
+after one comparison of the ids (numpy, no hashing) and hashes only the chunks after them — a
+turn's keys cost its new tokens, not its history.
+
 `SentIndex` is filled from what the gateway sent to a replica and ages out like vLLM's
 own cache: least recently used first, bounded by the replica's KV capacity in chunks, and
 a prompt's tail before its head (vLLM frees a finished request's blocks tail first, so
@@ -25,6 +31,7 @@ its prefix outlives its ending). `BlockIndex` is fed by a replica's KV events
 from __future__ import annotations
 
 import os
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -33,19 +40,71 @@ import msgpack
 import numpy as np
 import xxhash
 
-__all__ = ["BLOCK_TOKENS", "BlockIndex", "SentIndex", "chunk_keys"]
+__all__ = ["BLOCK_TOKENS", "BlockIndex", "KeyChain", "SentIndex", "chunk_keys", "prompt_keys"]
 
 BLOCK_TOKENS = 16  # vLLM's default --block-size on GPUs; it must divide the replicas' block size
 _SEED = int.from_bytes(os.urandom(8), "little")
 _hash = xxhash.xxh3_64_intdigest
 
 
+class KeyChain:
+    """The keys of a token sequence's full chunks, first to last (uint64s, 8 bytes a chunk), and
+    what they were made with: a chain is reused only for a prompt keyed the same way."""
+
+    __slots__ = ("block_tokens", "extra", "keys", "seed")
+
+    def __init__(self, keys: array, block_tokens: int, seed: int, extra: tuple[Any, ...] | None) -> None:
+        self.keys = keys
+        self.block_tokens = block_tokens
+        self.seed = seed
+        self.extra = extra
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def same_keying(self, other: KeyChain) -> bool:
+        return (self.block_tokens, self.seed, self.extra) == (other.block_tokens, other.seed, other.extra)
+
+
+def first_chunk_extra(cache_salt: str | None) -> tuple[Any, ...] | None:
+    """What a prompt's first chunk is keyed by besides its ids (as vLLM's first block hash)."""
+    return (cache_salt,) if cache_salt else None
+
+
+def prompt_keys(ids: Sequence[int] | np.ndarray, block_tokens: int = BLOCK_TOKENS, *,
+                cache_salt: str | None = None, seed: int | None = None,
+                after: tuple[Sequence[int], KeyChain] | None = None) -> KeyChain:
+    """The chained keys of `ids`' full chunks. `after`: earlier exact tokens and their chain
+    (keyed the same way); the keys of the chunks `ids` shares with them are taken from it, and
+    only the chunks after those are hashed."""
+    chain = KeyChain(array("Q"), block_tokens, _SEED if seed is None else seed, first_chunk_extra(cache_salt))
+    data = _int32(ids)
+    shared = _shared_chunks(data, after, chain) if after is not None else 0
+    if shared:
+        chain.keys = after[1].keys[:shared]  # type: ignore[index]
+    start = shared * block_tokens
+    chain.keys.extend(_chain(memoryview(data[start:]).cast("B"), block_tokens,
+                             chain.keys[-1] if shared else chain.seed, None if shared else chain.extra))
+    return chain
+
+
+def _shared_chunks(data: np.ndarray, after: tuple[Sequence[int], KeyChain], chain: KeyChain) -> int:
+    """How many of `after`'s keys `data` starts with: its chunks whose ids are the same."""
+    tokens, known = after
+    if not known.same_keying(chain):
+        return 0
+    n = min(len(known.keys), len(data) // chain.block_tokens, len(tokens) // chain.block_tokens)
+    if n == 0:
+        return 0
+    size = n * chain.block_tokens
+    same = data[:size] == _int32(tokens)[:size]
+    return n if same.all() else int(np.argmin(same)) // chain.block_tokens
+
+
 def chunk_keys(ids: Sequence[int] | np.ndarray, block_tokens: int = BLOCK_TOKENS, *,
                cache_salt: str | None = None, seed: int | None = None) -> list[int]:
     """The chained keys of `ids`' full chunks, first to last."""
-    data = _int32_bytes(ids)
-    return _chain(memoryview(data), block_tokens, _SEED if seed is None else seed,
-                  (cache_salt,) if cache_salt else None)
+    return prompt_keys(ids, block_tokens, cache_salt=cache_salt, seed=seed).keys.tolist()
 
 
 def block_keys(token_ids: Sequence[int], block_tokens: int, seed: int,
@@ -79,9 +138,16 @@ def _chain(data: memoryview, block_tokens: int, seed: int, extra: Sequence[Any] 
 
 
 def _int32_bytes(ids: Sequence[int] | np.ndarray) -> bytes:
+    return _int32(ids).tobytes()
+
+
+def _int32(ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """`ids` as int32s; an int32 array (a session's tokens) is viewed, not copied."""
     if isinstance(ids, np.ndarray) and ids.dtype == np.int32:
-        return ids.tobytes()
-    return np.asarray(ids, dtype=np.int32).tobytes()
+        return ids
+    if isinstance(ids, array) and ids.typecode == "i" and ids.itemsize == 4:
+        return np.frombuffer(ids, dtype=np.int32) if len(ids) else np.empty(0, np.int32)
+    return np.asarray(ids, dtype=np.int32)
 
 
 def matched(keys: Sequence[int], held: Any) -> int:

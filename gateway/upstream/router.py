@@ -37,7 +37,7 @@ import numpy as np
 
 from gateway.upstream import replica_load, routing
 from gateway.upstream.kv_events import KVEventSubscriber
-from gateway.upstream.prefix_index import BLOCK_TOKENS, BlockIndex, SentIndex, chunk_keys
+from gateway.upstream.prefix_index import BLOCK_TOKENS, BlockIndex, KeyChain, SentIndex, prompt_keys
 from gateway.upstream.replica_load import ReplicaLoad
 
 __all__ = ["DECISIONS", "MATCH_BUCKETS", "Decision", "Router"]
@@ -176,9 +176,19 @@ class Router:
         await asyncio.gather(*tasks, return_exceptions=True)
         self.views.clear()
 
+    def prompt_keys(self, prompt_ids: Sequence[int] | np.ndarray, *, cache_salt: str | None = None,
+                    after: tuple[Sequence[int], KeyChain] | None = None) -> KeyChain | None:
+        """The prompt's chunk keys, when routing by prefix (else None): `after`, earlier exact
+        tokens and their keys (a session's last turn), saves hashing the chunks it shares."""
+        if self.mode != "prefix":
+            return None
+        return prompt_keys(prompt_ids, self.block_tokens, cache_salt=cache_salt, after=after)
+
     def pick(self, candidates: Sequence[R], affinity: str | None = None, *,
-             prompt_ids: Sequence[int] | np.ndarray | None = None, cache_salt: str | None = None) -> R:
-        """The replica for a prompt (`candidates`: the routable replicas, not empty)."""
+             prompt_ids: Sequence[int] | np.ndarray | None = None, cache_salt: str | None = None,
+             keys: KeyChain | None = None) -> R:
+        """The replica for a prompt (`candidates`: the routable replicas, not empty); `keys`:
+        the prompt's, made by `prompt_keys` (else made here from `prompt_ids`)."""
         if self.mode == "session":
             return self._decided(routing.pick(candidates, affinity, load_factor=self.load_factor), "session")
         if self.mode == "round-robin":
@@ -188,7 +198,12 @@ class Router:
         if self.mode == "least-loaded":
             chosen = min(range(len(candidates)), key=lambda i: (loads[i], candidates[i].requests))
             return self._decided(candidates[chosen], "least-loaded")
-        keys = chunk_keys(prompt_ids, self.block_tokens, cache_salt=cache_salt) if prompt_ids is not None else []
+        if keys is None and prompt_ids is not None:
+            keys = self.prompt_keys(prompt_ids, cache_salt=cache_salt)
+        return self._by_prefix(candidates, affinity, loads, keys.keys if keys is not None else [])
+
+    def _by_prefix(self, candidates: Sequence[R], affinity: str | None, loads: list[int], keys: Sequence[int]) -> R:
+        """`routing.choose` over what each candidate holds of the prompt; the prompt is then sent to the chosen."""
         views = [self.views.get(r.url) for r in candidates]
         held = [view.held(keys) if view is not None else 0 for view in views]
         kv = [view.load.kv_usage if view is not None else 0.0 for view in views]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
+from array import array
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.upstream.prefix_index import BlockIndex, SentIndex, block_keys, chunk_keys, root_seed
+from gateway.upstream.prefix_index import BlockIndex, SentIndex, block_keys, chunk_keys, prompt_keys, root_seed
 
 C = 4  # chunk tokens, small so random trees share and diverge inside a few chunks
 
@@ -69,6 +70,35 @@ def test_keys_depend_on_the_whole_prefix_the_salt_and_the_int32_ids():
     assert not set(salted) & set(a)
     assert not set(salted) & set(chunk_keys([1, 2, 3, 4, 5, 6, 7, 8], C, cache_salt="tenant-b"))
     assert salted == chunk_keys([1, 2, 3, 4, 5, 6, 7, 8], C, cache_salt="tenant-a")
+
+
+@given(st.lists(st.integers(0, 7), max_size=12 * C), st.integers(0, 12 * C), st.integers(0, 12 * C),
+       st.lists(st.integers(0, 7), max_size=6 * C), st.sampled_from([None, "tenant-a"]),
+       st.sampled_from([None, "tenant-a", "tenant-b"]), st.booleans())
+def test_keys_made_after_earlier_tokens_equal_the_keys_made_from_scratch(earlier, keyed, cut, tail, salt, then_salt,
+                                                                         as_array):
+    """A session's next prompt (its tokens up to any cut, then anything: its last token dropped,
+    an edit inside a chunk, a new tail) keyed after the turn before's keys, which covered only
+    the first `keyed` of those tokens (the prompt, not what the model generated)."""
+    chain = prompt_keys(earlier[:keyed], C, cache_salt=salt)
+    prompt = earlier[:cut] + tail
+    tokens = array("i", earlier) if as_array else earlier
+    ids = array("i", prompt) if as_array else prompt
+    assert prompt_keys(ids, C, cache_salt=then_salt, after=(tokens, chain)).keys.tolist() == \
+        chunk_keys(prompt, C, cache_salt=then_salt)
+
+
+def test_keys_after_earlier_tokens_take_the_shared_chunks_keys_from_their_chain():
+    history = array("i", range(50_000))
+    chain = prompt_keys(history, C)
+    marked = chain.keys[0] = 12345  # not a hash of anything: seen again only if taken, not recomputed
+    grown = history + array("i", range(3 * C + 1))
+    keys = prompt_keys(grown, C, after=(history, chain)).keys
+    assert keys[0] == marked and keys[1:].tolist() == chunk_keys(grown, C)[1:]
+    edited = array("i", grown)
+    edited[4 * C + 1] = 99  # the ids differ inside chunk 4: its keys and all after it are hashed again
+    keys = prompt_keys(edited, C, after=(history, chain)).keys
+    assert keys[0] == marked and keys[4:].tolist() == chunk_keys(edited, C)[4:]
 
 
 def stored_events(prompt: list[int], block: int, *, first: int = 0, salt: str | None = None,

@@ -132,6 +132,31 @@ def test_a_continuing_session_stays_where_its_prefix_is():
     assert router.stats.matched_tokens == sum(len(range(1000, 1000 + 20 * C)) + 2 * C * t for t in range(5))
 
 
+turns = st.lists(st.tuples(st.integers(0, 3), st.lists(st.integers(0, 3), max_size=5 * C),
+                           st.lists(st.integers(0, 3), max_size=2 * C)), min_size=1, max_size=14)
+
+
+@given(turns, st.integers(2, 40))
+def test_a_sessions_keys_carried_from_turn_to_turn_route_as_keys_made_afresh(turns, capacity):
+    """Two routers see the same sessions' turns (a new tail each, then the model's answer), one
+    keying each prompt after the session's last prompt and its keys, as the gateway does, the
+    other from scratch: every decision and every count is the same, small indexes evicting too."""
+    carried, afresh, replicas = Router(metrics_interval=0), Router(metrics_interval=0), nodes(3)
+    for router in (carried, afresh):
+        for r in replicas:
+            router.track(r.url)
+            router.update_load(r.url, replica_load.ReplicaLoad(capacity_tokens=capacity * C))
+    sessions: dict[int, tuple[list[int], object]] = {}
+    for session, tail, answer in turns:
+        tokens, keys = sessions.get(session, ([9] * (2 * C), None))
+        prompt = tokens + tail
+        made = carried.prompt_keys(prompt, after=(tokens, keys) if keys is not None else None)
+        chosen = carried.pick(replicas, f"s{session}", keys=made)
+        assert chosen is afresh.pick(replicas, f"s{session}", prompt_ids=prompt)
+        assert carried.stats == afresh.stats
+        sessions[session] = (prompt + answer, made)
+
+
 def test_each_decision_is_reported_to_the_request_it_was_made_for():
     router, replicas = Router(metrics_interval=0), nodes(2)
     for r in replicas:

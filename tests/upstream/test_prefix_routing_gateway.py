@@ -13,6 +13,7 @@ import math
 import httpx
 import pytest
 
+from gateway.upstream.prefix_index import chunk_keys
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.stack import fake_stack
@@ -111,6 +112,8 @@ def test_a_session_keeps_its_replica_and_its_exact_tokens(stack, tokenizer, capl
             prompts.append(stack.fakes[home].bodies(GENERATE)[-1]["token_ids"])
     assert len(set(homes)) == 1
     assert prompts[1][:len(prompts[0]) + len(answer)] == prompts[0] + answer  # the exact earlier tokens, spliced
+    kept = stack.runtime.store.sessions.get("session-9").state  # the next turn keys only what follows its prompt
+    assert kept.keys is not None and kept.keys.keys.tolist() == chunk_keys(prompts[2])
     routes = [r.fields["route"] for r in caplog.records if hasattr(r, "fields") and "route" in r.fields]
     held = [r.fields["route_prefix_tokens"] for r in caplog.records if hasattr(r, "fields") and "route" in r.fields]
     assert routes == ["placed", "prefix", "prefix"]
