@@ -17,6 +17,7 @@ from gateway.core.conversation import Conversation, Item, Message, Reasoning, To
 from gateway.core.errors import invalid_request
 from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
+from gateway.core.service_tier import served_tier
 from gateway.tokenfix.state import TokenState
 
 __all__ = ["ChatRequest", "parse_chat_request", "unwrap_extra_body"]
@@ -70,6 +71,7 @@ def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest
     sampling = parse_sampling(body, max_tokens=max_tokens, logprobs=logprobs or return_token_ids or rollout)
     sampling.stop = _stop(body.get("stop"))
     vllm_fields.apply(body, sampling)
+    sampling.tier = served_tier(body.get("service_tier"))
     sampling.constraint = output_fields.output_constraint(body, tool_choice, allowed,
                                                           answer_format=body.get("response_format"),
                                                           answer_param="response_format")

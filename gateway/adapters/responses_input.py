@@ -43,6 +43,7 @@ from gateway.core.conversation import Conversation, Item, Message, Reasoning, To
 from gateway.core.errors import invalid_request
 from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
+from gateway.core.service_tier import served_tier
 from gateway.upstream.mcp import McpTool
 
 __all__ = ["ResponsesRequest", "content_part", "content_text", "input_items", "parse_request"]
@@ -100,6 +101,7 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     text_logprobs = "message.output_text.logprobs" in (request.include or ()) or request.top_logprobs is not None
     wants_logprobs = return_token_ids or text_logprobs
     sampling = parse_sampling(body, max_tokens=max_output, logprobs=wants_logprobs)
+    sampling.tier = served_tier(body.get("service_tier"))
     text_options = request.text or {}
     sampling.constraint = output_fields.output_constraint(body, tool_choice, allowed,
                                                           answer_format=text_options.get("format"),
@@ -126,7 +128,7 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         "top_logprobs": body.get("top_logprobs") or 0,
         "max_tool_calls": body.get("max_tool_calls"),
         "safety_identifier": body.get("safety_identifier"),
-        "service_tier": "default",  # one tier here, whatever the request asked for
+        "service_tier": sampling.tier,  # the tier that serves it (gateway/core/service_tier.py)
     }
     if body.get("user") is not None:
         echo["user"] = body["user"]

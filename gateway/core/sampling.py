@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from gateway.core.service_tier import Tier
+
 __all__ = ["GenerationDefaults", "OutputConstraint", "SamplingOptions", "resolve"]
 
 log = logging.getLogger(__name__)
@@ -65,7 +67,8 @@ class SamplingOptions:
     stop_token_ids: tuple[int, ...] | None = None  # stop ids beyond the format's own
     ignore_eos: bool | None = None  # the format's stop ids and EOS do not end the generation
     cache_salt: str | None = None  # request-level, not SamplingParams: sent beside them
-    priority: int | None = None  # likewise
+    priority: int | None = None  # likewise; None: the service tier's, shared fairly (gateway/core/service_tier.py)
+    tier: Tier = "default"  # the service tier the request is served with (not sent: it sets the priority)
 
 
 @dataclass(slots=True)
@@ -95,7 +98,8 @@ class GenerationDefaults:
                    max_tokens=max_new_tokens if isinstance(max_new_tokens, int) and max_new_tokens > 0 else None)
 
 
-_NOT_SENT_AS_IS = frozenset({"max_tokens", "logprobs", "constraint", "stop", "stop_token_ids", "ignore_eos"})
+_NOT_SENT_AS_IS = frozenset({"max_tokens", "logprobs", "constraint", "stop", "stop_token_ids", "ignore_eos",
+                             "tier"})
 
 
 def resolve(options: SamplingOptions, defaults: GenerationDefaults, *, max_tokens: int,

@@ -133,6 +133,8 @@ class VLLMProcess:
             args.append("--enable-scale-out")  # serves /inference/v1/generate
         if self.enforce_eager:
             args.append("--enforce-eager")
+        if not any(arg.split("=")[0] == "--scheduling-policy" for arg in self.extra_args):
+            args += ["--scheduling-policy", "priority"]  # service tiers and fair sharing (gateway/core/service_tier.py)
         return args + list(self.extra_args)
 
     def environment(self) -> dict[str, str]:

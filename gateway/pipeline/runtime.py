@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from gateway.core.image import ImageLimits
 from gateway.core.sampling import GenerationDefaults
+from gateway.core.service_tier import FairShare
 from gateway.formats.base import ChatFormat
 from gateway.sessions.backend import MemoryStore, Store
 from gateway.sessions.conversations import ConversationStore, MemoryConversations
@@ -27,6 +28,8 @@ class Runtime:
     image_limits: ImageLimits = field(default_factory=ImageLimits)  # what a request may attach
     # /v1/conversations: in process, or beside the rest in Redis (only pipeline/conversations.py uses it).
     conversations: ConversationStore = field(default_factory=MemoryConversations)
+    # Generations in flight per session: the replica priority that shares a tier fairly.
+    fair_share: FairShare = field(default_factory=FairShare)
     tokens_as_ids: bool = False  # --return-tokens-as-token-ids: logprobs `token`s are "token_id:N" by default
 
     @property

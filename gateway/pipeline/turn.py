@@ -66,6 +66,7 @@ class Turn:
                                  started_at=time.perf_counter())
         self._stream: UpstreamStream | None = None
         self._span: spans.Generation | None = None  # traces on: the generation's span, open until aclose
+        self._share: str | None = None  # the session key counted in the runtime's fair share until aclose
 
     async def start(self) -> None:
         """Render and get the prompt accepted by a replica; raises APIError before any output.
@@ -86,6 +87,9 @@ class Turn:
         if constraint is not None and (structured := self.runtime.format.structured_outputs(
                 constraint, record.conversation.tools)):
             params["structured_outputs"] = structured
+        if self.sampling.priority is None:  # the tier's, after the session's generations in flight
+            self._share = self.affinity or ""
+            params["priority"] = self.runtime.fair_share.enter(self._share, self.sampling.tier)
         record.upstream_params = params
         self._span = spans.open_generation(record)
         with tracing.current(self._span[0] if self._span is not None else None):  # the replica's traceparent
@@ -240,6 +244,9 @@ class Turn:
     async def aclose(self) -> None:
         """Release the generation: close its upstream request and abort the replica's work if it
         is unfinished. Every way out calls it (idempotent, and safe under cancellation)."""
+        if self._share is not None:
+            self.runtime.fair_share.leave(self._share)
+            self._share = None
         if self._stream is not None:
             await self._stream.aclose()
         if self._span is not None:

@@ -81,7 +81,8 @@ def test_replica_commands_ports_and_gpus(tmp_path: Path, monkeypatch: pytest.Mon
                                "--seed", "1")
     first, second = replicas(args, extra)
     assert first.command() == ["vllm", "serve", "--model", "org/model", "--host", "127.0.0.1", "--port", "9100",
-                               "--enable-scale-out", "--tensor-parallel-size", "2", "--seed", "1"]
+                               "--enable-scale-out", "--scheduling-policy", "priority", "--tensor-parallel-size", "2",
+                               "--seed", "1"]
     assert second.url == "http://127.0.0.1:9101" and second.log_path == tmp_path / "vllm-1.log"
     assert first.environment()["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert second.environment()["CUDA_VISIBLE_DEVICES"] == "2,3"

@@ -45,6 +45,8 @@ async def _complete(request: Request, raw: bytes) -> Response:
     turns = [await session.prepare(runtime, dataclasses.replace(first, rollout=each, sample=i))
              for i, each in enumerate(rollouts)]
     head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": parsed.model}
+    if body.get("service_tier") is not None:  # OpenAI's rule: the tier that served it, once one was asked for
+        head["service_tier"] = parsed.sampling.tier
     trace.answered_as(head["id"])
     if parsed.stream and parsed.n == 1:
         async def relay(sink: Sink[bytes]) -> None:
