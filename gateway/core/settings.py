@@ -36,6 +36,9 @@ class Settings:
     prefix_block_tokens: int = 16  # prompt chunk the prefix index keys; must divide the replicas' --block-size
     kv_events: list[str] = field(default_factory=list)  # `[UPSTREAM=]tcp://{host}:5557[,tcp://{host}:5558]`
     replica_metrics_interval: float = 1.0  # seconds between reads of each replica's /metrics (0: never)
+    # Prefill/decode disaggregation (gateway/upstream/disaggregation.py), with `prefill=`/`decode=` upstreams.
+    pd_min_new_tokens: int = 1024  # split a turn only when this many of its prompt tokens are new to its replica
+    pd_prefill_timeout: float = 60.0  # seconds a prefill leg may take before the decode replica prefills alone
     drain_timeout: float = 30.0  # on SIGTERM, how long in-flight streams may run on
     max_body_bytes: int = 64 * 1024 * 1024
     max_image_bytes: int = 20 * 1024 * 1024  # per image (413 beyond)

@@ -111,6 +111,14 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                          default=_env("replica_metrics_interval", "1"),
                          help="seconds between reads of each replica's /metrics (queue, KV usage and capacity); "
                               "0: never")
+    split = parser.add_argument_group(
+        "disaggregation", "prefill/decode disaggregation over vLLM's NixlConnector, with replicas declared "
+        "--upstream prefill=URL / decode=URL (docs/disaggregation.md)")
+    split.add_argument("--pd-min-new-tokens", type=int, default=_env("pd_min_new_tokens", "1024"),
+                       help="a turn runs a prefill leg only when at least this many of its prompt tokens are new to "
+                            "the decode replica (its prefix index); fewer: the decode replica prefills them itself")
+    split.add_argument("--pd-prefill-timeout", type=float, default=_env("pd_prefill_timeout", "60"),
+                       help="seconds a prefill leg may take before the decode replica prefills alone")
     parser.add_argument("--drain-timeout", type=float, default=_env("drain_timeout", "30"),
                         help="on SIGTERM, seconds in-flight streams may run on before they are stopped")
     parser.add_argument("--max-concurrent-requests", type=int,
@@ -256,6 +264,7 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         prefix_block_tokens=args.prefix_block_tokens,
         kv_events=args.kv_events or [s for s in (_env("kv_events") or "").split(";") if s],
         replica_metrics_interval=args.replica_metrics_interval,
+        pd_min_new_tokens=args.pd_min_new_tokens, pd_prefill_timeout=args.pd_prefill_timeout,
         max_concurrent_requests=args.max_concurrent_requests, upstream_idle_timeout=args.upstream_idle_timeout,
         upstream_header_timeout=args.upstream_header_timeout, request_body_timeout=args.request_body_timeout,
         header_timeout=args.header_timeout, client_write_timeout=args.client_write_timeout,

@@ -28,6 +28,7 @@ from gateway.core.sampling import SamplingOptions
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn, handed_on
+from gateway.upstream.disaggregation import PREFILL_PARAMS, open_legs, prefill_sampling
 from gateway.upstream.protocol import parse_usage
 from gateway.upstream.replica import Replica, UpstreamStream
 from gateway.upstream.stream import StreamMode
@@ -57,33 +58,76 @@ class TokenTurn(Turn):
             self._strip_ids = True
 
     async def start(self) -> None:
-        """Get the request accepted by a replica (another one if one cannot take it)."""
+        """Get the request accepted by a replica (another one if one cannot take it); with
+        prefill/decode roles in the pool, maybe after a prefill leg (gateway/upstream/disaggregation.py)
+        — not when the client does its own (its body has `kv_transfer_params`)."""
         record = self.record
 
-        async def send(replica: Replica) -> UpstreamStream:
-            body = orjson.dumps({**self._body, "model": replica.served_model or self._body.get("model"),
-                                 "request_id": record.request_id})
+        async def send(replica: Replica, kv: dict | None) -> UpstreamStream:
+            body = {**self._body, "model": replica.served_model or self._body.get("model"),
+                    "request_id": record.request_id}
+            if kv is not None:
+                body["kv_transfer_params"] = kv
             record.attempts += 1
-            stream = await replica.forward(self.path, body, record.request_id, self.stream_mode)
+            stream = await replica.forward(self.path, orjson.dumps(body), record.request_id, self.stream_mode)
             record.replica = replica.url
             return stream
 
-        self._stream = await self.runtime.pool.open(send, record.request_id, self.affinity,
-                                                    prompt_ids=record.prompt_ids or None,
-                                                    cache_salt=self._body.get("cache_salt"))
+        pool, salt = self.runtime.pool, self._body.get("cache_salt")
+        if not pool.disaggregated or "kv_transfer_params" in self._body or not record.prompt_ids:
+            self._stream = await pool.open(lambda r: send(r, None), record.request_id, self.affinity,
+                                           prompt_ids=record.prompt_ids or None, cache_salt=salt)
+            return
+        self._stream, self.legs = await open_legs(pool, send, self._prefill_body, record.request_id, self.affinity,
+                                                  prompt_ids=record.prompt_ids, cache_salt=salt)
+        record.split = self.legs.fields() if self.legs is not None else None
+
+    def _prefill_body(self, replica: Replica) -> tuple[str, bytes]:
+        """The client's request as a prefill leg: one token, not streamed, the prefill's transfer request."""
+        body = {k: v for k, v in self._body.items() if k not in ("stream_options", "n")}
+        body.update(model=replica.served_model or body.get("model"), request_id=self.record.request_id + "-prefill",
+                    stream=False)
+        if self.path == COMPLETIONS:
+            body = prefill_sampling(body)
+        else:
+            body["sampling_params"] = {k: v for k, v in prefill_sampling(body.get("sampling_params") or {}).items()
+                                       if k != "kv_transfer_params"}
+            body["kv_transfer_params"] = PREFILL_PARAMS
+        return self.path, orjson.dumps(body)
 
     async def relay(self, sink: Sink[list[bytes]]) -> None:
         """The replica's answer, pushed: each read's events (or the whole body) to `sink` as JSON
-        payloads, recorded on the way."""
+        payloads, recorded on the way. A decode leg whose pull failed (an error before anything
+        was handed on) is retried once as a local prefill (`Turn._pulled_or_local`)."""
         stream = self._stream
         assert stream is not None, "start() first"
+        handed: list[bool] = [False]
 
         def take(payloads: list[bytes]) -> Hold:
+            if not handed[0] and self.legs is not None and self.legs.retry and _is_error(payloads[0]):
+                stream.stop_relay()
+                raise _PullFailed
+            handed[0] = True
             out = [self._take(payload) for payload in payloads]
             return handed_on(sink, out)
 
         async with self._generating():
-            await stream.relay(take)  # type: ignore[arg-type]
+            try:
+                await stream.relay(take)  # type: ignore[arg-type]
+            except _PullFailed:
+                stream = self._stream = await self._local_decode()
+                await stream.relay(take)  # type: ignore[arg-type]
+
+    async def _local_decode(self) -> UpstreamStream:
+        legs, record = self.legs, self.record
+        assert legs is not None and legs.decode is not None and self._stream is not None
+        legs.retried()
+        record.split = legs.fields()
+        await self._stream.aclose()
+        body = {**self._body, "model": legs.decode.served_model or self._body.get("model"),
+                "request_id": record.request_id}
+        record.attempts += 1
+        return await legs.decode.forward(self.path, orjson.dumps(body), record.request_id, self.stream_mode)
 
     def _take(self, payload: bytes) -> bytes:
         """Record what `payload` (one event, or the whole answer) says; the payload to hand on."""
@@ -113,6 +157,14 @@ class TokenTurn(Turn):
                 if name in choice:
                     choice[name] = None  # as vLLM answers when not asked
         return orjson.dumps(event)
+
+
+class _PullFailed(Exception):
+    """The decode leg's first event was an error: its pull failed."""
+
+
+def _is_error(payload: bytes) -> bool:
+    return payload.startswith(b'{"error"') or b'"error":' in payload[:40]
 
 
 def _chosen_logprobs(raw: Any, count: int) -> list[float]:

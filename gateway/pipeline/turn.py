@@ -23,7 +23,7 @@ from typing import Any, Self, TypeVar
 
 from gateway.core import tracing
 from gateway.core.conversation import Item, Message, images_of
-from gateway.core.errors import APIError, context_length_exceeded, invalid_request
+from gateway.core.errors import APIError, UpstreamFailed, context_length_exceeded, invalid_request
 from gateway.core.ids import new_id
 from gateway.core.image import check_images, text_only
 from gateway.core.push import Hold, Sink, held
@@ -38,6 +38,8 @@ from gateway.tokenfix.prompt import PromptBuilder
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.chunks import TokenChunk, Usage
+from gateway.upstream.disaggregation import Legs, open_legs, prefill_sampling
+from gateway.upstream.protocol import PATHS, encode, request_body
 from gateway.upstream.replica import Replica, UpstreamStream
 
 __all__ = ["Turn", "handed_on"]
@@ -67,6 +69,7 @@ class Turn:
         self._stream: UpstreamStream | None = None
         self._span: spans.Generation | None = None  # traces on: the generation's span, open until aclose
         self._share: str | None = None  # the session key counted in the runtime's fair share until aclose
+        self.legs: Legs | None = None  # prefill/decode disaggregation's, when the pool has roles
 
     async def start(self) -> None:
         """Render and get the prompt accepted by a replica; raises APIError before any output.
@@ -167,18 +170,48 @@ class Turn:
         return ids
 
     async def _open(self, params: dict) -> UpstreamStream:
-        """The generation sent to a replica that accepts it (another one if one refuses)."""
+        """The generation sent to a replica that accepts it (another one if one refuses); with
+        prefill/decode roles in the pool, maybe after a prefill leg on the same ids
+        (gateway/upstream/disaggregation.py)."""
         record = self.record
 
-        async def send(replica: Replica) -> UpstreamStream:
+        async def send(replica: Replica, kv: dict | None) -> UpstreamStream:
             record.attempts += 1
-            return await replica.open(record.prompt_ids, params, record.request_id, images=record.images)
+            sampling = params if kv is None else {**params, "kv_transfer_params": kv}
+            return await replica.open(record.prompt_ids, sampling, record.request_id, images=record.images)
 
         prefix = record.prefix  # its tokens' keys spare hashing the history again
         record.prompt_keys = self.runtime.pool.prompt_keys(
             record.prompt_ids, after=(prefix.tokens, prefix.keys) if prefix is not None and prefix.keys else None)
-        return await self.runtime.pool.open(send, record.request_id, self.affinity, prompt_ids=record.prompt_ids,
-                                            keys=record.prompt_keys)
+
+        def prefill(replica: Replica) -> tuple[str, bytes]:
+            body = request_body(replica.api, model=replica.served_model or "", prompt_ids=record.prompt_ids,
+                                sampling=prefill_sampling(params), request_id=record.request_id + "-prefill",
+                                stream=False)
+            return PATHS[replica.api], encode(body)
+
+        pool = self.runtime.pool
+        if record.images or not pool.disaggregated:  # images: vLLM's content_parts, not split
+            return await pool.open(lambda r: send(r, None), record.request_id, self.affinity,
+                                   prompt_ids=record.prompt_ids, keys=record.prompt_keys)
+        stream, self.legs = await open_legs(pool, send, prefill, record.request_id, self.affinity,
+                                            prompt_ids=record.prompt_ids, keys=record.prompt_keys)
+        record.split = self.legs.fields() if self.legs is not None else None
+        return stream
+
+    async def _pulled_or_local(self, failed: UpstreamFailed) -> UpstreamStream:
+        """The decode leg's stream failed before its first token: a pull that failed (the prefill
+        replica gone, its blocks expired) is retried once as a local prefill on the decode replica;
+        anything else is raised as it was."""
+        legs, record = self.legs, self.record
+        if legs is None or not legs.retry or record.first_token_at is not None or legs.decode is None:
+            raise failed
+        legs.retried()
+        record.split = legs.fields()
+        assert self._stream is not None and record.upstream_params is not None
+        await self._stream.aclose()
+        record.attempts += 1
+        return await legs.decode.open(record.prompt_ids, record.upstream_params, record.request_id)
 
     async def relay(self, sink: Sink[list[ParseEvent]]) -> None:
         """The parsed item events, pushed: each read's events go to `sink` from the read
@@ -200,7 +233,11 @@ class Turn:
             return handed_on(sink, events) if events else None
 
         async with self._generating():
-            await stream.relay(take)
+            try:
+                await stream.relay(take)
+            except UpstreamFailed as failed:
+                stream = self._stream = await self._pulled_or_local(failed)
+                await stream.relay(take)
             if not output.stopped and (events := output.finish()):
                 await held(handed_on(sink, events))
 

@@ -57,6 +57,7 @@ from gateway.sessions.responses import ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import SessionStore
 from gateway.tokenfix.locality import failing_kinds
+from gateway.upstream.disaggregation import SplitPolicy
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.outlier import OutlierPolicy
 from gateway.upstream.pool import Pool
@@ -88,6 +89,7 @@ def build_runtime(settings: Settings, observer: StoreObserver | None = None) -> 
                       max_ejection_time=settings.outlier_max_ejection_time,
                       max_ejection_percent=settings.outlier_max_ejection_percent),
                   load_factor=settings.routing_load_factor,
+                  split=SplitPolicy(settings.pd_min_new_tokens, settings.pd_prefill_timeout),
                   router=Router(settings.routing, block_tokens=settings.prefix_block_tokens,
                                 load_factor=settings.routing_load_factor, kv_events=settings.kv_events,
                                 metrics_interval=settings.replica_metrics_interval)),

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.sessions.observer import StoreObserver
+from gateway.upstream.disaggregation import PREFILL_BUCKETS, SplitStats
 from gateway.upstream.router import MATCH_BUCKETS, Router
 
 __all__ = ["Metrics", "metrics_endpoint"]
@@ -156,6 +157,7 @@ class LiveCollector(Collector):
         yield CounterMetricFamily("gateway_panic_routes", "Requests routed to an ejected replica because none "
                                   "was routable (panic mode)", value=outliers.panic_routes)
         yield from _routing(runtime.pool.router)
+        yield from _disaggregation(runtime.pool.split_stats)
         sessions = runtime.store.sessions
         stats = sessions.stats
         yield CounterMetricFamily("gateway_session_cache_hits", "Session lookups (prompt_cache_key) that found "
@@ -207,6 +209,29 @@ async def metrics_endpoint(request: Request) -> Response:
     if runtime is not None and runtime.store.kind != "memory":  # the shared store's figures, not just this cache's
         request.app.state.shared_figures = await runtime.store.figures()
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _disaggregation(stats: SplitStats) -> Iterator[Metric]:
+    """Prefill/decode disaggregation's decisions, fallbacks and prefill legs (gateway/upstream/disaggregation.py)."""
+    decisions = CounterMetricFamily("gateway_pd_decisions", "Turns on a pool with prefill/decode roles, by "
+                                    "decision: split (a prefill leg, then the decode leg), cached (the decode "
+                                    "replica held all but a few prompt tokens), short (few prompt tokens), "
+                                    "no_prefill_replica", labels=["decision"])
+    for decision, n in sorted(stats.decisions.items()):
+        decisions.add_metric([decision], n)
+    fallbacks = CounterMetricFamily("gateway_pd_fallbacks", "Split turns that prefilled locally after all, by "
+                                    "reason: prefill_failed (the prefill leg failed or timed out), decode_refused "
+                                    "(the decode leg was refused), pull_failed (the decode replica could not pull "
+                                    "the KV cache)", labels=["reason"])
+    for reason, n in sorted(stats.fallbacks.items()):
+        fallbacks.add_metric([reason], n)
+    buckets, total = [], 0
+    for bound, n in zip([*PREFILL_BUCKETS, float("inf")], stats.prefill_buckets, strict=True):
+        total += n
+        buckets.append(("+Inf" if bound == float("inf") else str(bound), total))
+    yield from (decisions, fallbacks)
+    yield HistogramMetricFamily("gateway_pd_prefill_seconds", "Prefill legs that answered, from sent to their "
+                                "transfer parameters", buckets=buckets, sum_value=stats.prefill_seconds)
 
 
 def _routing(router: Router) -> Iterator[Metric]:

@@ -132,6 +132,8 @@ def finish(trace: Trace, metrics: Metrics, decision: Decision | None = None) -> 
                    "finish_reason": record.finish_reason, "ttft": round(ttft, 4) if ttft is not None else None,
                    "replica": record.replica, "retries": max(record.attempts - 1, 0),
                    "upstream_request_id": record.request_id}
+        if record.split is not None:  # prefill/decode disaggregation: the decision and the prefill leg
+            fields |= record.split
     if decision is not None:  # why that replica, and how much of the prompt it held (best: any replica)
         fields |= {"route": decision.reason, "route_prefix_tokens": decision.matched,
                    "route_best_prefix_tokens": decision.best}

@@ -46,6 +46,7 @@ class TurnRecord:
     output_items: list[Item] = field(default_factory=list)  # the model's output as canonical items
     attempts: int = 0  # replicas asked to take the prompt: more than one means retries
     replica: str | None = None  # the URL of the replica that accepted the prompt
+    split: dict[str, Any] | None = None  # prefill/decode disaggregation's decision and legs (`Legs.fields`)
     first_token_at: float | None = None  # time.perf_counter() of the first output token
     started_at: float | None = None  # time.perf_counter() when the turn began…
     ended_at: float | None = None  # …and when its generation ended

@@ -3,6 +3,10 @@
 A Kubernetes headless service (or any DNS name with several A/AAAA records) becomes one
 replica per pod; re-resolving follows scale-up and scale-down. Literal IPs and
 `localhost` are used as given.
+
+An upstream may name its replicas' role in prefill/decode disaggregation
+(gateway/upstream/disaggregation.py): `prefill=URL` or `decode=URL`; without one they do both.
+Every address a name resolves to takes its role.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import socket
 from collections.abc import Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["Resolver"]
+__all__ = ["ROLES", "Resolver", "split_role"]
+
+ROLES = ("both", "prefill", "decode")
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +36,22 @@ def needs_dns(url: str) -> bool:
     return False
 
 
+def split_role(upstream: str) -> tuple[str, str]:
+    """`[ROLE=]URL` → (role, URL); "both" when none is named."""
+    role, sep, url = upstream.partition("=")
+    if sep and role in ROLES:
+        return role, url.rstrip("/")
+    if sep and "://" not in role:
+        raise ValueError(f"upstream {upstream!r}: the role must be one of {', '.join(ROLES)}")
+    return "both", upstream.rstrip("/")
+
+
 class Resolver:
     def __init__(self, upstreams: Sequence[str]) -> None:
-        self.upstreams = [url.rstrip("/") for url in upstreams]
+        named = [split_role(upstream) for upstream in upstreams]
+        self.upstreams = [url for _, url in named]
+        self._roles = {url: role for role, url in named}
+        self.roles: dict[str, str] = {}  # replica URL → its role, as of the last `resolve`
         self._last: dict[str, list[str]] = {}  # last good answer per hostname URL
 
     @property
@@ -46,13 +65,16 @@ class Resolver:
         urls: list[str] = []
         for upstream in self.upstreams:
             if not needs_dns(upstream):
-                urls.append(upstream)
-                continue
-            try:
-                self._last[upstream] = await _addresses(upstream)
-            except OSError as exc:
-                log.warning("cannot resolve %s: %r", upstream, exc)
-            urls.extend(self._last.get(upstream, []))
+                found = [upstream]
+            else:
+                try:
+                    self._last[upstream] = await _addresses(upstream)
+                except OSError as exc:
+                    log.warning("cannot resolve %s: %r", upstream, exc)
+                found = self._last.get(upstream, [])
+            for url in found:
+                self.roles.setdefault(url, self._roles[upstream])
+            urls.extend(found)
         return list(dict.fromkeys(urls))
 
 

@@ -16,6 +16,7 @@ import httpx
 
 from gateway.core.errors import UpstreamUnavailable
 from gateway.upstream import health, routing
+from gateway.upstream.disaggregation import SplitPolicy, SplitStats
 from gateway.upstream.discovery import Resolver
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.outlier import OutlierDetector, OutlierPolicy
@@ -35,9 +36,11 @@ class Pool:
     def __init__(self, upstreams: Sequence[str], *, api: str = "auto", policy: HealthPolicy | None = None,
                  resolve_interval: float = 10.0, load_factor: float = routing.LOAD_FACTOR,
                  idle_timeout: float | None = 300.0, header_timeout: float | None = 30.0,
-                 outliers: OutlierPolicy | None = None, router: Router | None = None) -> None:
+                 outliers: OutlierPolicy | None = None, router: Router | None = None,
+                 split: SplitPolicy | None = None) -> None:
         """`idle_timeout`: seconds a generation may go without a byte from its replica;
-        `header_timeout`: seconds a replica may take to accept one (its response headers)."""
+        `header_timeout`: seconds a replica may take to accept one (its response headers);
+        `split`: when a turn runs in a prefill and a decode leg (gateway/upstream/disaggregation.py)."""
         transport = Transport(limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
         timeout = httpx.Timeout(connect=5.0, read=idle_timeout, write=idle_timeout, pool=None)
         self.client = httpx.AsyncClient(timeout=timeout, transport=transport)
@@ -51,6 +54,8 @@ class Pool:
         self.router = router or Router(load_factor=load_factor)
         self.replicas: list[Replica] = []
         self.outliers = OutlierDetector(outliers)
+        self.split_policy = split or SplitPolicy()
+        self.split_stats = SplitStats()
         self._watchers: dict[Replica, asyncio.Task] = {}
         self._resolving: asyncio.Task | None = None
 
@@ -85,6 +90,11 @@ class Pool:
         return any(r.healthy for r in self.replicas)
 
     @property
+    def disaggregated(self) -> bool:
+        """Whether some replica is declared for one leg only (prefill/decode disaggregation)."""
+        return any(r.role != "both" for r in self.replicas)
+
+    @property
     def max_model_len(self) -> int | None:
         lengths = [r.max_model_len for r in self.replicas if r.max_model_len]
         return min(lengths) if lengths else None
@@ -96,12 +106,13 @@ class Pool:
 
     def pick(self, affinity: str | None = None, exclude: Sequence[Replica] = (), *,
              prompt_ids: Sequence[int] | None = None, cache_salt: str | None = None,
-             keys: KeyChain | None = None) -> Replica:
+             keys: KeyChain | None = None, leg: str = "decode") -> Replica:
         """The replica for a prompt: the one holding most of it within the load bound, else the
         session's (`affinity`), else the least busy (gateway/upstream/routing.py); when none is
-        routable, among the ejected ones (panic routing) rather than none."""
-        candidates = [r for r in self.replicas if r.healthy and r not in exclude] or \
-            self.outliers.panic([r for r in self.replicas if r not in exclude])
+        routable, among the ejected ones (panic routing) rather than none. `leg`: a generation
+        ("decode") goes to no prefill-only replica, a "prefill" leg to no decode-only one."""
+        members = [r for r in self.replicas if r.serves(leg) and r not in exclude]
+        candidates = [r for r in members if r.healthy] or self.outliers.panic(members)
         if not candidates:
             raise UpstreamUnavailable("no healthy vLLM replica is available")
         return self.router.pick(candidates, affinity, prompt_ids=prompt_ids, cache_salt=cache_salt, keys=keys)
@@ -135,7 +146,8 @@ class Pool:
         watcher after warmup); vanished ones drain, and leave once idle. Returns the new ones."""
         known = {r.url: r for r in self.replicas}
         added = [Replica(url=url, client=self.client, header_timeout=self.header_timeout,
-                         idle_timeout=self.idle_timeout, detector=self.outliers) for url in urls if url not in known]
+                         idle_timeout=self.idle_timeout, detector=self.outliers,
+                         role=self.resolver.roles.get(url, "both")) for url in urls if url not in known]
         for replica in self.replicas:
             if replica.url not in urls and replica.state != "draining":
                 log.info("replica %s left the upstream set; draining it", replica.url)

@@ -30,7 +30,7 @@ PATHS: dict[UpstreamAPI, str] = {
 
 # Fields that travel in `sampling` but are the request's own in GenerateRequest (top-level in
 # CompletionRequest as well).
-REQUEST_FIELDS = ("cache_salt", "priority")
+REQUEST_FIELDS = ("cache_salt", "priority", "kv_transfer_params")
 
 
 def request_body(

@@ -42,6 +42,7 @@ class Replica:
     client: httpx.AsyncClient
     api: UpstreamAPI = "completions"
     state: str = "starting"
+    role: str = "both"  # in prefill/decode disaggregation: "prefill", "decode" or "both"
     inflight: int = 0  # requests picked for this replica and not finished
     requests: int = 0  # requests sent, ever
     max_model_len: int | None = None
@@ -76,6 +77,10 @@ class Replica:
         """A request on this replica ended: `failure` says why it failed, None if it succeeded."""
         if self.detector is not None:
             self.detector.record(self, failure)
+
+    def serves(self, leg: str) -> bool:
+        """Whether this replica takes `leg` ("decode": every generation; "prefill": a prefill leg)."""
+        return self.role == "both" or self.role == leg
 
     async def open(self, prompt_ids: Sequence[int], sampling: dict[str, Any], request_id: str,
                    images: Sequence[Image] = ()) -> UpstreamStream:

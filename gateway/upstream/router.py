@@ -133,6 +133,7 @@ class Router:
         self.endpoints = [_endpoint_spec(spec) for spec in kv_events]
         self.views: dict[str, ReplicaView] = {}
         self.stats = RouterStats()
+        self.last: Decision | None = None  # the latest choice (read right after `pick`, before any await)
         self._turn = 0
         self._client: httpx.AsyncClient | None = None
         self._sessions: OrderedDict[str, str] = OrderedDict()  # session key → the replica it went to last
@@ -229,7 +230,7 @@ class Router:
         return self._decided(replica, reason, matched, max(held) * self.block_tokens)
 
     def _decided(self, replica: R, reason: str, matched: int = 0, best: int = 0) -> R:
-        decision = Decision(replica.url, reason, matched, best)
+        decision = self.last = Decision(replica.url, reason, matched, best)
         self.stats.count(decision)
         if (decisions := DECISIONS.get()) is not None:
             decisions.append(decision)

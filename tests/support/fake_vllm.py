@@ -73,6 +73,10 @@ class Script:
 
 
 DEFAULT_SCRIPT = Script([0], finish_reason="length")
+# A kv_producer's answer to a prefill leg (vLLM 0.32's NixlConnector, captured from the real one).
+TRANSFER_PARAMS = {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": [[1, 2]],
+                   "remote_engine_id": "fake-engine-0", "remote_request_id": "fake", "remote_host": "127.0.0.1",
+                   "remote_port": 5601, "tp_size": 1, "remote_prefill_cached_tokens": 0}
 
 
 @dataclass
@@ -93,6 +97,9 @@ class FakeVLLM:
     requests: list[Recorded] = field(default_factory=list)  # model calls (and aborts), not probes
     probes: list[Recorded] = field(default_factory=list)  # the pool's probe and warmup requests
     aborted: list[str] = field(default_factory=list)  # request ids sent to /inference/v1/abort_requests
+    # A non-streamed request asking for `do_remote_decode` (a prefill leg) is answered these as its
+    # kv_transfer_params, as a kv_producer replica does (NixlConnector); None: none, as a plain replica.
+    transfer_params: dict[str, Any] | None = field(default_factory=lambda: dict(TRANSFER_PARAMS))
     disconnected: list[str] = field(default_factory=list)  # request ids whose client left mid-stream
     completed: list[str] = field(default_factory=list)  # request ids whose stream reached [DONE]
     _scripts: deque[Script] = field(default_factory=deque)
@@ -182,7 +189,8 @@ class FakeVLLM:
         return JSONResponse({
             "request_id": request_id, "model": body.get("model"), "created": int(time.time()),
             "usage": output.usage(details=True), "prompt_logprobs": None, "prompt_token_id_logprobs": None,
-            "prompt_token_ids": None, "mm_placeholders": None, "metrics": None, "kv_transfer_params": None,
+            "prompt_token_ids": None, "mm_placeholders": None, "metrics": None,
+            "kv_transfer_params": self._transfer(body),
             "ec_transfer_params": None, "output_mode": "tokens",
             "choices": [output.generate_choice(0, len(script.token_ids), final=True)],
         })
@@ -212,7 +220,7 @@ class FakeVLLM:
                       prompt_token_ids=prompt if with_ids else None, routed_experts=None)
         return JSONResponse({
             **head, "choices": [choice], "service_tier": None, "system_fingerprint": SYSTEM_FINGERPRINT,
-            "usage": output.usage(details=True), "kv_transfer_params": None, "ec_transfer_params": None,
+            "usage": output.usage(details=True), "kv_transfer_params": self._transfer(body), "ec_transfer_params": None,
             "metrics": None,
         })
 
@@ -223,6 +231,10 @@ class FakeVLLM:
         answer: dict[str, Any] = {"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens,
                                   "token_strs": list(body["prompt"]) if body.get("return_token_strs") else None}
         return JSONResponse(answer)
+
+    def _transfer(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        asked = body.get("kv_transfer_params") or {}
+        return self.transfer_params if asked.get("do_remote_decode") else None
 
     def _next_script(self, body: dict[str, Any]) -> Script:
         if _is_probe(body) or not self._scripts:

@@ -10,7 +10,7 @@ Keyword arguments are `Settings` fields; `replicas` starts that many fakes (the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,10 +46,14 @@ class Stack:
 
 @contextmanager
 def fake_stack(model_dir: Path | str, *, replicas: int = 1, fake: dict[str, Any] | None = None,
-               **settings: Any) -> Iterator[Stack]:
+               roles: Sequence[str] = (), **settings: Any) -> Iterator[Stack]:
+    """`roles`: the fakes' roles in prefill/decode disaggregation, in order ("prefill", "decode",
+    "both"), one replica each (`replicas` is then their number)."""
     with ExitStack() as started:
-        fakes = [started.enter_context(FakeVLLM(**(fake or {}))) for _ in range(replicas)]
-        config = Settings(model=str(model_dir), upstreams=[f.url for f in fakes], **settings)
+        fakes = [started.enter_context(FakeVLLM(**(fake or {}))) for _ in range(len(roles) or replicas)]
+        upstreams = [f"{role}={f.url}" for role, f in zip(roles, fakes, strict=True)] if roles else \
+            [f.url for f in fakes]
+        config = Settings(model=str(model_dir), upstreams=upstreams, **settings)
         runtime = build_runtime(config)
         url = started.enter_context(running_gateway(config, runtime))
         yield Stack(fakes, url, runtime)
