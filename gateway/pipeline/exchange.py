@@ -5,6 +5,9 @@ Routes and the WebSocket are thin: they parse a request into a `Turn` (gateway/p
 here, in one order, for Responses (HTTP JSON, SSE, WebSocket, background, compaction), Chat
 Completions and Anthropic Messages alike:
 
+0. The gate (gateway/pipeline/gate.py): a place in the server's budget of requests in flight and
+   in its tenant's limits, before anything is rendered or sent; a 429 otherwise, answered by the
+   writer as any failure before output. Every generating route runs here, so none can skip it.
 1. `async with turn`: render and get a replica to accept the prompt. A failure there is before
    any output: the writer answers it (an HTTP error, or a failed response in-stream).
 2. `writer.started`, then `turn.relay(writer.events)`: the item events of each upstream read go to
@@ -14,6 +17,7 @@ Completions and Anthropic Messages alike:
 4. The one commit site: a turn that ended normally is recorded (session, rollout, stored
    response, WebSocket lane) before the writer's last events go out, so a client that continues
    at once finds it; anything else is forgotten, so a retry finds everything as it was.
+5. The place at the gate is given back, the tokens of what ran counted against the tenant.
 
 A response made of several generations is several turns inside one exchange. A writer that
 runs tools itself (`RunsTools`: remote MCP tools, gateway/adapters/mcp_tools.py) is asked after
@@ -39,9 +43,11 @@ from gateway.core.errors import APIError
 from gateway.core.push import Hold, held
 from gateway.formats.base import ParseEvent
 from gateway.pipeline import session, tool_loop, trace
+from gateway.pipeline.gate import Pass
 from gateway.pipeline.turn import Turn
+from gateway.tokenfix.record import TurnRecord
 
-__all__ = ["Quiet", "ToolsRan", "run", "run_samples"]
+__all__ = ["Quiet", "ToolsRan", "admit", "run", "run_samples"]
 
 
 class Writer(Protocol):
@@ -85,16 +91,37 @@ class RunsTools(Protocol):
         (their events written); None when it made none."""
 
 
-async def run(turn: Turn, writer: Writer) -> None:
-    """Run `turn` to its end through `writer` (the steps above)."""
-    await run_samples([turn], [writer])
+async def admit(turn: Turn) -> Pass:
+    """`turn`'s place at the gate, taken now: for work that answers before it runs (a background
+    response) and must be refused, if at all, before it answers. Hand it to `run`."""
+    return await turn.runtime.gate.enter(turn.request)
 
 
-async def run_samples(turns: Sequence[Turn], writers: Sequence[Writer]) -> None:
-    """`n` turns of one prompt (Chat Completions' `n`): all accepted before any output, then
-    generated together, turn i written by writer i."""
+async def run(turn: Turn, writer: Writer, *, admitted: Pass | None = None) -> None:
+    """Run `turn` to its end through `writer` (the steps above); `admitted`: its place at the gate,
+    if `admit` took it already (it is given back here all the same)."""
+    await run_samples([turn], [writer], admitted=admitted)
+
+
+async def run_samples(turns: Sequence[Turn], writers: Sequence[Writer], *, admitted: Pass | None = None) -> None:
+    """`n` turns of one prompt (Chat Completions' `n`): one place at the gate, all accepted before
+    any output, then generated together, turn i written by writer i."""
     if (response_id := turns[0].request.response_id) is not None:
         trace.answered_as(response_id)
+    if admitted is None:
+        try:
+            admitted = await admit(turns[0])
+        except APIError as exc:  # over a budget: nothing ran, so everything stays as it was (a lane's
+            await held(writers[0].failed(turns[0], exc))  # latest response too: the retry continues it)
+            return
+    ran: list[TurnRecord] = [turn.record for turn in turns]
+    try:
+        await _run_admitted(turns, writers, ran)
+    finally:
+        await admitted.leave(ran)
+
+
+async def _run_admitted(turns: Sequence[Turn], writers: Sequence[Writer], ran: list[TurnRecord]) -> None:
     async with contextlib.AsyncExitStack() as started:
         for turn, writer in zip(turns, writers, strict=True):
             try:
@@ -104,10 +131,11 @@ async def run_samples(turns: Sequence[Turn], writers: Sequence[Writer]) -> None:
                 await held(writer.failed(turn, exc))
                 return
         ends = await _generate_all(turns, writers, started)
-    for writer, end in zip(writers, ends, strict=True):
+    for i, (writer, end) in enumerate(zip(writers, ends, strict=True)):
         if end is None:
             continue
         turn = end.turn
+        ran[i] = turn.record  # the last generation of a tool loop: its prompt holds the ones before
         if writer.keeps and turn.record.finished:
             with tracing.phase("gateway.commit"):
                 await session.commit(turn, end.answer, after=end.after)

@@ -8,6 +8,7 @@ from gateway.core.image import ImageLimits
 from gateway.core.sampling import GenerationDefaults
 from gateway.core.service_tier import FairShare
 from gateway.formats.base import ChatFormat
+from gateway.pipeline.gate import OPEN, Gate
 from gateway.sessions.backend import MemoryStore, Store
 from gateway.sessions.conversations import ConversationStore, MemoryConversations
 from gateway.upstream.pool import Pool
@@ -30,6 +31,8 @@ class Runtime:
     conversations: ConversationStore = field(default_factory=MemoryConversations)
     # Generations in flight per session: the replica priority that shares a tier fairly.
     fair_share: FairShare = field(default_factory=FairShare)
+    # The budgets every generation passes (gateway/pipeline/gate.py): the server sets its own at start.
+    gate: Gate = OPEN
     tokens_as_ids: bool = False  # --return-tokens-as-token-ids: logprobs `token`s are "token_id:N" by default
 
     @property

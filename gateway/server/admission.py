@@ -4,17 +4,15 @@ Beyond `--max-concurrent-requests`, a new request is refused at once with a 429 
 carries `Retry-After`, rather than queued behind a saturated replica: Codex retries a 429
 only when it names a delay (without `Retry-After` it fails the turn), and waits exactly
 that long. Over HTTP a slot is held for the whole response, streaming included; over
-WebSocket for each `response.create` that generates.
+WebSocket for each `response.create` that generates. The slot is taken where every generation
+starts, the exchange (through gateway/server/gate.py), so no generating route can skip it.
 """
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Receive, Scope, Send
-
 from gateway.core.errors import APIError
-from gateway.server.http import error_response
 
-__all__ = ["Admission", "AdmissionMiddleware"]
+__all__ = ["Admission"]
 
 RETRY_AFTER_SECONDS = 1
 
@@ -43,26 +41,3 @@ class Admission:
 
     def release(self) -> None:
         self.active -= 1
-
-
-class AdmissionMiddleware:
-    """Counts POSTs to the generating routes, from the request until its last body byte."""
-
-    def __init__(self, app: ASGIApp, admission: Admission, paths: frozenset[str]) -> None:
-        self.app = app
-        self.admission = admission
-        self.paths = paths
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self.paths:
-            await self.app(scope, receive, send)
-            return
-        try:
-            self.admission.acquire()
-        except APIError as exc:
-            await error_response(exc, scope["path"])(scope, receive, send)
-            return
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.admission.release()

@@ -22,9 +22,10 @@ from gateway.core.sampling import GenerationDefaults
 from gateway.core.settings import Settings
 from gateway.formats import load_format
 from gateway.pipeline.runtime import Runtime
-from gateway.server.admission import Admission, AdmissionMiddleware
+from gateway.server.admission import Admission
 from gateway.server.auth import AuthMiddleware, KeyRing, warn_if_open
 from gateway.server.drain import Drain, DrainMiddleware
+from gateway.server.gate import ServerGate
 from gateway.server.http import JSONResponse, api_error_handler, http_error_handler
 from gateway.server.metrics import Metrics, metrics_endpoint
 from gateway.server.observe import ObserveMiddleware
@@ -48,7 +49,7 @@ from gateway.server.routes.stored_responses import cancel_response, delete_respo
 from gateway.server.routes.token_in import create_completion, generate
 from gateway.server.routes.tokenize import detokenize, tokenize
 from gateway.server.routes.websocket import responses_websocket
-from gateway.server.tenant_limits import TenantLimitMiddleware, TenantLimits
+from gateway.server.tenant_limits import TenantLimits
 from gateway.server.tracing import start as start_tracing
 from gateway.server.tracing import stop as stop_tracing
 from gateway.sessions.backend import open_conversations, open_store
@@ -143,6 +144,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.runtime = runtime or build_runtime(settings, app.state.metrics.store)
         app.state.tenant_limits.share(app.state.runtime.store)  # counted in Redis with --state-url
+        app.state.runtime.gate = ServerGate(app.state.admission, app.state.tenant_limits)  # every generation's
         await app.state.runtime.pool.start()
         log.info("event loop: %s", type(asyncio.get_running_loop()).__module__)  # "uvloop" where installed
         served = [r.served_model for r in app.state.runtime.pool.replicas if r.served_model]
@@ -198,19 +200,15 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     admission = Admission(settings.max_concurrent_requests)
     keys, tenant_limits = KeyRing.load(settings), TenantLimits.load(settings)
     warn_if_open(keys, settings.host)
-    generating = frozenset({"/v1/responses", "/v1/chat/completions", "/v1/messages", "/v1/completions",
-                            "/inference/v1/generate"})
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan,
                     middleware=[Middleware(AuthMiddleware, keys=keys),  # refused before anything else is taken
-                                Middleware(DrainMiddleware, drain=drain),
-                                Middleware(AdmissionMiddleware, admission=admission, paths=generating),
-                                Middleware(TenantLimitMiddleware, limits=tenant_limits, paths=generating)])
+                                Middleware(DrainMiddleware, drain=drain)])
     app.state.settings = settings
     app.state.drain = drain
-    app.state.admission = admission  # WebSocket responses take their slots from the same budget
+    app.state.admission = admission  # the exchange's gate takes every generation's slot from it
     reasoning_blob.use_secret(settings.reasoning_secret)
     app.state.ws_connections = 0  # open WebSocket connections, against settings.max_websocket_connections
     app.state.metrics = tenant_limits.metrics = Metrics(app.state)
-    app.state.tenant_limits = tenant_limits  # WebSocket responses count against them too
+    app.state.tenant_limits = tenant_limits
     app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: drain refusals are counted too
     return app

@@ -26,26 +26,22 @@ import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
-
-from gateway.core import tracing
 from gateway.core.errors import APIError
 from gateway.core.settings import Settings
-from gateway.core.tenancy import TENANT_NAME, Tenant, current
-from gateway.pipeline import trace
-from gateway.server.http import error_response
+from gateway.core.tenancy import TENANT_NAME, Tenant
 from gateway.server.metrics import Metrics
 from gateway.sessions.backend import Store
 from gateway.sessions.redis_link import StoreDown
 from gateway.tokenfix.record import TurnRecord
-from gateway.ws.connection import Budget
 
-__all__ = ["TenantBudget", "TenantLimitMiddleware", "TenantLimits"]
+__all__ = ["Limits", "TenantLimits"]
+
+Ran = TurnRecord | Sequence[TurnRecord] | None  # what a request's slot served: its tokens are counted
 
 WINDOW = 60.0
 _FIELDS = ("concurrent", "tokens_per_minute")
@@ -114,7 +110,7 @@ class TenantLimits:
         if self.metrics is not None:
             self.metrics.tenant_in_progress.labels(tenant.name).inc()
 
-    async def finish(self, tenant: Tenant, record: TurnRecord | None = None) -> None:
+    async def finish(self, tenant: Tenant, record: Ran = None) -> None:
         """`release` of a slot `admit` took."""
         if not self._held_shared.get(tenant.name):
             self.release(tenant, record)
@@ -141,7 +137,7 @@ class TenantLimits:
         if self.metrics is not None:
             self.metrics.tenant_in_progress.labels(tenant.name).inc()
 
-    def release(self, tenant: Tenant, record: TurnRecord | None = None) -> None:
+    def release(self, tenant: Tenant, record: Ran = None) -> None:
         """Give the slot back and count the request's tokens against the tenant's minute."""
         usage = self._usage[tenant.name]
         usage.active -= 1
@@ -174,10 +170,11 @@ class TenantLimits:
                         type="rate_limit_error", code="rate_limit_exceeded", retry_after=retry_after)
 
 
-def _tokens(record: TurnRecord | None) -> int:
-    if record is None:
-        return 0
-    return (record.input_tokens if record.replica is not None else 0) + len(record.output_ids)
+def _tokens(ran: Ran) -> int:
+    """The prompt tokens sent and the output generated (a prompt no replica took costs nothing)."""
+    records = () if ran is None else (ran,) if isinstance(ran, TurnRecord) else ran
+    return sum((record.input_tokens if record.replica is not None else 0) + len(record.output_ids)
+               for record in records)
 
 
 def read_limits_file(path: Path, default: Limits) -> dict[str, Limits]:
@@ -200,63 +197,6 @@ def read_limits_file(path: Path, default: Limits) -> dict[str, Limits]:
             given[key] = int(value)
     every = replace(default, **lines.pop("*", {}))
     return {"*": every, **{name: replace(every, **given) for name, given in lines.items()}}
-
-
-class TenantBudget:
-    """The server's budget of model requests, then the tenant's: a WebSocket connection's."""
-
-    def __init__(self, server: Budget, limits: TenantLimits, tenant: Tenant | None) -> None:
-        self.server = server
-        self.limits = limits
-        self.tenant = tenant
-
-    async def acquire(self) -> None:
-        self.server.acquire()
-        if self.tenant is not None:
-            try:
-                with tracing.phase("gateway.admission"):
-                    await self.limits.admit(self.tenant)
-            except APIError:
-                self.server.release()
-                raise
-
-    async def release(self) -> None:
-        try:
-            if self.tenant is not None:
-                await self.limits.finish(self.tenant, _record())
-        finally:
-            self.server.release()
-
-
-def _record() -> TurnRecord | None:
-    current_trace = trace.current.get()
-    return current_trace.record if current_trace is not None else None
-
-
-class TenantLimitMiddleware:
-    """Counts POSTs to the generating routes against their tenant's limits."""
-
-    def __init__(self, app: ASGIApp, limits: TenantLimits, paths: frozenset[str]) -> None:
-        self.app = app
-        self.limits = limits
-        self.paths = paths
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        tenant = current.get()
-        if tenant is None or scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self.paths:
-            await self.app(scope, receive, send)
-            return
-        try:
-            with tracing.phase("gateway.admission"):  # the tenant's limits: in Redis with --state-url
-                await self.limits.admit(tenant)
-        except APIError as exc:
-            trace.error(exc)
-            await error_response(exc, scope["path"])(scope, receive, send)
-            return
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            await self.limits.finish(tenant, _record())
 
 
 def _read(path: Path) -> str:

@@ -16,7 +16,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected, WebSocketState
@@ -36,7 +36,7 @@ from gateway.ws.frames import frame_writer
 from gateway.ws.lanes import Lanes
 from gateway.ws.request import CreateRequest, frame_stream_id, read_create
 
-__all__ = ["Budget", "ResponsesSocket", "refuse"]
+__all__ = ["ResponsesSocket", "refuse"]
 
 log = logging.getLogger(__name__)
 
@@ -47,22 +47,14 @@ GOING_AWAY = 1001
 POLICY_VIOLATION = 1008
 
 
-class Budget(Protocol):
-    """The server's budget of model requests in flight, shared with HTTP (gateway/server/admission.py)."""
-
-    async def acquire(self) -> None: ...  # raises APIError (429) when spent
-    async def release(self) -> None: ...
-
-
 class ResponsesSocket:
-    def __init__(self, websocket: WebSocket, runtime: Runtime, settings: Settings, *, budget: Budget,
+    def __init__(self, websocket: WebSocket, runtime: Runtime, settings: Settings, *,
                  traced: Callable[[float], AbstractContextManager[object]], draining: Callable[[], bool]) -> None:
         """`traced(received)`: the request trace one `response.create` runs in; `draining()`: the
         server is shutting down and takes no new responses."""
         self.websocket = websocket
         self.runtime = runtime
         self.settings = settings
-        self.budget = budget
         self.traced = traced
         self.draining = draining
         self.connection_id = new_id("ws")
@@ -156,16 +148,9 @@ class ResponsesSocket:
             await self._warm_up(made, lane)
             return
         try:
-            await self.budget.acquire()
-        except APIError as exc:  # over the limit: nothing ran
-            await self._send_error(exc, lane)
-            return
-        try:
             await exchange.run(made.turn, made.output(self._sink(lane)))
-        except APIError as exc:  # refused before it started (the lane's response is forgotten)
+        except APIError as exc:  # refused before it started (over a budget; the lane's response is forgotten)
             await self._send_error(exc, lane)
-        finally:
-            await self.budget.release()
 
     async def _warm_up(self, made: ResponseTurn, lane: str | None) -> None:
         """`generate: false`: remember the conversation for the next request, generate nothing."""

@@ -7,8 +7,8 @@ response runs as a task of the process that took it; its state is stored as it g
 poll sees `queued`/`in_progress`, then the final response. Its events are kept too
 (gateway/server/event_log.py): `stream: true` streams them as they come, and
 `GET /v1/responses/{id}?stream=true&starting_after=N` resumes after event N, in the process
-that runs it. The task holds a slot of `--max-concurrent-requests` until it ends, as a
-streamed response does. Cancelling reaches the task only in that process (elsewhere: 404
+that runs it. The task holds its place at the gate (`--max-concurrent-requests`, the tenant's
+limits) until it ends, as a streamed response does. Cancelling reaches the task only in that process (elsewhere: 404
 from the task registry, the stored state stays).
 """
 
@@ -27,8 +27,8 @@ from gateway.adapters.stored import input_items_page
 from gateway.core.errors import APIError
 from gateway.core.push import Hold
 from gateway.pipeline import exchange, session
+from gateway.pipeline.gate import Pass
 from gateway.pipeline.runtime import Runtime
-from gateway.server.admission import Admission
 from gateway.server.event_log import EventLog, EventLogs
 from gateway.server.http import JSONResponse, sse_response
 from gateway.sessions.responses import CachedResponse
@@ -37,6 +37,7 @@ __all__ = ["cancel_response", "delete_response", "get_response", "list_input_ite
 
 _running: dict[str, asyncio.Task[None]] = {}  # background responses this process runs, by id
 _logs = EventLogs()  # their events, for streams that start or resume on them
+_leaving: set[asyncio.Future[None]] = set()  # cancelled tasks' places at the gate, being given back
 
 
 async def get_response(request: Request) -> Response:
@@ -93,21 +94,28 @@ async def cancel_response(request: Request) -> Response:
     return JSONResponse((await _found(request)).response)
 
 
-async def run_in_background(runtime: Runtime, made: ResponseTurn, admission: Admission) -> Response:
+async def run_in_background(runtime: Runtime, made: ResponseTurn) -> Response:
     """Start the turn as a task; answer the `queued` response now, or with `stream`, the
-    events as they come (the client leaving does not stop the task)."""
+    events as they come (the client leaving does not stop the task). Its place at the gate is
+    taken first (a 429 over a budget, before anything is stored) and held by the task."""
     writer = made.writer
-    await session.store_snapshot(runtime, made.turn.request, writer.response("queued"))
+    admitted = await exchange.admit(made.turn)
+    try:
+        await session.store_snapshot(runtime, made.turn.request, writer.response("queued"))
+    except BaseException:
+        await admitted.leave(())
+        raise
     response_id = writer.response_id
     log = _logs.open(response_id)
-    admission.hold()  # the task takes over the request's slot until it ends
-    task = asyncio.create_task(_background(runtime, made, log))
+    task = asyncio.create_task(_background(runtime, made, log, admitted))
     _running[response_id] = task
 
     def ended(_: asyncio.Task[None]) -> None:
         _running.pop(response_id, None)
         _logs.finished(response_id)
-        admission.release()
+        if task.cancelled():  # possibly before the exchange ran, which gives the place back otherwise
+            _leaving.add(leaving := asyncio.ensure_future(admitted.leave(())))
+            leaving.add_done_callback(_leaving.discard)
 
     task.add_done_callback(ended)
     if made.parsed.stream:
@@ -115,7 +123,7 @@ async def run_in_background(runtime: Runtime, made: ResponseTurn, admission: Adm
     return JSONResponse(writer.response("queued"))
 
 
-async def _background(runtime: Runtime, made: ResponseTurn, log: EventLog) -> None:
+async def _background(runtime: Runtime, made: ResponseTurn, log: EventLog, admitted: Pass) -> None:
     """The exchange, its events into `log`; the stored state follows it: `in_progress` once a
     replica accepted the prompt, then the final response (a completed one is stored by the
     exchange's commit), `failed` or `cancelled`."""
@@ -129,7 +137,7 @@ async def _background(runtime: Runtime, made: ResponseTurn, log: EventLog) -> No
 
     output = made.output(logged)
     try:
-        await exchange.run(made.turn, output)
+        await exchange.run(made.turn, output, admitted=admitted)
     except asyncio.CancelledError:
         await session.store_snapshot(runtime, request, writer.response("cancelled"))
         return

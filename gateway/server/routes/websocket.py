@@ -1,9 +1,10 @@
 """GET /v1/responses upgraded: WebSocket mode (gateway/ws), within the server's limits.
 
 The route admits the socket under the server-wide connection cap, registers it with the
-drain (on shutdown: finish what runs, then close with 1001), and gives it what it shares
-with HTTP: the budget of requests in flight (the server's, then its tenant's) and the
-request traces. The connection is its handshake's API key's tenant's, for its whole life.
+drain (on shutdown: finish what runs, then close with 1001), and gives it the request traces
+it shares with HTTP. The connection is its handshake's API key's tenant's, for its whole life:
+each `response.create` that generates passes the exchange's gate (the server's budget of
+requests in flight, then that tenant's limits) as an HTTP request does.
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ from contextlib import AbstractContextManager
 
 from starlette.websockets import WebSocket
 
-from gateway.core import tenancy
 from gateway.core.ids import new_id
 from gateway.core.settings import Settings
 from gateway.pipeline.trace import Trace
 from gateway.server import observe
 from gateway.server.metrics import Metrics
-from gateway.server.tenant_limits import TenantBudget
 from gateway.ws.connection import ResponsesSocket, refuse
 
 __all__ = ["responses_websocket"]
@@ -34,8 +33,7 @@ async def responses_websocket(websocket: WebSocket) -> None:
         return
     state.ws_connections += 1
     traced = functools.partial(_traced, state.metrics, websocket.scope["headers"])
-    budget = TenantBudget(state.admission, state.tenant_limits, tenancy.current.get())  # the handshake's key's
-    socket = ResponsesSocket(websocket, state.runtime, settings, budget=budget, traced=traced,
+    socket = ResponsesSocket(websocket, state.runtime, settings, traced=traced,
                              draining=lambda: state.drain.draining)
     state.drain.sockets.add(socket)
     try:
