@@ -5,10 +5,19 @@ after the `anthropic` SDK's `MessageCreateParams`); fields it has no use for
 (`cache_control`, `context_management`, `output_config`, beta flags) are accepted and
 ignored, as a local model has no use for them. Claude Code sends the whole history on every
 request: the turn is keyed to its session (the `x-claude-code-session-id` header, else the
-`session_id` in `metadata.user_id`), whose exact tokens continue the next prompt; a
+`session_id` in `metadata.user_id`; a subagent's `x-claude-code-agent-id` keys its own session
+within it), whose exact tokens continue the next prompt; a
 `thinking` block's `signature` is the gateway's sealed reasoning blob
 (gateway/adapters/reasoning_blob.py), so the exact text — and, when the whole turn was
 sealed with it, the turn's generated ids — come back even when no cache holds them.
+
+Claude Code's first system block is its billing line, `x-anthropic-billing-header:
+cc_version=…; cc_entrypoint=…; cch=<nonce>;`, with a new nonce on every request (native builds
+≥ 2.1.36). It is metadata Anthropic's API reads and the model never sees; rendered, it would
+make every turn's prompt differ from the last one's a few dozen tokens in, so the session's
+exact tokens could not be continued and vLLM would prefill the whole context again. It is
+dropped here, as vLLM's own Anthropic server does (vllm/entrypoints/anthropic/serving.py,
+`_convert_system_message`, vllm-project/vllm#36829).
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ from gateway.core.sampling import SamplingOptions
 __all__ = ["MessagesRequest", "parse_messages_request"]
 
 log = logging.getLogger(__name__)
+
+BILLING_LINE = "x-anthropic-billing-header"  # how Claude Code's billing block starts
 
 
 class _Model(BaseModel):
@@ -147,8 +158,10 @@ class MessagesRequest:
     generated: list[tuple[Reasoning, array]] = field(default_factory=list)
 
 
-def parse_messages_request(body: Any, *, session_header: str | None = None,
+def parse_messages_request(body: Any, *, session_header: str | None = None, agent_header: str | None = None,
                            count_only: bool = False) -> MessagesRequest:
+    """`session_header`/`agent_header`: Claude Code's `x-claude-code-session-id` and (a
+    subagent's) `x-claude-code-agent-id`."""
     if not isinstance(body, dict):
         raise invalid_request("The request body must be a JSON object.")
     try:
@@ -178,13 +191,13 @@ def parse_messages_request(body: Any, *, session_header: str | None = None,
                                top_k=parsed.top_k)
     show = parsed.thinking is None or parsed.thinking.display != "omitted"
     return MessagesRequest(conversation, sampling, parsed.model, parsed.stream,
-                           _session(session_header, parsed.metadata), show, generated)
+                           _session(session_header, agent_header, parsed.metadata), show, generated)
 
 
 def _system(system: str | list[TextBlock] | None) -> str | None:
     if system is None or isinstance(system, str):
         return system or None
-    return "\n".join(block.text for block in system) or None
+    return "\n".join(block.text for block in system if not block.text.startswith(BILLING_LINE)) or None
 
 
 def _message(message: MessageParam, param: str, names: dict[str, str],
@@ -254,7 +267,8 @@ def _texts(blocks: list[Any], where: str) -> str:
     for j, block in enumerate(blocks):
         if not isinstance(block, TextBlock):
             raise invalid_request(f"{where}.content.{j}: expected a text block.", param=f"{where}.content.{j}")
-        texts.append(block.text)
+        if not block.text.startswith(BILLING_LINE):
+            texts.append(block.text)
     return "".join(texts)
 
 
@@ -288,7 +302,14 @@ def _tool_choice(choice: ToolChoice | None) -> str:
     return choice.name
 
 
-def _session(header: str | None, metadata: dict[str, Any] | None) -> str | None:
+def _session(header: str | None, agent: str | None, metadata: dict[str, Any] | None) -> str | None:
+    """Claude Code's session key: a subagent's own within its session (its history is not its
+    parent's), else the session's."""
+    session = _session_id(header, metadata)
+    return f"{session}:agent:{agent}" if session is not None and agent else session
+
+
+def _session_id(header: str | None, metadata: dict[str, Any] | None) -> str | None:
     """Claude Code's session id: its header, else `metadata.user_id` (a JSON object with a
     `session_id` in Claude Code 2.x; any other string is a key as it is)."""
     if header:

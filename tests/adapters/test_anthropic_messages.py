@@ -208,3 +208,59 @@ def test_upstream_failure_mid_stream_is_an_error_event(stack, fake, tokenizer):
     assert events[0]["type"] == "message_start" and events[-1]["type"] == "error"
     assert events[-1]["error"]["type"] in ("api_error", "overloaded_error")
     assert "message_stop" not in [event["type"] for event in events]
+
+
+def billing(nonce: str) -> dict:
+    """Claude Code's first system block, a new `cch` nonce per request (native builds ≥ 2.1.36;
+    the shape anthropics/claude-code#68900 captured: `cc_version=2.1.177.01c; cc_entrypoint=sdk-cli`)."""
+    return {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.330.a1b; cc_entrypoint=cli; "
+                                    f"cch={nonce};"}
+
+
+SYSTEM = {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude.",
+          "cache_control": {"type": "ephemeral"}}
+
+
+def spelled(tokenizer, text: str) -> list[int]:
+    """`text` one character per token: not how the tokenizer would write it (3 tokens, not 13)."""
+    return [t for ch in text for t in ids(tokenizer, ch)]
+
+
+def test_a_new_billing_nonce_each_turn_keeps_the_session_exact(stack, fake, tokenizer):
+    """Turn 2's prompt is turn 1's prompt, its generated ids, then the new tail — the billing line
+    (and its nonce) never reaches the model, so the prefix is the same turn after turn."""
+    sdk = client(stack, session="sess-nonce")
+    output = spelled(tokenizer, "Hello, world!") + [IM_END]
+    fake.queue(Script(output))
+    history = [{"role": "user", "content": "hi"}]
+    first = sdk.messages.create(model=MODEL, max_tokens=64, system=[billing("3f9a2"), SYSTEM], messages=history)
+    prompt = fake.requests[-1].body["token_ids"]
+    assert "x-anthropic-billing-header" not in tokenizer.decode(prompt)
+    fake.queue(Script(ids(tokenizer, "ok") + [IM_END]))
+    history += [{"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
+                {"role": "user", "content": "again"}]
+    sdk.messages.create(model=MODEL, max_tokens=64, system=[billing("b07c1"), SYSTEM], messages=history)
+    follow_up = fake.requests[-1].body["token_ids"]
+    assert follow_up[:len(prompt) + len(output)] == prompt + output
+    assert tokenizer.decode(follow_up[len(prompt) + len(output):]) == "\n<|im_start|>user\nagain<|im_end|>\n" \
+                                                                       "<|im_start|>assistant\n"
+
+
+def test_a_subagent_keeps_its_own_session_beside_its_parents(stack, fake, tokenizer):
+    """`x-claude-code-agent-id` (a subagent's, same session id): its turns neither continue nor
+    replace the parent's exact tokens."""
+    parent, child = client(stack, session="sess-agents"), anthropic.Anthropic(
+        base_url=stack.url, api_key="dummy", max_retries=0,
+        default_headers={"x-claude-code-session-id": "sess-agents", "x-claude-code-agent-id": "agent-7c1"})
+    output = spelled(tokenizer, "Parent here.") + [IM_END]
+    fake.queue(Script(output), Script(spelled(tokenizer, "Child here.") + [IM_END]))
+    history = [{"role": "user", "content": "plan"}]
+    first = parent.messages.create(model=MODEL, max_tokens=64, system=[SYSTEM], messages=history)
+    prompt = fake.requests[-1].body["token_ids"]
+    child.messages.create(model=MODEL, max_tokens=64, system=[SYSTEM],
+                          messages=[{"role": "user", "content": "search the repo"}])
+    fake.queue(Script(ids(tokenizer, "ok") + [IM_END]))
+    history += [{"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
+                {"role": "user", "content": "go on"}]
+    parent.messages.create(model=MODEL, max_tokens=64, system=[SYSTEM], messages=history)
+    assert fake.requests[-1].body["token_ids"][:len(prompt) + len(output)] == prompt + output

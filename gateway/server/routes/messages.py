@@ -27,11 +27,13 @@ from gateway.server.http import JSONResponse, model_route, sse_response
 __all__ = ["count_tokens", "create_message"]
 
 SESSION_HEADER = "x-claude-code-session-id"
+AGENT_HEADER = "x-claude-code-agent-id"  # a subagent's (Claude Code ≥ 2.1.139); the main agent sends none
 
 
 async def _create(request: Request, raw: bytes) -> Response:
     runtime: Runtime = request.app.state.runtime
-    parsed = parse_messages_request(parse_json(raw), session_header=request.headers.get(SESSION_HEADER))
+    parsed = parse_messages_request(parse_json(raw), session_header=request.headers.get(SESSION_HEADER),
+                                    agent_header=request.headers.get(AGENT_HEADER))
     check_model(runtime.model_name, parsed.model)
     turn = await session.prepare(runtime, TurnRequest(parsed.conversation, parsed.sampling, cache_key=parsed.session,
                                                       generated=parsed.generated, max_tokens_cap=True))
