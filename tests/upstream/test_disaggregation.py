@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 import orjson
 import pytest
+from websockets.asyncio.client import connect
 
 from gateway.upstream.disaggregation import PREFILL_PARAMS
 from gateway.upstream.discovery import Resolver, split_role
@@ -201,3 +202,32 @@ async def test_every_address_of_a_name_takes_its_role(monkeypatch):
     assert await resolver.resolve() == ["http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://127.0.0.1:9000"]
     assert resolver.roles == {"http://10.0.0.1:8000": "prefill", "http://10.0.0.2:8000": "prefill",
                               "http://127.0.0.1:9000": "decode"}
+
+
+def test_anthropic_messages_are_split_too(stack, legs, tokenizer, long_prompt):
+    prefill, decode = legs
+    decode.queue(Script(ids(tokenizer, "From Messages.") + [IM_END]))
+    answer = httpx.post(stack.url + "/v1/messages", timeout=30, json={
+        "model": "tiny-qwen3", "max_tokens": 32, "messages": [{"role": "user", "content": long_prompt}]})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["content"][-1]["text"] == "From Messages."
+    [first], [second] = prefill.bodies(GENERATE), decode.bodies(GENERATE)
+    assert first["token_ids"] == second["token_ids"] and second["kv_transfer_params"] == TRANSFER_PARAMS
+
+
+async def test_websocket_turns_are_split_and_continue_exactly(stack, legs, tokenizer, long_prompt):
+    prefill, decode = legs
+    decode.queue(Script(ids(tokenizer, "One.") + [IM_END]), Script(ids(tokenizer, "Two.") + [IM_END]))
+    async with connect(stack.url.replace("http://", "ws://") + "/v1/responses") as ws:
+        done = []
+        for create in ({"input": long_prompt}, {"input": "And?"}):
+            if done:
+                create["previous_response_id"] = done[-1]["id"]
+            await ws.send(orjson.dumps({"type": "response.create", "model": "tiny-qwen3", **create}).decode())
+            while (event := orjson.loads(await ws.recv()))["type"] != "response.completed":
+                assert event["type"] not in ("response.failed", "error"), event
+            done.append(event["response"])
+    assert [r["output"][-1]["content"][0]["text"] for r in done] == ["One.", "Two."]
+    turns = decode.bodies(GENERATE)
+    assert len(prefill.bodies(GENERATE)) == 1 and "kv_transfer_params" not in turns[1]  # the second: cached
+    assert turns[1]["token_ids"][:len(turns[0]["token_ids"])] == turns[0]["token_ids"]
