@@ -79,6 +79,10 @@ class Settings:
     # Traces (gateway/server/tracing.py): OTLP export on when an endpoint is set (here or OTEL_*).
     otlp_traces_endpoint: str | None = None
     otlp_traces_capture_content: bool = False  # prompt and output text on spans (privacy: off)
+    # The fleet's control plane (gateway/upstream/control.py): vLLM's RL and dev endpoints fanned out.
+    server_dev_mode: bool = False  # serve them (as vLLM's VLLM_SERVER_DEV_MODE=1); admin key only with keys
+    control_timeout: float = 300.0  # seconds a replica may take to answer one control call
+    update_barrier_timeout: float = 120.0  # seconds a new generation waits for a paused fleet to resume
 
     @property
     def model_name(self) -> str:

@@ -201,6 +201,16 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     keys.add_argument("--tenant-limits", default=_env("tenant_limits"),
                       help="file of per-tenant limits, one line each: TENANT concurrent=N tokens_per_minute=N "
                            "('*' for every tenant not named)")
+    control = parser.add_argument_group(
+        "the fleet's control plane", "vLLM's RL and dev endpoints (pause/resume, weight transfer, versions, cache "
+        "resets, collective_rpc) sent to every replica at once (docs/rl.md); the replicas need VLLM_SERVER_DEV_MODE=1")
+    control.add_argument("--server-dev-mode", action="store_true", default=_env("server_dev_mode") == "1",
+                         help="serve the control endpoints (env GATEWAY_SERVER_DEV_MODE=1, as vLLM's "
+                              "VLLM_SERVER_DEV_MODE); with API keys, only the admin key may call them")
+    control.add_argument("--control-timeout", type=float, default=_env("control_timeout", "300"),
+                         help="seconds a replica may take to answer a control call (a wait pause, an NCCL update)")
+    control.add_argument("--update-barrier-timeout", type=float, default=_env("update_barrier_timeout", "120"),
+                         help="seconds a new generation waits while the fleet is paused before a 503 fleet_paused")
     traces = parser.add_argument_group(
         "traces", "OpenTelemetry: one span per request (per response.create on a WebSocket) with child spans per "
         "phase, continuing the caller's traceparent and passed on to vLLM; the standard OTEL_* variables apply")
@@ -279,6 +289,8 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         tenant_tokens_per_minute=args.tenant_tokens_per_minute, tenant_limits=args.tenant_limits,
         otlp_traces_endpoint=args.otlp_traces_endpoint or None,
         otlp_traces_capture_content=args.otlp_traces_capture_content,
+        server_dev_mode=args.server_dev_mode, control_timeout=args.control_timeout,
+        update_barrier_timeout=args.update_barrier_timeout,
     )
 
 

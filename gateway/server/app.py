@@ -32,6 +32,7 @@ from gateway.server.observe import ObserveMiddleware
 from gateway.server.openapi import openapi_endpoint
 from gateway.server.routes.chat import create_chat_completion
 from gateway.server.routes.compact import compact_response
+from gateway.server.routes.control import control_routes
 from gateway.server.routes.conversations import (
     create_conversation,
     create_items,
@@ -58,6 +59,7 @@ from gateway.sessions.responses import ResponseStore
 from gateway.sessions.rollouts import RolloutStore
 from gateway.sessions.session_store import SessionStore
 from gateway.tokenfix.locality import failing_kinds
+from gateway.upstream.control import Fleet
 from gateway.upstream.disaggregation import SplitPolicy
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.outlier import OutlierPolicy
@@ -89,7 +91,7 @@ def build_runtime(settings: Settings, observer: StoreObserver | None = None) -> 
                       interval=settings.outlier_interval, base_ejection_time=settings.outlier_base_ejection_time,
                       max_ejection_time=settings.outlier_max_ejection_time,
                       max_ejection_percent=settings.outlier_max_ejection_percent),
-                  load_factor=settings.routing_load_factor,
+                  load_factor=settings.routing_load_factor, barrier_timeout=settings.update_barrier_timeout,
                   split=SplitPolicy(settings.pd_min_new_tokens, settings.pd_prefill_timeout),
                   router=Router(settings.routing, block_tokens=settings.prefix_block_tokens,
                                 load_factor=settings.routing_load_factor, kv_events=settings.kv_events,
@@ -123,7 +125,8 @@ async def health(request: Request) -> Response:
     body = {"status": "ok" if healthy else "unavailable", "healthy_replicas": healthy,
             "draining": request.app.state.drain.draining,
             "replicas": [{"url": r.url, "state": r.state, "healthy": r.healthy, "api": r.api,
-                          "inflight": r.inflight, "requests": r.requests} for r in pool.replicas]}
+                          "inflight": r.inflight, "requests": r.requests, "weight_version": r.weight_version,
+                          "fenced": r.fenced} for r in pool.replicas]}
     return JSONResponse(body, status_code=200 if healthy else 503)
 
 
@@ -146,6 +149,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         app.state.tenant_limits.share(app.state.runtime.store)  # counted in Redis with --state-url
         app.state.runtime.gate = ServerGate(app.state.admission, app.state.tenant_limits)  # every generation's
         await app.state.runtime.pool.start()
+        app.state.fleet = Fleet(app.state.runtime.pool, timeout=settings.control_timeout)
         log.info("event loop: %s", type(asyncio.get_running_loop()).__module__)  # "uvloop" where installed
         served = [r.served_model for r in app.state.runtime.pool.replicas if r.served_model]
         if settings.served_model_name is None and served:
@@ -194,12 +198,16 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         Route("/ready", ready, methods=["GET"]),
         Route("/live", live, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
+        *control_routes(),
     ]
     handlers = {APIError: api_error_handler, HTTPException: http_error_handler}
     drain = Drain(settings.drain_timeout)
     admission = Admission(settings.max_concurrent_requests)
     keys, tenant_limits = KeyRing.load(settings), TenantLimits.load(settings)
     warn_if_open(keys, settings.host)
+    if settings.server_dev_mode and not keys.enabled:
+        log.warning("--server-dev-mode without API keys: anyone who reaches the gateway may pause every replica and "
+                    "load weights into it (set --admin-key)")
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan,
                     middleware=[Middleware(AuthMiddleware, keys=keys),  # refused before anything else is taken
                                 Middleware(DrainMiddleware, drain=drain)])

@@ -145,6 +145,7 @@ async def open_legs(pool: Any, send: Send[T], prefill_body: Prefill, request_id:
     if not pool.disaggregated or not prompt_ids:
         return await pool.open(lambda r: send(r, None), request_id, affinity, prompt_ids=prompt_ids,
                                cache_salt=cache_salt, keys=keys), None
+    await pool.barrier.passed()  # a paused fleet holds it here, as pool.open does (gateway/upstream/barrier.py)
     policy: SplitPolicy = pool.split_policy
     stats: SplitStats = pool.split_stats
     decode = pool.pick(affinity, prompt_ids=prompt_ids, cache_salt=cache_salt, keys=keys)

@@ -16,6 +16,7 @@ import httpx
 
 from gateway.core.errors import UpstreamUnavailable
 from gateway.upstream import health, routing
+from gateway.upstream.barrier import Barrier
 from gateway.upstream.disaggregation import SplitPolicy, SplitStats
 from gateway.upstream.discovery import Resolver
 from gateway.upstream.health import HealthPolicy
@@ -37,10 +38,11 @@ class Pool:
                  resolve_interval: float = 10.0, load_factor: float = routing.LOAD_FACTOR,
                  idle_timeout: float | None = 300.0, header_timeout: float | None = 30.0,
                  outliers: OutlierPolicy | None = None, router: Router | None = None,
-                 split: SplitPolicy | None = None) -> None:
+                 split: SplitPolicy | None = None, barrier_timeout: float = 120.0) -> None:
         """`idle_timeout`: seconds a generation may go without a byte from its replica;
         `header_timeout`: seconds a replica may take to accept one (its response headers);
-        `split`: when a turn runs in a prefill and a decode leg (gateway/upstream/disaggregation.py)."""
+        `split`: when a turn runs in a prefill and a decode leg (gateway/upstream/disaggregation.py);
+        `barrier_timeout`: seconds a new generation may wait while the fleet is paused for an update."""
         transport = Transport(limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
         timeout = httpx.Timeout(connect=5.0, read=idle_timeout, write=idle_timeout, pool=None)
         self.client = httpx.AsyncClient(timeout=timeout, transport=transport)
@@ -56,6 +58,10 @@ class Pool:
         self.outliers = OutlierDetector(outliers)
         self.split_policy = split or SplitPolicy()
         self.split_stats = SplitStats()
+        self.barrier = Barrier(barrier_timeout)  # closed by the control plane (gateway/upstream/control.py)
+        # The fleet's weight version once a trainer set one: a replica that joins later is out of
+        # routing (`fenced`) until an update brings it there.
+        self.weight_version: str | None = None
         self._watchers: dict[Replica, asyncio.Task] = {}
         self._resolving: asyncio.Task | None = None
 
@@ -83,11 +89,11 @@ class Pool:
     @property
     def healthy(self) -> list[Replica]:
         """The routable replicas."""
-        return [r for r in self.replicas if r.healthy]
+        return [r for r in self.replicas if r.routable]
 
     @property
     def ready(self) -> bool:
-        return any(r.healthy for r in self.replicas)
+        return any(r.routable for r in self.replicas)
 
     @property
     def disaggregated(self) -> bool:
@@ -110,8 +116,9 @@ class Pool:
         """The replica for a prompt: the one holding most of it within the load bound, else the
         session's (`affinity`), else the least busy (gateway/upstream/routing.py); when none is
         routable, among the ejected ones (panic routing) rather than none. `leg`: a generation
-        ("decode") goes to no prefill-only replica, a "prefill" leg to no decode-only one."""
-        members = [r for r in self.replicas if r.serves(leg) and r not in exclude]
+        ("decode") goes to no prefill-only replica, a "prefill" leg to no decode-only one. A replica
+        `fenced` off by the control plane (not at the fleet's weight version) is never chosen."""
+        members = [r for r in self.replicas if r.serves(leg) and r not in exclude and r.fenced is None]
         candidates = [r for r in members if r.healthy] or self.outliers.panic(members)
         if not candidates:
             raise UpstreamUnavailable("no healthy vLLM replica is available")
@@ -121,7 +128,9 @@ class Pool:
                    prompt_ids: Sequence[int] | None = None, cache_salt: str | None = None,
                    keys: KeyChain | None = None) -> T:
         """`send` to the replica `pick` chooses, then to the next while one refuses before answering
-        (UpstreamUnavailable): nothing was generated yet, so trying another is safe."""
+        (UpstreamUnavailable): nothing was generated yet, so trying another is safe. While the fleet
+        is paused for an update, it first waits for the resume (gateway/upstream/barrier.py)."""
+        await self.barrier.passed()
         tried: list[Replica] = []
         last_error: UpstreamUnavailable | None = None
         for _ in range(len(self.replicas)):
@@ -168,6 +177,8 @@ class Pool:
                 self._watch(replica)
         for replica in added:
             log.info("replica %s joined", replica.url)
+            if self.weight_version is not None:
+                replica.fenced = f"it joined after the fleet moved to weight version {self.weight_version!r}"
             self.router.track(replica.url)
         return added
 

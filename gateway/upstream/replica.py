@@ -54,14 +54,25 @@ class Replica:
     connections: Connections = field(init=False)  # the token streams' keep-alive connections
     detector: OutlierDetector | None = None  # the pool's outlier detection (gateway/upstream/outlier.py)
     outlier: OutlierRecord = field(default_factory=OutlierRecord)  # this replica's counts in it
+    # The fleet's control plane (gateway/upstream/control.py): the label of the weights it serves
+    # (vLLM's own starts at "default"), the LoRA adapters it holds, and why it is out of routing
+    # while its weights are not the fleet's (a failed update): None when they are.
+    weight_version: str = "default"
+    adapters: set[str] = field(default_factory=set)
+    fenced: str | None = None
 
     def __post_init__(self) -> None:
         self.connections = Connections(self.url, idle_timeout=self.idle_timeout)
 
     @property
     def healthy(self) -> bool:
-        """Routable: probed, warmed up and passing its health checks."""
+        """Probed, warmed up and passing its health checks."""
         return self.state == "ready"
+
+    @property
+    def routable(self) -> bool:
+        """Healthy, and serving the fleet's weights."""
+        return self.state == "ready" and self.fenced is None
 
     def eject(self, reason: str, *, kind: str = "unreachable", hold: bool = False) -> None:
         """Out of the pool until readmitted (`hold`: not before its ejection time either)."""

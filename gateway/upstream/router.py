@@ -243,6 +243,14 @@ class Router:
         view = self.views.get(replica.url)
         return replica.inflight + (view.load.waiting if view is not None else 0)
 
+    def cleared(self, url: str) -> None:
+        """The replica's prefix cache is empty (reset, restarted, or its weights changed)."""
+        if (view := self.views.get(url)) is None:
+            return
+        view.sent.clear()
+        if view.blocks is not None:
+            view.blocks.clear()
+
     def update_load(self, url: str, load: ReplicaLoad) -> None:
         """A replica's /metrics reading: its queue, KV usage and capacity; a new start time
         means it restarted, and what it held is forgotten."""
@@ -251,9 +259,7 @@ class Router:
         before = view.load
         if before.started_at is not None and load.started_at is not None and load.started_at != before.started_at:
             log.info("replica %s restarted: forgetting what its cache held", view.url)
-            view.sent.clear()
-            if view.blocks is not None:
-                view.blocks.clear()
+            self.cleared(url)
         if load.capacity_tokens and load.capacity_tokens != before.capacity_tokens:
             view.sent.resize(max(load.capacity_tokens // self.block_tokens, 1))
         view.load = load

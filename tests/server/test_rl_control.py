@@ -1,0 +1,205 @@
+"""The fleet's control plane against scripted replicas (tests/support/control_replica.py): the
+flag and the admin key, the fan-out in vLLM's shapes, vLLM's own `HTTPVLLMWeightSyncClient`
+driving the weight-transfer choreography through the gateway (update_weights blocking like
+NCCL), and the faults: a replica failing a step, a pause that times out, the barrier's bound.
+
+The real-vLLM half (a real weight change, versions on tokens) is tests/real_vllm/test_rl_control.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from gateway.core.settings import Settings
+from gateway.ops.vllm_process import VLLMError, vllm_python
+from gateway.pipeline.runtime import Runtime
+from gateway.server.app import build_runtime
+from tests.support.control_replica import Collective, ControlReplica
+from tests.support.fake_vllm import Script
+from tests.support.gateway_server import running_gateway
+
+ADMIN, TENANT = "admin-key-0123456789", "tenant-key-0123456789"
+AS_ADMIN = {"authorization": f"Bearer {ADMIN}"}
+
+
+@dataclass
+class Fleet:
+    url: str
+    runtime: Runtime
+    replicas: list[ControlReplica]
+
+
+@contextmanager
+def fleet(model_dir, *, world_sizes: tuple[int, ...] = (1, 1), keys: bool = True, **settings) -> Iterator[Fleet]:
+    """Scripted replicas of these world sizes behind a gateway with --server-dev-mode (and, with
+    `keys`, an admin key and a tenant's)."""
+    collective = Collective(len(world_sizes))
+    keyring = {"admin_key": ADMIN, "api_keys": [TENANT]} if keys else {}
+    with ExitStack() as started:
+        replicas = [started.enter_context(ControlReplica(world_size=n, collective=collective)) for n in world_sizes]
+        config = Settings(model=str(model_dir), upstreams=[r.url for r in replicas], health_interval=0.2,
+                          **{"server_dev_mode": True, **keyring, **settings})
+        runtime = build_runtime(config)
+        yield Fleet(started.enter_context(running_gateway(config, runtime)), runtime, replicas)
+
+
+@pytest.fixture
+def two(qwen_tokenizer_dir) -> Iterator[Fleet]:
+    with fleet(qwen_tokenizer_dir, world_sizes=(2, 1)) as running:
+        yield running
+
+
+def completion(fleet: Fleet) -> httpx.Response:
+    return post(fleet, "/v1/completions", {"model": "tiny-qwen3", "prompt": [5, 6], "max_tokens": 3})
+
+
+def post(fleet: Fleet, path: str, body: dict | None = None, headers: dict | None = AS_ADMIN) -> httpx.Response:
+    return httpx.post(fleet.url + path, json=body, headers=headers, timeout=60)
+
+
+def get(fleet: Fleet, path: str) -> httpx.Response:
+    return httpx.get(fleet.url + path, headers=AS_ADMIN, timeout=60)
+
+
+def test_the_control_endpoints_are_off_without_the_flag(qwen_tokenizer_dir):
+    with fleet(qwen_tokenizer_dir, server_dev_mode=False) as off:
+        for path in ("/pause", "/update_weights", "/collective_rpc"):
+            answer = post(off, path, {})
+            assert answer.status_code == 404 and answer.json()["error"]["code"] == "control_endpoints_disabled"
+        assert get(off, "/weight_info").status_code == 404
+        assert [r.calls for r in off.replicas] == [[], []]
+
+
+def test_a_tenant_key_is_refused_before_any_replica_is_touched(two):
+    for path in ("/pause?mode=keep", "/update_weights", "/init_weight_transfer_engine", "/reset_prefix_cache"):
+        answer = post(two, path, {}, headers={"authorization": f"Bearer {TENANT}"})
+        assert answer.status_code == 403 and answer.json()["error"]["code"] == "admin_key_required"
+    assert post(two, "/pause", headers=None).status_code == 401  # no key at all
+    assert [r.calls for r in two.replicas] == [[], []]
+
+
+def test_pause_and_resume_go_to_every_replica_and_is_paused_needs_all(two):
+    a, b = two.replicas
+    assert post(two, "/pause?mode=keep&clear_cache=false").json() == {"status": "paused"}
+    assert [r.calls for r in two.replicas] == [[("/pause", "mode=keep&clear_cache=false", None)]] * 2
+    assert get(two, "/is_paused").json() == {"is_paused": True}
+    b.paused = False
+    assert get(two, "/is_paused").json() == {"is_paused": False}
+    assert post(two, "/resume").json() == {"status": "resumed"}
+    assert (a.paused, b.paused) == (False, False)
+    assert post(two, "/pause?mode=later").status_code == 400
+
+
+@pytest.fixture
+def open_two(qwen_tokenizer_dir) -> Iterator[Fleet]:
+    """As `two`, without keys (vLLM's client sends none, as to a vLLM server without --api-key)."""
+    with fleet(qwen_tokenizer_dir, world_sizes=(2, 1), keys=False) as running:
+        yield running
+
+
+def test_vllms_own_weight_sync_client_drives_every_replica_at_once(open_two):
+    """vLLM's HTTPVLLMWeightSyncClient (vllm/distributed/weight_transfer/clients.py 58-96) pointed
+    at the gateway: init with the NCCL rank offset, start, update (blocking like NCCL until every
+    replica joined), finish with the version."""
+    two = open_two
+    trainer = f"""
+from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+import requests
+client = HTTPVLLMWeightSyncClient({two.url!r}, timeout=60)
+size = requests.get({two.url!r} + "/get_world_size").json()
+client.init_weight_transfer_engine({{"master_address": "127.0.0.1", "master_port": 29555,
+                                     "rank_offset": 1, "world_size": 1 + size["world_size"]}})
+client.start_weight_update()
+client.update_weights({{"names": ["w"], "dtype_names": ["bfloat16"], "shapes": [[4, 4]], "packed": False}})
+client.finish_weight_update("step-1")
+print(size["world_size"])
+"""
+    try:
+        python = vllm_python()
+    except VLLMError as exc:
+        pytest.fail(str(exc))
+    done = subprocess.run([str(python), "-c", trainer], check=False, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["3"]  # 2 + 1: the fleet's ranks
+    a, b = two.replicas
+    inits = [body["init_info"] for r in (a, b) for path, _, body in r.calls if path == "/init_weight_transfer_engine"]
+    assert [i["rank_offset"] for i in inits] == [1, 3]  # replica b's ranks follow replica a's two
+    assert all(i["world_size"] == 4 and i["master_port"] == 29555 for i in inits)
+    for replica in (a, b):
+        assert [p for p in replica.paths() if p != "/get_world_size"] == [
+            "/init_weight_transfer_engine", "/start_weight_update", "/update_weights", "/finish_weight_update"]
+    assert get(two, "/weight_info").json() == {"weight_version": "step-1"}
+    assert get(two, "/get_world_size").json() == {"world_size": 3}
+
+
+def test_a_world_size_that_is_not_the_fleets_is_refused_before_any_init(two):
+    answer = post(two, "/init_weight_transfer_engine",
+                  {"init_info": {"master_address": "h", "master_port": 1, "rank_offset": 1, "world_size": 3}})
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "world_size_mismatch"
+    assert "rank_offset 1 plus the fleet's 3 inference ranks" in answer.json()["error"]["message"]
+    assert not any(p == "/init_weight_transfer_engine" for r in two.replicas for p in r.paths())
+
+
+def test_a_replica_that_fails_an_update_is_out_of_routing_until_it_is_at_the_fleets_version(two):
+    a, b = two.replicas
+    b.collective = a.collective = None  # no rendezvous: b fails on its own
+    b.fail["/update_weights"] = 500
+    post(two, "/pause")
+    assert post(two, "/start_weight_update").status_code == 200
+    failed = post(two, "/update_weights", {"update_info": {"names": []}})
+    assert failed.status_code == 502 and failed.json()["error"]["code"] == "fleet_partial_failure"
+    assert b.url in failed.json()["error"]["message"] and a.url not in failed.json()["error"]["message"]
+    post(two, "/finish_weight_update", {"weight_version": "step-1"})
+    post(two, "/resume")
+    health = httpx.get(two.url + "/health").json()["replicas"]
+    assert [r["fenced"] is None for r in health] == [True, False]
+    for _ in range(4):  # every generation goes to the replica with the whole update
+        a.queue(Script([1, 2, 3]))
+        assert completion(two).status_code == 200
+    assert len(b.bodies("/v1/completions")) == 0 and len(a.bodies("/v1/completions")) == 4
+    assert get(two, "/weight_info").json() == {"weight_version": "step-1"}  # its label moved, its weights did not
+
+    del b.fail["/update_weights"]  # the next update reaches it whole
+    for path, body in (("/pause", None), ("/start_weight_update", None), ("/update_weights", {"update_info": {}}),
+                       ("/finish_weight_update", {"weight_version": "step-2"}), ("/resume", None)):
+        assert post(two, path, body).status_code == 200, path
+    assert [r["fenced"] for r in httpx.get(two.url + "/health").json()["replicas"]] == [None, None]
+
+
+def test_a_pause_that_times_out_names_the_replica_and_keeps_new_generations_waiting(qwen_tokenizer_dir):
+    with fleet(qwen_tokenizer_dir, control_timeout=1.0, update_barrier_timeout=0.5) as slow:
+        a, b = slow.replicas
+        b.hold["/pause"] = released = threading.Event()
+        try:
+            answer = post(slow, "/pause?mode=wait")
+        finally:
+            released.set()
+        assert answer.status_code == 504 and answer.json()["error"]["code"] == "fleet_timeout"
+        assert b.url in answer.json()["error"]["message"]
+        held = completion(slow)
+        assert held.status_code == 503 and held.json()["error"]["code"] == "fleet_paused"
+        assert held.headers["retry-after"] == "1"
+        assert post(slow, "/resume").status_code == 200
+        a.queue(Script([1, 2, 3]))
+        b.queue(Script([1, 2, 3]))
+        assert completion(slow).status_code == 200
+
+
+def test_a_reset_clears_the_index_of_the_replicas_it_reset(two):
+    views = two.runtime.pool.router.views
+    a, _ = two.replicas
+    for _ in range(2):
+        a.queue(Script([1]))
+        two.replicas[1].queue(Script([1]))
+        post(two, "/v1/completions", {"model": "tiny-qwen3", "prompt": list(range(100, 164)), "max_tokens": 1})
+    assert sum(len(view.sent) for view in views.values()) > 0
+    assert post(two, "/reset_prefix_cache").json() == {"success": True}
+    assert [len(view.sent) for view in views.values()] == [0, 0]
+    assert post(two, "/collective_rpc", {"method": "reload_weights"}).json() == {"results": [None, None, None]}
