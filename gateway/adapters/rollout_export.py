@@ -14,7 +14,8 @@ per sequence the model really saw, split into the prompt and everything after it
 
 One sample per segment; the split is at the segment's first prompt (its first turn's
 `prompt_end`), so later prompt deltas (tool outputs, the next header) are response tokens
-with mask 0. The per-turn audit trail goes along in `extra_fields` / `metadata`.
+with mask 0. The per-turn audit trail goes along in `extra_fields` / `metadata`, with the weight
+version of each response token (`weight_versions`) for off-policy correction.
 """
 
 from __future__ import annotations
@@ -59,14 +60,17 @@ def _response(export: dict[str, Any], segment: dict[str, Any], split: int) -> tu
     return mask, logprobs
 
 
-def _audit(export: dict[str, Any], index: int, segment: dict[str, Any], turns: list[dict[str, Any]]
+def _audit(export: dict[str, Any], index: int, segment: dict[str, Any], turns: list[dict[str, Any]], split: int
            ) -> dict[str, Any]:
+    """The per-turn trail, and per response token the weight version that generated it (None: not the
+    model's, or generated before versions were recorded)."""
     return {"rollout_id": export["id"], "segment": index, "start": segment["start"],
-            "turns": [{key: turn[key] for key in _AUDIT} for turn in turns]}
+            "turns": [{key: turn.get(key) for key in _AUDIT} for turn in turns],
+            "weight_versions": (export.get("weight_versions") or [None] * segment["end"])[split:segment["end"]]}
 
 
 _AUDIT = ("index", "finish_reason", "stop_token_id", "stop_reason", "non_monotonic", "replica", "request_id",
-          "sampling", "timing")
+          "sampling", "timing", "weight_versions")
 
 
 def _verl(export: dict[str, Any], index: int, segment: dict[str, Any], turns: list[dict[str, Any]], split: int,
@@ -75,7 +79,7 @@ def _verl(export: dict[str, Any], index: int, segment: dict[str, Any], turns: li
     mask, logprobs = _response(export, segment, split)
     sample = {"prompt_ids": tokens[segment["start"]:split], "response_ids": tokens[split:segment["end"]],
               "response_mask": mask, "response_logprobs": logprobs, "num_turns": len(turns),
-              "metrics": {}, "extra_fields": _audit(export, index, segment, turns)}
+              "metrics": {}, "extra_fields": _audit(export, index, segment, turns, split)}
     if images := _images(turns, segment):
         sample["multi_modal_data"] = {"image": [image["url"] for image in images]}  # verl's field, in order
         sample["extra_fields"]["images"] = images
@@ -91,7 +95,7 @@ def _slime(export: dict[str, Any], index: int, segment: dict[str, Any], turns: l
             "response_length": len(mask), "response": decode(export["token_ids"][split:segment["end"]]),
             "loss_mask": mask,
             "rollout_log_probs": logprobs, "status": "truncated" if truncated else "completed",
-            "metadata": _audit(export, index, segment, turns),
+            "metadata": _audit(export, index, segment, turns, split),
             **({"multimodal_inputs": {"images": [i["url"] for i in images]}}  # slime's field, in order
                if (images := _images(turns, segment)) else {})}
 

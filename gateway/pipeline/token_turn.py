@@ -53,6 +53,7 @@ class TokenTurn(Turn):
         self.record.prompt_ids = list(prompt_ids or ())
         self._body = body
         self._strip_ids = False  # the gateway asked for ids the client did not
+        self._reported: list[dict[str, Any]] | None = None
         if request.rollout is not None and path == COMPLETIONS and not body.get("return_token_ids"):
             self._body = {**body, "return_token_ids": True}
             self._strip_ids = True
@@ -109,6 +110,7 @@ class TokenTurn(Turn):
                 raise _PullFailed
             handed[0] = True
             out = [self._take(payload) for payload in payloads]
+            self.record.versions_seen(stream.replica.weight_version, self._reported)
             return handed_on(sink, out)
 
         async with self._generating():
@@ -150,6 +152,7 @@ class TokenTurn(Turn):
                 record.logprobs.extend(_chosen_logprobs(choice.get("logprobs"), len(ids)))
             if choice.get("finish_reason") is not None:
                 record.finish_reason = choice["finish_reason"]
+                self._reported = choice.get("weight_versions")  # vLLM's spans, on generate's last choice
         if not self._strip_ids:
             return payload
         for choice in event.get("choices") or ():

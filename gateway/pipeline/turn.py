@@ -225,11 +225,15 @@ class Turn:
 
         def take(chunks: list[TokenChunk | Usage]) -> Hold:
             events: list[ParseEvent] = []
+            reported = None
             for chunk in chunks:
                 events += output.take(chunk)
+                if isinstance(chunk, TokenChunk) and chunk.weight_versions is not None:
+                    reported = chunk.weight_versions
                 if output.stopped:
                     stream.stop_relay()
                     break
+            self.record.versions_seen(stream.replica.weight_version, reported)
             return handed_on(sink, events) if events else None
 
         async with self._generating():

@@ -64,6 +64,8 @@ class RolloutTurn:
     # token sequence and the tokens the model saw for it (vLLM's expansion, as smart_resize counts it).
     images: list[dict[str, Any]] | None = None
     tool_calls: list[dict[str, Any]] | None = None  # tools the gateway ran before this call (MCP): latency, error
+    # Which weights produced the generation: {version, start, end} spans over the rollout's token indexes.
+    weight_versions: list[dict[str, Any]] | None = None
 
     def export(self, index: int) -> dict[str, Any]:
         return {"index": index, "segment": self.segment, "start": self.start, "prompt_end": self.prompt_end,
@@ -72,7 +74,7 @@ class RolloutTurn:
                 "stop_token_id": self.stop_token_id, "replica": self.replica, "request_id": self.request_id,
                 "sampling": self.sampling, "timing": self.timing, "client_ids_mismatch": self.client_ids_mismatch,
                 "stop_reason": self.stop_reason, "images": self.images,
-                "tool_calls": self.tool_calls}
+                "tool_calls": self.tool_calls, "weight_versions": self.weight_versions}
 
 
 @dataclass(slots=True, eq=False)
@@ -102,13 +104,17 @@ class Rollout:
             logprobs[turn.prompt_end:turn.end] = [None if math.isnan(x) else x
                                                   for x in self.logprobs[taken:taken + count]]
             taken += count
+        versions: list[str | None] = [None] * len(tokens)  # per token: the weights that generated it
+        for turn in self.turns:
+            for span in turn.weight_versions or ():
+                versions[span["start"]:span["end"]] = [span["version"]] * (span["end"] - span["start"])
         segments = []
         for index, turn in enumerate(self.turns):
             if not segments or turn.segment != len(segments) - 1:
                 segments.append({"start": turn.start, "end": turn.end, "first_turn": index})
             segments[-1]["end"] = turn.end
         return {"object": "rollout", "id": self.id, "num_tokens": len(tokens), "token_ids": tokens.tolist(),
-                "loss_mask": list(self.mask), "logprobs": logprobs, "segments": segments,
+                "loss_mask": list(self.mask), "logprobs": logprobs, "weight_versions": versions, "segments": segments,
                 "turns": [turn.export(i) for i, turn in enumerate(self.turns)]}
 
 
@@ -331,7 +337,17 @@ def addition(pending: Pending, turn: TurnRecord, state: TokenState, *, continues
             mask_source="client" if mask is not None else "gateway", stop_token_id=turn.stop_token_id,
             replica=turn.replica, request_id=turn.request_id, sampling=_applied(turn.upstream_params),
             timing=_timing(turn), client_ids_mismatch=turn.client_ids_mismatch,
-            stop_reason=turn.stop_reason, images=_images(turn, offset), tool_calls=turn.tool_calls))
+            stop_reason=turn.stop_reason, images=_images(turn, offset), tool_calls=turn.tool_calls,
+            weight_versions=_versions(turn, offset + len(turn.prompt_ids))))
+
+
+def _versions(turn: TurnRecord, at: int) -> list[dict[str, Any]] | None:
+    """The turn's version spans, moved to where its generation starts in the rollout (`at`)."""
+    if turn.weight_versions is None:
+        return None
+    end = len(turn.output_ids)
+    return [{"version": span["version"], "start": at + min(span["start"], end), "end": at + min(span["end"], end)}
+            for span in turn.weight_versions if span["start"] < end]
 
 
 def _images(turn: TurnRecord, offset: int) -> list[dict[str, Any]] | None:

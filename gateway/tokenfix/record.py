@@ -62,6 +62,29 @@ class TurnRecord:
     # Tools the gateway ran between the previous generation and this one (remote MCP calls), whose
     # outputs this prompt added: server_label, name, seconds, error (None when it succeeded).
     tool_calls: list[dict[str, Any]] | None = None
+    # Which weights produced which output tokens, in vLLM's shape ({version, start, end} over output
+    # indexes): vLLM's own spans where the replica reported them (/inference/v1/generate), else the
+    # gateway's, from the version its replica served as each read of tokens arrived.
+    weight_versions: list[dict[str, Any]] | None = None
+    versions_reported: bool = False  # `weight_versions` are vLLM's own
+
+    def versions_seen(self, version: str, reported: list[dict[str, Any]] | None = None) -> None:
+        """The output tokens since the last call came from `version`; `reported`: vLLM's spans
+        for the whole output, which replace the gateway's."""
+        if reported is not None:
+            self.weight_versions, self.versions_reported = reported, True
+        if self.versions_reported:
+            return
+        spans, end = self.weight_versions, len(self.output_ids)
+        if spans is None:
+            spans = self.weight_versions = []
+        start = spans[-1]["end"] if spans else 0
+        if end == start:
+            return
+        if spans and spans[-1]["version"] == version:
+            spans[-1]["end"] = end
+        else:
+            spans.append({"version": version, "start": start, "end": end})
 
     @property
     def turn_items(self) -> list[Item]:

@@ -19,6 +19,9 @@ class TokenChunk:
     top_logprobs: list[list[tuple[int, float]]] | None = None
     finish_reason: str | None = None  # "stop" | "length" | "abort" on the last chunk
     stop_reason: int | str | None = None
+    # vLLM's `weight_versions` ({version, start, end} over output indexes), on the last chunk of
+    # /inference/v1/generate only.
+    weight_versions: list[dict] | None = None
 
     def extend(self, later: TokenChunk) -> None:
         """Append the chunk that came after this one (several read at once are relayed as one)."""
@@ -34,6 +37,7 @@ class TokenChunk:
         if later.finish_reason is not None:
             self.finish_reason = later.finish_reason
             self.stop_reason = later.stop_reason
+            self.weight_versions = later.weight_versions
 
 
 @dataclass(slots=True)

@@ -110,6 +110,7 @@ def parse_choice(api: UpstreamAPI, choice: dict[str, Any]) -> TokenChunk:
         top_logprobs=top,
         finish_reason=choice.get("finish_reason"),
         stop_reason=choice.get("stop_reason"),
+        weight_versions=choice.get("weight_versions"),
     )
 
 

