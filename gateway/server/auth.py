@@ -1,8 +1,9 @@
 """API keys: who may use the gateway, and which tenant a request's state belongs to.
 
 With any key configured (`--api-key`, `--api-key-file`, GATEWAY_API_KEY(S)), every route
-but the probes (/health, /ready, /live) needs one, as `Authorization: Bearer KEY` (OpenAI
-clients, Codex) or `x-api-key: KEY` (Anthropic clients, Claude Code); /metrics needs the
+but the probes (/health, /ready, /live) and the status page's shell (/status, /status.js)
+needs one, as `Authorization: Bearer KEY` (OpenAI clients, Codex) or `x-api-key: KEY`
+(Anthropic clients, Claude Code); /status.json needs the admin key; /metrics needs the
 `--metrics-key` (or the admin key) when one is set, and is open otherwise. Without a key the
 gateway is open, as before.
 
@@ -37,13 +38,15 @@ from gateway.core.settings import Settings
 from gateway.core.tenancy import TENANT_NAME, Tenant, current
 from gateway.pipeline import trace
 from gateway.server.http import error_response
+from gateway.server.status import PAGE_PATHS
 from gateway.ws.error_events import error_event
 
 __all__ = ["AuthMiddleware", "KeyRing", "warn_if_open"]
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = frozenset({"/health", "/ready", "/live"})
+# The probes, and the status page's shell (it holds no data: its /status.json needs the admin key).
+OPEN_PATHS = frozenset({"/health", "/ready", "/live", *PAGE_PATHS})
 POLICY_VIOLATION = 1008
 
 

@@ -110,11 +110,15 @@ def finish(trace: Trace, metrics: Metrics, decision: Decision | None = None) -> 
                               "duration": round(duration, 4)}
     if trace.tenant is not None:
         fields["tenant"] = trace.tenant
+    ttft = itl = None
     if record is not None:
         sent = record.replica is not None
-        ttft = record.first_token_at - trace.received if record.first_token_at is not None else None
-        if ttft is not None:
+        if record.first_token_at is not None:
+            ttft = record.first_token_at - trace.received
             metrics.ttft.labels(api).observe(ttft)
+            if len(record.output_ids) > 1:  # the decode pace: the tokens after the first over their time
+                itl = (trace.received + duration - record.first_token_at) / (len(record.output_ids) - 1)
+                metrics.itl.labels(api).observe(itl)
         if sent:
             metrics.prompt_tokens.labels(api).inc(record.input_tokens)
             metrics.cached_tokens.labels(api).inc(record.cached_tokens)
@@ -139,6 +143,7 @@ def finish(trace: Trace, metrics: Metrics, decision: Decision | None = None) -> 
                    "route_best_prefix_tokens": decision.best}
     if outcome != "completed" and trace.error_code is not None:
         fields |= {"error_code": trace.error_code, "error": trace.error_message}
+    metrics.recent.add(outcome, trace.error_code, ttft, itl, len(record.output_ids) if record is not None else 0)
     access_log.info(" ".join(f"{key}={value}" for key, value in fields.items()), extra={"fields": fields})
 
 

@@ -60,6 +60,10 @@ class MemoryConversations:
         self.max_entries = max_entries
         self._entries: OrderedDict[str, StoredConversation] = OrderedDict()
 
+    def __len__(self) -> int:
+        """Conversations held (deleted ones' tombstones too)."""
+        return len(self._entries)
+
     async def get(self, conversation_id: str) -> StoredConversation | None:
         found = self._entries.get(conversation_id)
         if found is not None:

@@ -55,6 +55,9 @@ class OutlierRecord:
     readmitted_at: float = 0.0
     ejections: Counter[str] = field(default_factory=Counter)  # by kind: consecutive_failures, failure_rate, …
     last_ejection_time: float = 0.0  # seconds the last ejection held the replica out
+    last_reason: str = ""  # why it was last ejected (the status page shows it beside its state)
+    last_kind: str = ""
+    last_ejected_at: float = 0.0  # wall-clock time of that ejection
 
 
 class Ejectable(Protocol):
@@ -120,6 +123,7 @@ class OutlierDetector:
         stats.consecutive = 0
         stats.window_start, stats.window_requests, stats.window_failures = now, 0, 0
         stats.ejections[kind] += 1
+        stats.last_reason, stats.last_kind, stats.last_ejected_at = reason, kind, time.time()
         seconds = min(policy.base_ejection_time * stats.multiplier, policy.max_ejection_time) if hold else 0.0
         stats.held_until = now + seconds
         stats.last_ejection_time = seconds

@@ -9,7 +9,9 @@ replica's KV capacity; vLLM's Prometheus page has both (summed over a replica's 
 - `vllm:kv_cache_usage_perc`: how full the KV cache is (a full one preempts and evicts);
 - `vllm:cache_config_info`'s labels `kv_cache_size_tokens` (else `num_gpu_blocks` ×
   `block_size`): the tokens the cache holds, the bound of the sent-prompt index;
-- `process_start_time_seconds`: a new value means the replica restarted, with an empty cache.
+- `process_start_time_seconds`: a new value means the replica restarted, with an empty cache;
+- `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total`: prompt tokens looked up in
+  its prefix cache, and found (what the status page shows as the replica's hit rate).
 
 A replica without /metrics (a stand-in, a proxy that hides it) stays `known = False`, and
 routing uses the gateway's own in-flight counts alone.
@@ -30,6 +32,7 @@ __all__ = ["ReplicaLoad", "parse", "watch"]
 log = logging.getLogger(__name__)
 
 _SAMPLE = re.compile(r"^(vllm:num_requests_running|vllm:num_requests_waiting|vllm:kv_cache_usage_perc"
+                     r"|vllm:prefix_cache_queries_total|vllm:prefix_cache_hits_total"
                      r"|process_start_time_seconds)(?:\{[^}]*\})? ([^ \n]+)", re.MULTILINE)
 _CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -44,6 +47,8 @@ class ReplicaLoad:
     capacity_tokens: int | None = None  # KV cache size, in tokens
     block_size: int | None = None
     started_at: float | None = None
+    prefix_queries: int = 0  # prompt tokens looked up in its prefix cache, since it started
+    prefix_hits: int = 0  # …and found there
 
 
 def parse(text: str) -> ReplicaLoad:
@@ -57,6 +62,10 @@ def parse(text: str) -> ReplicaLoad:
             load.waiting += int(number)
         elif name == "vllm:kv_cache_usage_perc":
             load.kv_usage = max(load.kv_usage, number)
+        elif name == "vllm:prefix_cache_queries_total":
+            load.prefix_queries += int(number)
+        elif name == "vllm:prefix_cache_hits_total":
+            load.prefix_hits += int(number)
         else:
             load.started_at = number
     for labels in _CACHE_INFO.findall(text):

@@ -40,7 +40,7 @@ from gateway.upstream.kv_events import KVEventSubscriber
 from gateway.upstream.prefix_index import BLOCK_TOKENS, BlockIndex, KeyChain, SentIndex, prompt_keys
 from gateway.upstream.replica_load import ReplicaLoad
 
-__all__ = ["DECISIONS", "MATCH_BUCKETS", "Decision", "Router"]
+__all__ = ["DECISIONS", "MATCH_BUCKETS", "Decision", "ReplicaView", "Router"]
 
 log = logging.getLogger(__name__)
 

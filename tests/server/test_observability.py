@@ -89,11 +89,14 @@ def per_api(name: str, api: str) -> str:
     return f'{name}{{api="{api}"}}'
 
 
-def finished(api: str, outcome: str, count: int = 1, *, ttft: bool = True) -> dict[str, float]:
-    """What any finished request adds: its outcome and duration, and TTFT if it generated."""
+def finished(api: str, outcome: str, count: int = 1, *, ttft: bool = True, itl: int = 0) -> dict[str, float]:
+    """What any finished request adds: its outcome and duration, TTFT if it generated, and
+    inter-token latency for the `itl` of them that generated more than one token."""
     moved = {requests_line(api, outcome): count, per_api("gateway_request_duration_seconds_count", api): count}
     if ttft:
         moved[per_api("gateway_time_to_first_token_seconds_count", api)] = count
+    if itl:
+        moved[per_api("gateway_inter_token_latency_seconds_count", api)] = itl
     return moved
 
 
@@ -147,7 +150,7 @@ def test_responses_request_counts_exact_tokens_and_logs_under_the_client_request
     assert response.status_code == 200 and response.headers["x-request-id"] == "obs-client-1"
     prompt = fake.bodies(GENERATE)[-1]["token_ids"]
     assert response.json()["usage"]["input_tokens"] == len(prompt)
-    assert changes(before, settled(url)) == {**finished("responses_http", "completed"),
+    assert changes(before, settled(url)) == {**finished("responses_http", "completed", itl=1),
                                              **tokens("responses_http", len(prompt), len(out))}
 
     line = gateway_log(lambda line: line["logger"] == "gateway.access" and line["request_id"] == "obs-client-1")
@@ -192,6 +195,7 @@ def test_chat_completions_streamed_and_cut_by_length(fake, url, tokenizer):
         **finished("chat", "completed"), **finished("chat", "incomplete"),
         per_api("gateway_request_duration_seconds_count", "chat"): 2,
         per_api("gateway_time_to_first_token_seconds_count", "chat"): 2,
+        per_api("gateway_inter_token_latency_seconds_count", "chat"): 2,
         **tokens("chat", sum(prompts), len(streamed) + len(cut))}
 
 
@@ -230,7 +234,7 @@ def test_non_monotonic_when_the_history_no_longer_continues_the_session(fake, ur
     assert httpx.post(url + "/v1/responses", json={**body, "input": "rewritten"}).status_code == 200
     prompts = [len(b["token_ids"]) for b in fake.bodies(GENERATE)]
     assert changes(before, settled(url)) == {
-        **finished("responses_http", "completed", 2), **tokens("responses_http", sum(prompts), 4),
+        **finished("responses_http", "completed", 2, itl=2), **tokens("responses_http", sum(prompts), 4),
         "gateway_session_cache_misses_total": 1, "gateway_session_cache_hits_total": 1,
         per_api("gateway_non_monotonic_prompts_total", "responses_http"): 1}
 
@@ -267,7 +271,7 @@ def test_websocket_continuations_splice_and_hit_the_session_cache(fake, url, tok
     p1, p2, p3 = (b["token_ids"] for b in fake.bodies(GENERATE))
     assert p2[: len(p1) + len(out1)] == p1 + out1 and p3[: len(p2) + len(out2)] == p2 + out2  # real splices
     assert changes(before, settled(url)) == {
-        **finished("responses_ws", "completed", 3), **tokens("responses_ws", len(p1) + len(p2) + len(p3), len(out1) + len(out2) + len(out3)),
+        **finished("responses_ws", "completed", 3, itl=3), **tokens("responses_ws", len(p1) + len(p2) + len(p3), len(out1) + len(out2) + len(out3)),
         per_api("gateway_splices_total", "responses_ws"): 2,
         per_api("gateway_spliced_prompt_tokens_total", "responses_ws"): len(p1) + len(out1) + len(p2) + len(out2),
         "gateway_session_cache_misses_total": 1, "gateway_session_cache_hits_total": 1}

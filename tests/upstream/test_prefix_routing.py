@@ -190,6 +190,11 @@ vllm:num_requests_waiting{engine="0",model_name="tiny"} 16.0
 vllm:num_requests_waiting_by_reason{engine="0",model_name="tiny",reason="capacity"} 16.0
 vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.25
 vllm:kv_cache_usage_perc{engine="1",model_name="tiny"} 0.5
+vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 4096.0
+vllm:prefix_cache_queries_total{engine="1",model_name="tiny"} 1024.0
+vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 2048.0
+vllm:prefix_cache_hits_total{engine="1",model_name="tiny"} 512.0
+vllm:external_prefix_cache_hits_total{engine="0",model_name="tiny"} 7.0
 vllm:cache_config_info{block_size="128",enable_prefix_caching="True",engine="0",kv_cache_size_tokens="2097152",\
 num_gpu_blocks="16384"} 1.0
 """
@@ -199,6 +204,7 @@ def test_a_replicas_metrics_give_its_load_capacity_and_start():
     load = replica_load.parse(METRICS)
     assert (load.running, load.waiting, load.kv_usage) == (4, 16, 0.5)
     assert (load.capacity_tokens, load.block_size, load.started_at) == (2_097_152, 128, 1.79571117357e9)
+    assert (load.prefix_queries, load.prefix_hits) == (5120, 2560)  # the status page's hit rate: 50 %
     assert replica_load.parse(METRICS.replace('kv_cache_size_tokens="2097152",', "")).capacity_tokens == 2_097_152
 
 
