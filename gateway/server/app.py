@@ -216,7 +216,6 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
                     middleware=[Middleware(AuthMiddleware, keys=keys),  # refused before anything else is taken
                                 Middleware(DrainMiddleware, drain=drain)])
     app.state.settings = settings
-    app.state.keys = keys  # the status page's data is the admin key's (gateway/server/status.py)
     app.state.drain = drain
     app.state.admission = admission  # the exchange's gate takes every generation's slot from it
     reasoning_blob.use_secret(settings.reasoning_secret)

@@ -51,10 +51,9 @@ async def status_script(request: Request) -> Response:
 
 async def status_json(request: Request) -> Response:
     """Everything the page shows; the admin key's only, when API keys are configured."""
-    if request.app.state.keys.enabled:
-        tenant = tenancy.current.get()
-        if tenant is None or not tenant.admin:
-            raise APIError("The status page's data needs the admin key (--admin-key); this key is a tenant's.",
+    tenant = tenancy.current.get()  # None without API keys: the page is open then, as /metrics is
+    if tenant is not None and not tenant.admin:
+        raise APIError("The status page's data needs the admin key (--admin-key); this key is a tenant's.",
                            status=403, type="permission_error", code="admin_key_required")
     state = request.app.state
     runtime: Runtime = state.runtime
@@ -84,10 +83,9 @@ def replica_status(replica: Replica, view: ReplicaView | None) -> dict[str, Any]
         "model": replica.served_model, "inflight": replica.inflight, "requests": replica.requests,
         "ejections": dict(outlier.ejections), "ejected_at": outlier.last_ejected_at or None,
         "ejection_s": outlier.last_ejection_time,
+        # The fleet's control plane (gateway/upstream/control.py): the weights it serves, its LoRA adapters.
+        "weight_version": replica.weight_version, "adapters": sorted(replica.adapters),
     }
-    for name in ("weight_version", "adapters", "fenced"):  # the fleet control plane's, where the replica has them
-        if (value := getattr(replica, name, None)) is not None:
-            row[name] = sorted(value) if isinstance(value, set) else value
     if view is not None:
         load = view.load
         row |= {"metrics": load.known, "running": load.running, "waiting": load.waiting,
@@ -110,7 +108,7 @@ def _reason(replica: Replica) -> str:
         return "probing /health and /v1/models, then a warmup generation"
     if replica.state == "draining":
         return "gone from the upstream set; leaves once idle"
-    return getattr(replica, "fenced", None) or ""
+    return f"out of routing: {replica.fenced}" if replica.fenced is not None else ""
 
 
 def routing_status(router: Router, panic_routes: int, overflow: int) -> dict[str, Any]:

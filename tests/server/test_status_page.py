@@ -43,6 +43,7 @@ def test_status_json_has_a_row_per_replica_and_the_traffic_just_served(stack, fa
     assert set(rows) == {f.url for f in stack.fakes}
     assert {row["state"] for row in rows.values()} == {"ready"} and {row["reason"] for row in rows.values()} == {""}
     assert sum(row["requests"] for row in rows.values()) == 2
+    assert {(row["weight_version"], tuple(row["adapters"])) for row in rows.values()} == {("default", ())}
     traffic = status["traffic"]
     assert traffic["step_s"] == 5.0 and len(traffic["requests_per_s"]) == 120
     assert sum(traffic["requests_per_s"]) * traffic["step_s"] >= 2  # this module's earlier tests count too
