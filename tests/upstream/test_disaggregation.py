@@ -4,12 +4,14 @@ The real transfer, on two vLLM-CPU replicas with NixlConnector: tests/real_vllm/
 
 from __future__ import annotations
 
+import threading
+
 import httpx
 import orjson
 import pytest
 from websockets.asyncio.client import connect
 
-from gateway.upstream.disaggregation import PREFILL_PARAMS
+from gateway.upstream.disaggregation import PREFILL_PARAMS, SplitPolicy
 from gateway.upstream.discovery import Resolver, split_role
 from tests.support.fake_vllm import TRANSFER_PARAMS, Script
 from tests.support.qwen3_tokens import IM_END, ids
@@ -231,3 +233,19 @@ async def test_websocket_turns_are_split_and_continue_exactly(stack, legs, token
     turns = decode.bodies(GENERATE)
     assert len(prefill.bodies(GENERATE)) == 1 and "kv_transfer_params" not in turns[1]  # the second: cached
     assert turns[1]["token_ids"][:len(turns[0]["token_ids"])] == turns[0]["token_ids"]
+
+
+def test_a_prefill_leg_past_its_timeout_is_a_local_prefill(stack, legs, tokenizer, long_prompt):
+    prefill, decode = legs
+    held = threading.Event()  # the prefill replica answers only once the test lets it
+    prefill.queue(Script([0], headers_until=held))
+    decode.queue(Script(ids(tokenizer, "Not waiting.") + [IM_END]))
+    pool = stack.runtime.pool
+    policy, pool.split_policy = pool.split_policy, SplitPolicy(min_new_tokens=64, prefill_timeout=0.5)
+    try:
+        assert chat(stack, long_prompt).json()["choices"][0]["message"]["content"] == "Not waiting."
+    finally:
+        pool.split_policy = policy
+        held.set()
+    assert "kv_transfer_params" not in decode.bodies(GENERATE)[0]
+    assert pool.split_stats.fallbacks == {"prefill_failed": 1}
