@@ -18,6 +18,7 @@ from gateway.adapters.validation import parse_json
 from gateway.core.errors import APIError, invalid_request
 from gateway.core.push import Hold, Sink
 from gateway.pipeline import trace
+from gateway.server.body_encoding import body_decoder, too_large
 from gateway.server.body_writer import BodyWriter
 
 __all__ = ["JSONResponse", "api_error_handler", "error_payload", "error_response", "http_error_handler", "model_route",
@@ -50,26 +51,32 @@ def model_route(answer: Callable[[Request, bytes], Awaitable[Response]]) -> Call
 
 
 async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES, timeout: float | None = None) -> bytes:
-    """The whole body: 413 beyond `max_bytes`, 408 when it takes longer than `timeout` seconds
-    (a client that sends a byte and stops must not hold an admission slot)."""
+    """The whole body, decoded if it came compressed (gateway/server/body_encoding.py): 413
+    beyond `max_bytes` (sent or decoded), 415 for an encoding the gateway does not decode, 408
+    when it takes longer than `timeout` seconds (a client that sends a byte and stops must not
+    hold a connection for long)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise APIError(f"Request body is {declared} bytes; the limit is {max_bytes}.", status=413,
                        code="request_too_large")
-    chunks = bytearray()
+    decoder = body_decoder(request.headers.get("content-encoding"), max_bytes)
+    chunks, received = bytearray(), 0
     try:
         async with asyncio.timeout(timeout):
             async for chunk in request.stream():
-                chunks += chunk
-                if len(chunks) > max_bytes:
-                    raise APIError(f"Request body exceeds the limit of {max_bytes} bytes.", status=413,
-                                   code="request_too_large")
+                received += len(chunk)
+                if received > max_bytes:
+                    raise too_large(max_bytes)
+                if decoder is None:
+                    chunks += chunk
+                elif chunk:
+                    decoder.feed(chunk)  # the decoded body is the one kept
     except TimeoutError:
         raise APIError(f"The request body did not arrive within {timeout:g} s.", status=408,
                        code="request_timeout") from None
-    if not chunks:
+    if not received:
         raise invalid_request("The request body is empty; expected a JSON object.")
-    return bytes(chunks)
+    return decoder.finish() if decoder is not None else bytes(chunks)
 
 
 def sse_event(event: dict[str, Any]) -> bytes:
