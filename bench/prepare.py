@@ -18,7 +18,14 @@ bytes to the prompt ids ready to send:
 - `vllm_render`: stock vLLM's `POST /v1/responses/render` on the same full request
   (the HTTP round trip included: that is what a client of vLLM pays).
 
+`--routing` measures instead the cached HTTP turn up to its replica: the prompt ids, then the
+router's choice among two replicas as `Turn` makes it (`turn.prompt_keys()`, `pool.pick`),
+with `--routing prefix` against `--routing session`, interleaved turn by turn. The session's
+last turn was routed already (its prompt's keys kept with its tokens, the replica's index
+holding that prompt), as in a live session.
+
     python -m bench.prepare [--quick] [--vllm-url URL | --no-vllm] [--json out.json]
+    python -m bench.prepare --routing [--quick] [--json out.json]
 """
 
 from __future__ import annotations
@@ -50,9 +57,12 @@ from gateway.sessions.responses import CachedResponse, ResponseCache
 from gateway.sessions.session_store import Session
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.pool import Pool
+from gateway.upstream.router import Router
 from gateway.ws.request import read_create
 
 SIZES = (4_000, 16_000, 52_000, 128_000)
+ROUTED_SIZES = (16_000, 52_000, 128_000)
+REPLICAS = ("http://10.0.0.1:8000", "http://10.0.0.2:8000")  # never contacted: only routed to
 MODEL = "bench-model"
 CACHE_KEY = "bench-session"
 SETTINGS = Settings(model=MODEL)  # the defaults, serving MODEL
@@ -68,6 +78,7 @@ class Scenario:
     uncached_body: bytes  # the same without a prompt_cache_key
     ws_frame: bytes  # previous_response_id + the new output only
     runtime: Runtime  # its session store holds the previous turn's exact tokens
+    previous: CachedResponse  # that turn
     ws_cache: ResponseCache  # the connection's cached previous response
     vllm_body: dict[str, Any]
 
@@ -133,7 +144,8 @@ def build_scenario(chat_format: ChatFormat, size: int) -> Scenario:
     frame.update(type="response.create", previous_response_id=previous.response_id, input=last[-1:])
     uncached = {key: value for key, value in full.items() if key != "prompt_cache_key"}
     return Scenario(size=size, full_body=orjson.dumps(full), uncached_body=orjson.dumps(uncached),
-                    ws_frame=orjson.dumps(frame), runtime=runtime, ws_cache=ws_cache, vllm_body=_for_vllm(full))
+                    ws_frame=orjson.dumps(frame), runtime=runtime, previous=previous, ws_cache=ws_cache,
+                    vllm_body=_for_vllm(full))
 
 
 def _previous_turn(runtime: Runtime, full: dict[str, Any]) -> CachedResponse:
@@ -166,6 +178,59 @@ async def prepare_ws(scenario: Scenario, raw: bytes) -> Sequence[int]:
     built = await from_socket(scenario.runtime, request.body, SETTINGS, cache=scenario.ws_cache, stream_id=None,
                               connection_id="bench")
     return await built.turn.render()
+
+
+def routed(scenario: Scenario, mode: str) -> Runtime:
+    """The scenario's runtime (its stores) in front of two ready replicas routed by `mode`, the
+    session's previous turn routed already: its prompt's keys kept with its tokens, as the
+    turn's commit keeps them, and its replica's index holding that prompt."""
+    pool = Pool([], router=Router(mode, metrics_interval=0))
+    pool.sync(REPLICAS, watch=False)
+    for replica in pool.replicas:
+        replica.state = "ready"
+    state = scenario.previous.tokens
+    prompt = state.tokens[:state.prompt_len]
+    keys = pool.prompt_keys(prompt)
+    if keys is not None:
+        state.keys = keys
+    pool.pick(CACHE_KEY, prompt_ids=prompt, keys=keys)
+    return dataclasses.replace(scenario.runtime, pool=pool)
+
+
+async def prepare_routed(runtime: Runtime, raw: bytes) -> Sequence[int]:
+    """POST /v1/responses up to its replica: the prompt ids, then the router's choice, as `Turn` opens it."""
+    turn = (await from_http(runtime, raw, SETTINGS)).turn
+    ids = await turn.render()
+    runtime.pool.pick(turn.affinity, prompt_ids=ids, keys=turn.prompt_keys())
+    return ids
+
+
+async def _interleaved(sides: dict[str, Callable[[], Awaitable[Sequence[int]]]], repeats: int
+                       ) -> dict[str, tuple[list[float], int]]:
+    """Each side's times, the sides taking turns (order reversed every round): the machine's drift hits them alike."""
+    names = list(sides)
+    tokens = {name: len(await sides[name]()) for name in names}  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(repeats):
+        for name in names if i % 2 == 0 else names[::-1]:
+            start = time.perf_counter()
+            await sides[name]()
+            times[name].append((time.perf_counter() - start) * 1000)
+    return {name: (times[name], tokens[name]) for name in names}
+
+
+def run_routing(*, quick: bool) -> list[dict[str, Any]]:
+    """One row per (history size, routing): the cached HTTP turn up to its replica's choice."""
+    chat_format = load_qwen_format()
+    rows = []
+    for size in ROUTED_SIZES:
+        scenario = build_scenario(chat_format, size)
+        runtimes = {mode: routed(scenario, mode) for mode in ("session", "prefix")}
+        sides = {f"routed_{mode}": (lambda r=runtime, s=scenario: prepare_routed(r, s.full_body))
+                 for mode, runtime in runtimes.items()}
+        for name, (times, tokens) in asyncio.run(_interleaved(sides, 15 if quick else 80)).items():
+            rows.append(_row(size, name, times, tokens))
+    return rows
 
 
 async def _timed(prepare: Callable[[], Awaitable[Sequence[int]]], repeats: int) -> tuple[list[float], int]:
@@ -273,7 +338,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vllm-url", help="a running vLLM (0.32, --enable-scale-out) to compare against")
     parser.add_argument("--no-vllm", action="store_true", help="skip vLLM's render")
     parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--routing", action="store_true", help="the turn up to its replica: prefix against session")
     args = parser.parse_args(argv)
+    if args.routing:
+        rows = run_routing(quick=args.quick)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        print(table(rows))
+        return
     process = None
     url = args.vllm_url
     if url is None and not args.no_vllm:

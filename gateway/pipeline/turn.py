@@ -39,6 +39,7 @@ from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.disaggregation import Legs, open_legs, prefill_sampling
+from gateway.upstream.prefix_index import KeyChain
 from gateway.upstream.protocol import PATHS, encode, request_body
 from gateway.upstream.replica import Replica, UpstreamStream
 
@@ -180,9 +181,7 @@ class Turn:
             sampling = params if kv is None else {**params, "kv_transfer_params": kv}
             return await replica.open(record.prompt_ids, sampling, record.request_id, images=record.images)
 
-        prefix = record.prefix  # its tokens' keys spare hashing the history again
-        record.prompt_keys = self.runtime.pool.prompt_keys(
-            record.prompt_ids, after=(prefix.tokens, prefix.keys) if prefix is not None and prefix.keys else None)
+        self.prompt_keys()
 
         def prefill(replica: Replica) -> tuple[str, bytes]:
             body = request_body(replica.api, model=replica.served_model or "", prompt_ids=record.prompt_ids,
@@ -198,6 +197,14 @@ class Turn:
                                             prompt_ids=record.prompt_ids, keys=record.prompt_keys)
         record.split = self.legs.fields() if self.legs is not None else None
         return stream
+
+    def prompt_keys(self) -> KeyChain | None:
+        """The rendered prompt's chunk keys when the router wants them (prefix routing), into the
+        record: the prefix's tokens came with theirs, so only what follows them is hashed."""
+        record, prefix = self.record, self.record.prefix
+        record.prompt_keys = self.runtime.pool.prompt_keys(
+            record.prompt_ids, after=(prefix.tokens, prefix.keys) if prefix is not None and prefix.keys else None)
+        return record.prompt_keys
 
     async def _pulled_or_local(self, failed: UpstreamFailed) -> UpstreamStream:
         """The decode leg's stream failed before its first token: a pull that failed (the prefill

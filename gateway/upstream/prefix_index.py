@@ -30,6 +30,7 @@ its prefix outlives its ending). `BlockIndex` is fed by a replica's KV events
 
 from __future__ import annotations
 
+import heapq
 import os
 from array import array
 from collections import OrderedDict
@@ -40,7 +41,7 @@ import msgpack
 import numpy as np
 import xxhash
 
-__all__ = ["BLOCK_TOKENS", "BlockIndex", "KeyChain", "SentIndex", "chunk_keys", "prompt_keys"]
+__all__ = ["BLOCK_TOKENS", "BlockIndex", "KeyChain", "SentIndex", "SentTree", "chunk_keys", "prompt_keys"]
 
 BLOCK_TOKENS = 16  # vLLM's default --block-size on GPUs; it must divide the replicas' block size
 _SEED = int.from_bytes(os.urandom(8), "little")
@@ -197,6 +198,87 @@ class SentIndex:
 
     def clear(self) -> None:
         self._keys.clear()
+
+
+class SentTree:
+    """`SentIndex` for a replica without KV events, at the cost of a prompt's new chunks only.
+
+    A prompt's keys are a chain: a prompt holding a chunk holds all of its prefix, and sending
+    it makes each chunk more recent than those after it. So the chunks held of any prompt are
+    a prefix of it (`match` bisects), and the least recently used chunk is always one that no
+    held chunk continues, a leaf of the tree the prompts make. Only a leaf's last use matters
+    then, and a prompt sent stamps only its last chunk: a chunk whose last child is evicted was
+    used last either when a prompt ended on it (its stamp) or with that child, which was the
+    least recently used of all, so it is next in either case. Sending touches the prompt's new
+    chunks and its last one; evicting pops a heap. The evictions are `SentIndex`'s, in its order.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        """`capacity`: chunks the replica's KV cache holds (its blocks × block size / chunk size)."""
+        self.capacity = capacity
+        self._nodes: dict[int, list[Any]] = {}  # key → [parent key or None, children held, last use]
+        self._leaves: list[tuple[int, int]] = []  # (last use, key) of chunks without children; stale ones skipped
+        self._clock = 0
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._nodes
+
+    def match(self, keys: Sequence[int]) -> int:
+        nodes, low, high = self._nodes, 0, len(keys)
+        while low < high:  # keys[:low] are held, keys[high:] are not
+            middle = (low + high + 1) // 2
+            if keys[middle - 1] in nodes:
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+    def add(self, keys: Sequence[int]) -> None:
+        """Record a prompt sent: its chunks become the most recently used, its head most of all."""
+        if not len(keys):
+            return
+        self._clock += 1
+        now, nodes, last = self._clock, self._nodes, len(keys) - 1
+        held = self.match(keys)
+        parent = keys[held - 1] if held else None
+        if held <= last and parent is not None:
+            nodes[parent][1] += 1
+        for i in range(held, last + 1):
+            nodes[keys[i]] = [parent, int(i < last), now]
+            parent = keys[i]
+        tip = nodes[keys[last]]
+        tip[2] = now
+        if not tip[1]:
+            heapq.heappush(self._leaves, (now, keys[last]))
+        self._evict()
+
+    def _evict(self) -> None:
+        nodes, leaves = self._nodes, self._leaves
+        while len(nodes) > self.capacity:
+            used, key = heapq.heappop(leaves)
+            node = nodes.get(key)
+            if node is None or node[1] or node[2] != used:
+                continue  # touched, extended or evicted since
+            del nodes[key]
+            if node[0] is not None:
+                parent = nodes[node[0]]  # a parent outlives its children
+                parent[1] -= 1
+                if not parent[1]:  # its last use: the one it ended a prompt on, or else less than any other leaf's
+                    heapq.heappush(leaves, (parent[2], node[0]))
+        if len(leaves) > 2 * len(nodes) + 64:  # mostly stale: only leaves' latest entries count
+            self._leaves = [(node[2], key) for key, node in nodes.items() if not node[1]]
+            heapq.heapify(self._leaves)
+
+    def resize(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._evict()
+
+    def clear(self) -> None:
+        self._nodes.clear()
+        self._leaves.clear()
 
 
 class BlockIndex:

@@ -9,7 +9,9 @@ publishes KV events (`--kv-events`), a `BlockIndex` a `KVEventSubscriber` keeps
   yet (a prompt still queued or in prefill). A reported chunk leaves the sent index, so
   the events alone say when it is evicted; what stays there unreported ages out.
 - no events: what was sent to it, bounded by its KV capacity in chunks (vLLM's
-  `kv_cache_size_tokens`; 1M tokens until /metrics told), least recently used first.
+  `kv_cache_size_tokens`; 1M tokens until /metrics told), least recently used first. Kept as
+  a `SentTree`, where a continuing session's turn costs its new chunks: its keys come from the
+  session's last turn (`prompt_keys`), and the lookup bisects the chain.
 
 Every gateway process (`--workers`, pods) subscribes to every replica, so the event-fed
 picture is the same everywhere; without events each process knows only what it sent, and
@@ -37,7 +39,7 @@ import numpy as np
 
 from gateway.upstream import replica_load, routing
 from gateway.upstream.kv_events import KVEventSubscriber
-from gateway.upstream.prefix_index import BLOCK_TOKENS, BlockIndex, KeyChain, SentIndex, prompt_keys
+from gateway.upstream.prefix_index import BLOCK_TOKENS, BlockIndex, KeyChain, SentIndex, SentTree, prompt_keys
 from gateway.upstream.replica_load import ReplicaLoad
 
 __all__ = ["DECISIONS", "MATCH_BUCKETS", "Decision", "ReplicaView", "Router"]
@@ -93,7 +95,7 @@ class ReplicaView:
     """What the router knows of one replica."""
 
     url: str
-    sent: SentIndex
+    sent: SentIndex | SentTree  # a SentIndex when events are expected (they take reported chunks out of it)
     load: ReplicaLoad = field(default_factory=ReplicaLoad)
     blocks: BlockIndex | None = None
     events: KVEventSubscriber | None = None
@@ -148,10 +150,13 @@ class Router:
         """A replica joined: follow its /metrics and KV events (from `start()` on)."""
         if url in self.views:
             return
-        view = self.views[url] = ReplicaView(url, SentIndex(DEFAULT_CAPACITY_TOKENS // self.block_tokens))
-        if (endpoints := self._endpoints(url)) is not None:
-            view.blocks = BlockIndex(self.block_tokens)
-            view.events = KVEventSubscriber(view.blocks, *endpoints, on_stored=view.sent.discard)
+        capacity = DEFAULT_CAPACITY_TOKENS // self.block_tokens
+        if (endpoints := self._endpoints(url)) is None:
+            self.views[url] = view = ReplicaView(url, SentTree(capacity))
+        else:
+            sent = SentIndex(capacity)
+            view = self.views[url] = ReplicaView(url, sent, blocks=BlockIndex(self.block_tokens))
+            view.events = KVEventSubscriber(view.blocks, *endpoints, on_stored=sent.discard)
         if self._client is not None:
             self._follow(view)
 

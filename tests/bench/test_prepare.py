@@ -4,7 +4,7 @@ the same history uncached) must give the same ids, or its figures compare differ
 
 from __future__ import annotations
 
-from bench.prepare import SETTINGS, SIZES, build_scenario, prepare_http, prepare_ws
+from bench.prepare import SETTINGS, SIZES, build_scenario, prepare_http, prepare_routed, prepare_ws, routed
 from gateway.adapters.responses_turn import from_http
 
 
@@ -18,3 +18,16 @@ async def test_cached_continued_and_uncached_prompts_are_the_same_ids(qwen_forma
     # the cached body is the resent path's (recognised from its bytes), the other its full parse
     assert (await from_http(scenario.runtime, scenario.full_body, SETTINGS)).turn.request.recognised is not None
     assert (await from_http(scenario.runtime, scenario.uncached_body, SETTINGS)).turn.request.recognised is None
+
+
+async def test_a_routed_turn_finds_its_sessions_last_prompt_held(qwen_format):
+    """`--routing`'s turn: the prompt routed by prefix after its session's routed last turn, which
+    its replica holds (what a live session's next turn finds), and by session."""
+    scenario = build_scenario(qwen_format, SIZES[0])
+    previous = scenario.previous.tokens
+    by_prefix, by_session = routed(scenario, "prefix"), routed(scenario, "session")
+    ids = await prepare_routed(by_prefix, scenario.full_body)
+    assert list(ids) == list(await prepare_routed(by_session, scenario.full_body))
+    stats = by_prefix.pool.router.stats
+    assert stats.best_tokens == previous.prompt_len // 16 * 16  # a replica holds all of the last prompt's chunks
+    assert by_session.pool.router.stats.decisions == {"session": 2}

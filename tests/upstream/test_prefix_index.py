@@ -9,7 +9,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.upstream.prefix_index import BlockIndex, SentIndex, block_keys, chunk_keys, prompt_keys, root_seed
+from gateway.upstream.prefix_index import (
+    BlockIndex,
+    SentIndex,
+    SentTree,
+    block_keys,
+    chunk_keys,
+    prompt_keys,
+    root_seed,
+)
 
 C = 4  # chunk tokens, small so random trees share and diverge inside a few chunks
 
@@ -59,6 +67,31 @@ def test_a_full_index_forgets_tails_first_and_keeps_the_latest_prompt(sent, capa
         assert not any(key in index for key in keys[held:])
     latest = chunk_keys(sent[-1], C)
     assert index.match(latest) == min(len(latest), capacity)
+
+
+@given(prefix_trees(max_prompts=10), st.lists(st.integers(0, 40), min_size=1, max_size=40), st.integers(1, 24),
+       st.data())
+def test_the_tree_holds_and_evicts_exactly_what_the_list_does(prompts, order, capacity, data):
+    """`SentTree` against `SentIndex` (the plain LRU list): prompts sent in any order, again and
+    again, through small capacities, resizes and clears, hold the same chunks after every step."""
+    tree, listed = SentTree(capacity), SentIndex(capacity)
+    seen: set[int] = set()
+    for step, pick in enumerate(order):
+        keys = chunk_keys(prompts[pick % len(prompts)], C)
+        seen.update(keys)
+        for index in (tree, listed):
+            index.add(keys)
+        if step % 7 == 6:
+            smaller = data.draw(st.integers(1, capacity))
+            for index in (tree, listed):
+                index.resize(smaller)
+        if data.draw(st.integers(0, 30)) == 0:
+            for index in (tree, listed):
+                index.clear()
+        assert len(tree) == len(listed)
+        assert {key for key in seen if key in tree} == {key for key in seen if key in listed}
+        for prompt in prompts:
+            assert tree.match(chunk_keys(prompt, C)) == listed.match(chunk_keys(prompt, C))
 
 
 def test_keys_depend_on_the_whole_prefix_the_salt_and_the_int32_ids():
