@@ -28,6 +28,7 @@ from starlette.responses import Response
 from gateway.server.recent import Recent
 from gateway.sessions.observer import StoreObserver
 from gateway.upstream.disaggregation import PREFILL_BUCKETS, SplitStats
+from gateway.upstream.outlier import EJECTION_KINDS
 from gateway.upstream.router import MATCH_BUCKETS, Router
 
 __all__ = ["Metrics", "metrics_endpoint"]
@@ -39,6 +40,9 @@ TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
 # A shared-store call on loopback takes ~0.1 ms; a 128k-token log read ~1 ms; the deadline is 0.5 s.
 STORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5)
+
+# Why a turn or write went on without the shared store (gateway/sessions/).
+FALLBACK_REASONS = ("unreachable", "full", "conflict", "lost")
 
 # No `*_created` series (a creation timestamp beside every counter and histogram): Prometheus
 # does not need them, and they double the exposition. Process-wide, like the setting itself.
@@ -114,6 +118,8 @@ class StoreMetrics(StoreObserver):
                                    "a cluster's master, the Sentinel master) and reason: unreachable, full",
                                    ["node", "reason"], registry=registry)
         self.fallback_counts: dict[str, int] = {}  # the same, for the status page
+        for reason in FALLBACK_REASONS:  # at 0 from the start: an alert on their increase sees the first
+            self.fallbacks.labels(reason)
 
     def round_trip(self, op: str, seconds: float) -> None:
         self.seconds.labels(op).observe(seconds)
@@ -157,8 +163,9 @@ class LiveCollector(Collector):
             healthy.add_metric([replica.url], 1 if replica.healthy else 0)
             inflight.add_metric([replica.url], replica.inflight)
             ejection_time.add_metric([replica.url], replica.outlier.last_ejection_time)
-            for reason, n in replica.outlier.ejections.items():
-                ejections.add_metric([replica.url, reason], n)
+            counts = replica.outlier.ejections
+            for reason in dict.fromkeys([*EJECTION_KINDS, *counts]):  # every kind from the start, at 0
+                ejections.add_metric([replica.url, reason], counts.get(reason, 0))
         yield from (healthy, inflight, ejections, ejection_time)
         outliers = runtime.pool.outliers
         yield CounterMetricFamily("gateway_replica_ejections_overflow", "Ejections not made because "

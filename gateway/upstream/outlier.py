@@ -26,9 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-__all__ = ["OutlierDetector", "OutlierPolicy", "OutlierRecord"]
+__all__ = ["EJECTION_KINDS", "OutlierDetector", "OutlierPolicy", "OutlierRecord"]
 
 log = logging.getLogger(__name__)
+
+# Why a replica is ejected (`Replica.eject`'s `kind`): each is exported from the start, at 0, so
+# an alert on its increase sees the first ejection too (a counter series that appears at 1 has not
+# increased, for Prometheus).
+EJECTION_KINDS = ("consecutive_failures", "failure_rate", "unreachable", "stalled", "health_check")
 
 
 @dataclass(frozen=True)
