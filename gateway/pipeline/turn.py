@@ -155,6 +155,14 @@ class Turn:
         record.image_spans = [(i, chat_format.image_tokens(image)) for i, image in zip(at, images, strict=True)]
         return sum(tokens - 1 for _, tokens in record.image_spans)
 
+    async def measure(self) -> int:
+        """The length of the prompt `start()` would send, sending nothing: the exact earlier tokens
+        it continues spliced in, the new items rendered, each image as vLLM expands its
+        placeholder (a count endpoint's answer, equal to the turn's prompt tokens if it ran)."""
+        with tracing.phase("gateway.render"):
+            await self.render()
+            return len(self.record.prompt_ids) + self._images()
+
     async def render(self) -> Sequence[int]:
         """The prompt (gateway/tokenfix/prompt.py), into the record; renders of big inputs run
         off the event loop. `start()` does this first; the benchmarks stop here."""

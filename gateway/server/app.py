@@ -44,7 +44,7 @@ from gateway.server.routes.conversations import (
     update_conversation,
 )
 from gateway.server.routes.messages import count_tokens, create_message
-from gateway.server.routes.responses import create_response
+from gateway.server.routes.responses import count_input_tokens, create_response
 from gateway.server.routes.rollouts import delete_rollout, export_rollouts, get_rollout, rollout_stats
 from gateway.server.routes.stored_responses import cancel_response, delete_response, get_response, list_input_items
 from gateway.server.routes.token_in import create_completion, generate
@@ -169,6 +169,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     routes = [
         Route("/v1/responses", create_response, methods=["POST"]),
         Route("/v1/responses/compact", compact_response, methods=["POST"]),
+        Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
         Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),

@@ -88,6 +88,12 @@ def description() -> dict[str, Any]:
             "/v1/responses/compact": {"post": {
                 "summary": "Compact a history: its user messages and one compaction item (the model's summary)",
                 "requestBody": _body("CompactResponseMethodPublicBody", {}), "responses": _ok(_ref("CompactResource"))}},
+            "/v1/responses/input_tokens": {"post": {
+                "summary": "The length of the prompt a response to this body would send (a session's exact "
+                           "tokens spliced in, images as vLLM expands them): OpenAI's TokenCountsBody → "
+                           "TokenCountsResource, with `prompt_cache_key`",
+                "responses": _ok({"type": "object", "properties": {
+                    "object": {"const": "response.input_tokens"}, "input_tokens": {"type": "integer"}}})}},
             "/v1/responses/{response_id}": {
                 "get": {"summary": "A stored response; with stream=true, a background response's events "
                                    "(after `starting_after`) as an SSE stream", "parameters": [*_ID, *[

@@ -9,12 +9,10 @@ by gateway/server/auth.py.
 
 from __future__ import annotations
 
-import asyncio
-
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.anthropic_input import parse_messages_request
+from gateway.adapters.anthropic_input import MessagesRequest, parse_messages_request
 from gateway.adapters.anthropic_output import MessageEvents, message
 from gateway.adapters.validation import check_model, parse_json
 from gateway.core.ids import new_id
@@ -22,6 +20,7 @@ from gateway.core.push import Sink
 from gateway.pipeline import exchange, session, trace
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn
 from gateway.server.http import JSONResponse, model_route, sse_response
 
 __all__ = ["count_tokens", "create_message"]
@@ -31,12 +30,7 @@ AGENT_HEADER = "x-claude-code-agent-id"  # a subagent's (Claude Code ≥ 2.1.139
 
 
 async def _create(request: Request, raw: bytes) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    parsed = parse_messages_request(parse_json(raw), session_header=request.headers.get(SESSION_HEADER),
-                                    agent_header=request.headers.get(AGENT_HEADER))
-    check_model(runtime.model_name, parsed.model)
-    turn = await session.prepare(runtime, TurnRequest(parsed.conversation, parsed.sampling, cache_key=parsed.session,
-                                                      generated=parsed.generated, max_tokens_cap=True))
+    parsed, turn = await _turn(request, raw)
     message_id = new_id("msg")
     trace.answered_as(message_id)
     if parsed.stream:
@@ -48,12 +42,21 @@ async def _create(request: Request, raw: bytes) -> Response:
 
 
 async def _count_tokens(request: Request, raw: bytes) -> Response:
-    """The prompt's size as the gateway would render it (tools, system and all)."""
+    """The length of the prompt POST /v1/messages would send for this body (its session's exact
+    tokens spliced in as they would be, images as vLLM expands them), nothing sent."""
+    _, turn = await _turn(request, raw, count_only=True)
+    return JSONResponse({"input_tokens": await turn.measure()})
+
+
+async def _turn(request: Request, raw: bytes, count_only: bool = False) -> tuple[MessagesRequest, Turn]:
+    """The body's turn (not started), under Claude Code's session (a subagent's own)."""
     runtime: Runtime = request.app.state.runtime
-    parsed = parse_messages_request(parse_json(raw), count_only=True)
+    parsed = parse_messages_request(parse_json(raw), session_header=request.headers.get(SESSION_HEADER),
+                                    agent_header=request.headers.get(AGENT_HEADER), count_only=count_only)
     check_model(runtime.model_name, parsed.model)
-    ids = await asyncio.to_thread(runtime.format.render, parsed.conversation)
-    return JSONResponse({"input_tokens": len(ids)})
+    return parsed, await session.prepare(runtime, TurnRequest(parsed.conversation, parsed.sampling,
+                                                              cache_key=parsed.session, generated=parsed.generated,
+                                                              max_tokens_cap=True))
 
 
 create_message = model_route(_create)
