@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-__all__ = ["ConnectError", "Connection", "Connections", "IdleTimeout", "Stale"]
+__all__ = ["ConnectError", "ConnectTimeout", "Connection", "Connections", "IdleTimeout", "Stale"]
 
 CONNECT_TIMEOUT = 5.0  # seconds to open a TCP connection
 MAX_IDLE = 256  # idle connections kept per replica; more are closed when they come back
@@ -27,6 +27,11 @@ MAX_IDLE = 256  # idle connections kept per replica; more are closed when they c
 
 class ConnectError(Exception):
     """No connection could be opened, or it broke before the replica answered a byte."""
+
+
+class ConnectTimeout(ConnectError):
+    """No connection opened within CONNECT_TIMEOUT: the replica may only be busy (a refusal means
+    it is gone)."""
 
 
 class Stale(ConnectError):
@@ -230,7 +235,9 @@ class Connections:
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
                 _, connection = await loop.create_connection(lambda: Connection(self), self.host, self.port)
-        except (OSError, TimeoutError, AttributeError) as exc:  # a peer dying while we connect, too
+        except TimeoutError as exc:  # the deadline, or the kernel's ETIMEDOUT
+            raise ConnectTimeout(f"connection to {self.host}:{self.port} timed out: {exc!r}") from exc
+        except (OSError, AttributeError) as exc:  # a peer dying while we connect, too
             raise ConnectError(f"connection to {self.host}:{self.port} failed: {exc!r}") from exc
         self.opened += 1
         return connection

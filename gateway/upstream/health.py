@@ -6,6 +6,11 @@ before the first request has compiled anything). A routable replica is checked e
 `interval`; a failing one (or one a request found unreachable) is ejected and re-admitted
 the same way, retried with capped exponential backoff; one that outlier detection ejected
 (gateway/upstream/outlier.py) not before its ejection time is over.
+
+A check that is refused or answered with an error ejects at once: the server is gone or says it
+is unwell. A check that times out does not: vLLM's API server shares its CPU with the engine, and
+on a loaded host a busy, healthy replica answers late. Only `unhealthy_threshold` timeouts in a
+row eject (Envoy's active health checking counts the same way).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import httpx
 
@@ -33,6 +39,7 @@ class HealthPolicy:
     backoff_min: float = 0.5  # first retry of a failing replica; doubles up to backoff_max
     backoff_max: float = 30.0
     timeout: float = 5.0  # of /health and /v1/models
+    unhealthy_threshold: int = 3  # checks in a row that time out before a routable replica is ejected
     warmup_timeout: float = 120.0  # the first generation may compile kernels
 
 
@@ -62,25 +69,43 @@ async def admit(replica: Replica, api: str, policy: HealthPolicy) -> bool:
     return True
 
 
-async def check(replica: Replica, policy: HealthPolicy) -> bool:
+Outcome = Literal["ok", "failed", "timed out"]
+
+
+async def check(replica: Replica, policy: HealthPolicy) -> Outcome:
+    """One /health probe of a routable replica."""
     try:
-        return (await replica.client.get(replica.url + "/health", timeout=policy.timeout)).status_code == 200
+        response = await replica.client.get(replica.url + "/health", timeout=policy.timeout)
+    except httpx.TimeoutException:
+        return "timed out"
     except httpx.HTTPError:
-        return False
+        return "failed"
     except Exception:  # as in admit()
         log.exception("health check of %s failed: unexpected error", replica.url)
-        return False
+        return "failed"
+    return "ok" if response.status_code == 200 else "failed"
 
 
 async def watch(replica: Replica, api: str, policy: HealthPolicy) -> None:
     """Run for the replica's lifetime in the pool: keep `replica.state` true to what it can do."""
-    delay = policy.backoff_min
+    delay, timeouts = policy.backoff_min, 0
     while True:
         if replica.healthy:
             await _sleep(replica, policy.interval)
-            if replica.healthy and not await check(replica, policy):
+            if not replica.healthy:
+                continue
+            outcome = await check(replica, policy)
+            timeouts = timeouts + 1 if outcome == "timed out" else 0
+            if outcome == "failed":
                 replica.eject("health check failed", kind="health_check")
+            elif timeouts >= policy.unhealthy_threshold:
+                replica.eject(f"{timeouts} health checks in a row got no answer within {policy.timeout:g} s",
+                              kind="health_check")
+            elif timeouts:
+                log.info("health check of %s got no answer within %g s (%d of %d in a row before it is ejected)",
+                         replica.url, policy.timeout, timeouts, policy.unhealthy_threshold)
             continue
+        timeouts = 0
         if (held := replica.outlier.held_until - time.monotonic()) > 0:  # its ejection time, whatever wakes it
             await asyncio.sleep(held)
         if await admit(replica, api, policy):

@@ -7,7 +7,9 @@ until the next health check), so ejection is graded as in Envoy's outlier detect
   or during a stream, malformed events, in-stream errors) eject; a success resets the run;
 - a failure percentage of at least `failure_percentage` over the current `interval`, once
   the replica served `failure_request_volume` requests in it, ejects;
-- a replica that refuses connections or stalls is ejected at once (`Replica.eject`);
+- a replica that refuses connections or stalls once connected is ejected at once
+  (`Replica.eject`); a connection that times out is only a failure here (a busy replica on a
+  loaded host accepts late; it is not gone);
 - outlier ejections never take more than `max_ejection_percent` of the pool (a replica
   over it stays, and the overflow is counted); when no replica is routable at all, requests
   go to the ejected ones anyway (panic routing) rather than all answering 503;

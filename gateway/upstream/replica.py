@@ -14,7 +14,7 @@ import orjson
 from gateway.core import tracing
 from gateway.core.errors import UpstreamFailed, UpstreamRejected, UpstreamUnavailable, invalid_request
 from gateway.core.image import Image
-from gateway.upstream.connection import ConnectError, Connections, Stale
+from gateway.upstream.connection import ConnectError, Connections, ConnectTimeout, Stale
 from gateway.upstream.outlier import OutlierDetector, OutlierRecord
 from gateway.upstream.protocol import (
     PATHS,
@@ -138,6 +138,9 @@ class Replica:
             self.eject(f"no response headers within {self.header_timeout:g} s", kind="stalled", hold=True)
             raise UpstreamUnavailable(f"replica {self.url} sent no response headers within "
                                       f"{self.header_timeout:g} s", timed_out=True) from exc
+        except ConnectTimeout as exc:  # busy, perhaps: a failure like a 5xx, not an ejection by itself
+            self.ended(f"unreachable: {exc}")
+            raise UpstreamUnavailable(f"replica {self.url} is unreachable: {exc}", timed_out=True) from exc
         except ConnectError as exc:
             self.eject(f"unreachable: {exc}")
             raise UpstreamUnavailable(f"replica {self.url} is unreachable: {exc}") from exc

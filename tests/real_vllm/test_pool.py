@@ -106,13 +106,18 @@ async def stream(client: httpx.AsyncClient, url: str, started: asyncio.Event) ->
 
 async def test_kill_9_of_a_replica_under_load(stack, replicas, qwen_model_dir, tmp_path):
     url, runtime = stack
-    victim, survivor = replicas
     async with httpx.AsyncClient(timeout=300) as client:
         started = [asyncio.Event() for _ in range(4)]
         streams = [asyncio.create_task(stream(client, url, event)) for event in started]
         await asyncio.wait_for(asyncio.gather(*(event.wait() for event in started)), 300)
         inflight = {r["url"]: r["inflight"] for r in (await client.get(url + "/health")).json()["replicas"]}
-        assert inflight == {victim.url: 2, survivor.url: 2}  # least-outstanding spreads unkeyed requests
+        assert sum(inflight.values()) == 4
+        # The victim is the replica carrying the most streams (least-outstanding spreads them 2 and 2
+        # on a quiet box; a loaded one may answer a probe late and get fewer): what is tested is what
+        # its kill does to them, to the other replica's and to new requests.
+        victim = max(replicas, key=lambda r: inflight[r.url])
+        survivor = next(r for r in replicas if r is not victim)
+        lost = inflight[victim.url]
 
         keys = [key_for(runtime, victim.url), key_for(runtime, survivor.url)] * 2
         os.killpg(victim.pid, signal.SIGKILL)
@@ -124,14 +129,16 @@ async def test_kill_9_of_a_replica_under_load(stack, replicas, qwen_model_dir, t
 
         outcomes = await asyncio.gather(*streams)
         assert all(types[-1] in TERMINAL for types in outcomes)  # every stream ended properly
-        assert sorted(types[-1] == "response.failed" for types in outcomes) == [False, False, True, True]
+        assert sorted(types[-1] == "response.failed" for types in outcomes) == [False] * (4 - lost) + [True] * lost
 
         await asyncio.to_thread(victim.stop)
         await until(client, url, victim.url, "ejected", timeout=30)
         assert (await client.get(url + "/ready")).status_code == 200  # the survivor serves
 
-        restarted = replica(qwen_model_dir, min(os.sched_getaffinity(0)), tmp_path, "a-restarted", port=victim.port)
-        replicas[0] = restarted  # the module fixture stops it
+        cpus, place = sorted(os.sched_getaffinity(0)), replicas.index(victim)
+        restarted = replica(qwen_model_dir, cpus[0] if place == 0 else cpus[-1], tmp_path, "restarted",
+                            port=victim.port)  # on the core it had (the fixture's choice)
+        replicas[place] = restarted  # the module fixture stops it
         restarted.start()
         await restarted.wait_ready(timeout=900)
         await until(client, url, victim.url, "ready", timeout=300)  # probed and warmed up again

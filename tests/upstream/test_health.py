@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import orjson
 import pytest
 import respx
 
-from gateway.upstream import health
+from gateway.core.errors import UpstreamUnavailable
+from gateway.upstream import connection, health
 from gateway.upstream.health import HealthPolicy
+from gateway.upstream.outlier import OutlierDetector, OutlierPolicy
 from gateway.upstream.pool import Pool
 from gateway.upstream.replica import Replica
 from tests.support.raw_replica import CLOSE, RawReplica, answer, chunk, closed_port_url, ok_head, sse
@@ -85,6 +89,69 @@ async def test_failing_replica_is_ejected_retried_with_capped_backoff_and_readmi
                       (8.0, "ejected"), (8.0, "ejected"), (5.0, "ready")]
 
 
+@respx.mock
+async def test_a_health_check_that_times_out_leaves_a_busy_replica_in_until_it_does_so_three_times(
+        replica, monkeypatch):
+    # vLLM's API server shares the CPU with its engine: on a loaded host a healthy replica answers late.
+    respx.get(URL + "/health").mock(side_effect=[
+        httpx.ConnectTimeout("busy"), httpx.Response(200), httpx.ReadTimeout("busy"), httpx.ConnectTimeout("busy"),
+        httpx.ReadTimeout("busy"), httpx.Response(503)])
+    replica.state = "ready"
+    states = await watched_states(replica, monkeypatch, sleeps=6)
+    assert states == ["ready", "ready", "ready", "ready", "ready", "ejected"]
+    assert replica.outlier.ejections == {"health_check": 1}
+
+
+@pytest.mark.parametrize("fault", [httpx.ConnectError("refused"), httpx.Response(503)], ids=["refused", "503"])
+@respx.mock
+async def test_a_refused_or_failed_health_check_ejects_at_once(replica, monkeypatch, fault):
+    respx.get(URL + "/health").mock(side_effect=[fault, httpx.Response(503)])
+    replica.state = "ready"
+    assert await watched_states(replica, monkeypatch, sleeps=2) == ["ready", "ejected"]
+
+
+async def watched_states(replica: Replica, monkeypatch: pytest.MonkeyPatch, sleeps: int) -> list[str]:
+    """The replica's state at each of the health watcher's first `sleeps` sleeps."""
+    replica.detector = OutlierDetector()
+    replica.detector.members = [replica, Replica("http://10.0.0.2:8000", replica.client, state="ready")]
+    states: list[str] = []
+
+    class Done(Exception):
+        pass
+
+    async def fake_sleep(r: Replica, seconds: float) -> None:
+        states.append(r.state)
+        if len(states) == sleeps:
+            raise Done
+
+    monkeypatch.setattr(health, "_sleep", fake_sleep)
+    with pytest.raises(Done):
+        await health.watch(replica, "completions", HealthPolicy(unhealthy_threshold=3))
+    return states
+
+
+async def test_a_connect_timeout_counts_as_a_failure_and_ejects_only_in_a_row(monkeypatch):
+    """A replica too busy to accept a connection in time is tried elsewhere and counted; only
+    --outlier-consecutive-failures of them in a row eject it (a refusal ejects at once, below)."""
+    monkeypatch.setattr(connection, "CONNECT_TIMEOUT", 0.05)
+
+    async def never_accepted(*args, **kwargs):
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", never_accepted)
+    async with httpx.AsyncClient() as client:
+        replica = Replica(URL, client, state="ready", served_model="tiny-qwen3")
+        replica.detector = OutlierDetector(OutlierPolicy(consecutive_failures=2))
+        replica.detector.members = [replica, Replica("http://10.0.0.2:8000", client, state="ready")]
+        with pytest.raises(UpstreamUnavailable, match="timed out"):
+            await replica.open([1, 2], {"max_tokens": 1}, "r1")
+        assert replica.state == "ready" and replica.outlier.consecutive == 1 and not replica.wake.is_set()
+        with pytest.raises(UpstreamUnavailable, match="timed out"):
+            await replica.open([1, 2], {"max_tokens": 1}, "r2")
+    assert replica.state == "ejected" and replica.outlier.ejections == {"consecutive_failures": 1}
+    assert replica.inflight == 0 and replica.requests == 2
+
+
 async def test_connection_refused_by_a_request_ejects_at_once():
     async with httpx.AsyncClient() as client:
         replica = Replica(closed_port_url(), client, state="ready", served_model="tiny-qwen3")
@@ -121,6 +188,6 @@ async def test_a_connection_that_breaks_while_opening_is_a_connection_error(monk
     pool = Pool([URL])
     replica = Replica(URL, pool.client, state="ready", served_model="tiny-qwen3")
     try:
-        assert not await health.check(replica, HealthPolicy())  # the watcher sees a failed check, not a crash
+        assert await health.check(replica, HealthPolicy()) == "failed"  # the watcher sees a failed check, not a crash
     finally:
         await pool.close()
