@@ -8,7 +8,10 @@ goes to vLLM unchanged, so any `vllm serve` option works:
 
 With prefix routing (the default) over several replicas, each publishes its KV-cache events
 and the gateway subscribes (`kv_events`), unless vLLM's `--kv-events-config` or the gateway's
-`--kv-events` is given.
+`--kv-events` is given. The events go over ZMQ `ipc://` sockets in a directory only this launch
+can write: a TCP port chosen free now is bound by vLLM's engine only after the model loaded,
+minutes later, and anything on the host may have taken it by then. (The replicas' HTTP ports
+are bound at once by vLLM's API server; one taken anyway is chosen again, `Supervisor`.)
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -29,7 +33,7 @@ from gateway.core.settings import Settings
 from gateway.ops.flags import settings_from_args
 from gateway.ops.serve import run
 from gateway.ops.supervisor import Supervisor
-from gateway.ops.vllm_process import VLLMError, VLLMProcess, free_port
+from gateway.ops.vllm_process import VLLMError, VLLMProcess
 from gateway.server.tracing import replica_options
 
 __all__ = ["launch", "serve_supervised"]
@@ -88,21 +92,37 @@ def replicas(args: argparse.Namespace, passthrough: Sequence[str]) -> list[VLLMP
     ]
 
 
-def kv_events(processes: Sequence[VLLMProcess], args: argparse.Namespace, passthrough: Sequence[str]) -> list[str]:
-    """Have each replica publish its KV-cache events on two free ports (events, replay) and
-    return the gateway's `--kv-events` specs for them; none for one replica, for another
-    routing, or when vLLM's events or the gateway's subscriptions were configured by hand."""
+@dataclasses.dataclass(frozen=True)
+class KVEvents:
+    """Where one launched replica publishes its KV-cache events (ZMQ endpoints, live and replay)."""
+
+    process: VLLMProcess
+    endpoint: str
+    replay: str
+
+    @property
+    def spec(self) -> str:
+        """The gateway's `--kv-events` spec, by the replica's URL as it is now (its port may have
+        moved while it started)."""
+        return f"{self.process.url}={self.endpoint},{self.replay}"
+
+
+def kv_events(processes: Sequence[VLLMProcess], args: argparse.Namespace, passthrough: Sequence[str],
+              run_dir: Path) -> list[KVEvents]:
+    """Have each replica publish its KV-cache events on two `ipc://` sockets in `run_dir` (which
+    only this process may write) and return where; none for one replica, for another routing, or
+    when vLLM's events or the gateway's subscriptions were configured by hand."""
     if args.routing != "prefix" or len(processes) < 2 or args.kv_events or \
             any(arg.startswith("--kv-events-config") for arg in passthrough):
         return []
-    specs = []
-    for process in processes:
-        events, replay = free_port(), free_port()
-        config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{events}",
-                  "replay_endpoint": f"tcp://*:{replay}"}
+    published = []
+    for i, process in enumerate(processes):
+        events = KVEvents(process, f"ipc://{run_dir}/kv-events-{i}", f"ipc://{run_dir}/kv-events-{i}-replay")
+        config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": events.endpoint,
+                  "replay_endpoint": events.replay}
         process.extra_args += ("--kv-events-config", json.dumps(config))
-        specs.append(f"{process.url}=tcp://{process.host}:{events},tcp://{process.host}:{replay}")
-    return specs
+        published.append(events)
+    return published
 
 
 def launch(args: argparse.Namespace, passthrough: Sequence[str]) -> int:
@@ -122,16 +142,21 @@ def launch(args: argparse.Namespace, passthrough: Sequence[str]) -> int:
         for i, process in enumerate(processes):
             process.log_path = log_dir / f"vllm-{i}.log"
     settings = settings_from_args(args, model=args.model_path, upstreams=[])
-    settings = dataclasses.replace(settings, kv_events=[*settings.kv_events, *kv_events(processes, args, passthrough)])
-    return serve_supervised(processes, settings, max_restarts=args.max_restarts, ready_timeout=args.ready_timeout,
-                            workers=args.workers)
+    run_dir = Path(tempfile.mkdtemp(prefix="vllm-gateway-run-"))  # mode 0700: the KV-event sockets
+    try:
+        return serve_supervised(processes, settings, max_restarts=args.max_restarts,
+                                ready_timeout=args.ready_timeout, workers=args.workers,
+                                kv_events=kv_events(processes, args, passthrough, run_dir))
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def serve_supervised(processes: Sequence[VLLMProcess], settings: Settings, *, max_restarts: int = 5,
-                     ready_timeout: float = 1800.0, workers: int = 1) -> int:
+                     ready_timeout: float = 1800.0, workers: int = 1, kv_events: Sequence[KVEvents] = ()) -> int:
     """Start `processes`, wait until all are healthy and warm, then serve the gateway in front of
-    them (`settings.upstreams` are theirs) until SIGTERM/SIGINT, keeping them up meanwhile; stop
-    them all on the way out. Returns the exit code: 1 if the replicas failed."""
+    them (`settings.upstreams` are theirs, and `kv_events` its subscriptions to them) until
+    SIGTERM/SIGINT, keeping them up meanwhile; stop them all on the way out. Returns the exit
+    code: 1 if the replicas failed."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per health probe would bury the rest
     supervisor = Supervisor(processes, max_restarts=max_restarts, ready_timeout=ready_timeout,
                             on_give_up=lambda: os.kill(os.getpid(), signal.SIGTERM))
@@ -147,7 +172,8 @@ def serve_supervised(processes: Sequence[VLLMProcess], settings: Settings, *, ma
     log.info("starting %d vLLM replica(s) on %s", len(processes), ", ".join(supervisor.urls))
     try:
         supervisor.start()
-        run(dataclasses.replace(settings, upstreams=supervisor.urls), workers)
+        run(dataclasses.replace(settings, upstreams=supervisor.urls,
+                                kv_events=[*settings.kv_events, *(events.spec for events in kv_events)]), workers)
     except VLLMError as exc:
         log.error("%s", exc)
         return 1

@@ -32,6 +32,9 @@ HEALTH_TIMEOUT = 10.0  # seconds a /health probe may take
 UNHEALTHY_AFTER = 6  # failed /health probes in a row after which a live server counts as hung
 MAX_BACKOFF = 60.0  # seconds; restart delays double from 1 s up to this
 STABLE_AFTER = 600.0  # seconds up after which a replica's restarts-in-a-row count starts over
+# A port chosen free can be taken by another process before vLLM binds it; at start-up such a
+# replica starts again on a new port (its URL is not yet anybody's), this many times at most.
+PORT_RETRIES = 3
 
 
 @dataclass(eq=False)
@@ -101,7 +104,7 @@ class Supervisor:
                 replica.start()
             async with asyncio.TaskGroup() as group:  # the first failure cancels the other waits
                 for replica in self.replicas:
-                    group.create_task(self._bring_up(replica, started=True))
+                    group.create_task(self._bring_up(replica, started=True, may_move=True))
         except ExceptionGroup as failures:
             self._error = failures.exceptions[0]
             return
@@ -118,10 +121,24 @@ class Supervisor:
         if self.on_give_up is not None:
             self.on_give_up()
 
-    async def _bring_up(self, replica: VLLMProcess, *, started: bool = False) -> None:
-        if not started:
-            replica.start()
-        await replica.wait_ready(timeout=self.ready_timeout)
+    async def _bring_up(self, replica: VLLMProcess, *, started: bool = False, may_move: bool = False) -> None:
+        """Start `replica` (unless `started`), wait until it is ready and warm it up. `may_move`: it
+        has no users yet, so one that lost its port starts again on a new one."""
+        for attempt in range(PORT_RETRIES + 1):
+            if not started:
+                replica.start()
+            started = False
+            try:
+                await replica.wait_ready(timeout=self.ready_timeout)
+                break
+            except VLLMError:
+                if not (may_move and replica.port_chosen and attempt < PORT_RETRIES and replica.lost_its_port()):
+                    raise
+            taken = replica.url
+            await asyncio.to_thread(replica.stop, self.stop_timeout)
+            replica.move()
+            log.warning("vLLM replica %s exited: another process took an address it binds before it could; "
+                        "starting it again on %s", taken, replica.url)
         await warm_up(replica.url)
         log.info("vLLM replica %s is warm", replica.url)
 

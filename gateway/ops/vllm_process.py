@@ -95,6 +95,7 @@ class VLLMProcess:
         self.served_model_name = served_model_name
         self.host = host
         self.port = port or free_port()
+        self.port_chosen = port is None  # ours to change if another process takes it before vLLM binds it
         self.python = Path(python) if python else None
         self.vllm_cmd = list(vllm_cmd)
         self.max_model_len = max_model_len
@@ -244,6 +245,19 @@ class VLLMProcess:
                 message = message.strip()
                 return message if len(message) <= 120 else message[:119] + "…"
         return None
+
+    def lost_its_port(self) -> bool:
+        """Whether the server exited because an address it binds was taken (a port chosen free and
+        bound by another process before vLLM got to it)."""
+        return self.returncode is not None and "Address already in use" in self.log_tail(400)
+
+    def move(self) -> None:
+        """Take a new free port (before a new `start`); only for a port chosen here."""
+        if self._process is not None and self._process.poll() is None:
+            raise VLLMError("cannot move a running server")
+        if not self.port_chosen:
+            raise VLLMError(f"port {self.port} was given, not chosen: it is not moved")
+        self.port = free_port()
 
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():

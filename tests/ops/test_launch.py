@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -93,23 +94,26 @@ def test_replica_commands_ports_and_gpus(tmp_path: Path, monkeypatch: pytest.Mon
     assert "--enable-scale-out" not in only.command() and "CUDA_VISIBLE_DEVICES" not in only.extra_env
 
 
-def test_prefix_routing_over_launched_replicas_subscribes_to_their_kv_events() -> None:
+def test_prefix_routing_over_launched_replicas_subscribes_to_their_kv_events(tmp_path: Path) -> None:
     args, extra = parse_launch("--model-path", "m", "--replicas", "2", "--vllm-port", "9200")
     processes = replicas(args, extra)
-    specs = kv_events(processes, args, extra)
-    for process, spec in zip(processes, specs, strict=True):
+    published = kv_events(processes, args, extra, tmp_path)
+    for process, events in zip(processes, published, strict=True):
         command = process.command()
         config = json.loads(command[command.index("--kv-events-config") + 1])
-        upstream, _, endpoints = spec.partition("=")
-        subscribed = [int(endpoint.rpartition(":")[2]) for endpoint in endpoints.split(",")]
-        published = [int(config[key].rpartition(":")[2]) for key in ("endpoint", "replay_endpoint")]
-        assert upstream == process.url and subscribed == published and config["endpoint"].startswith("tcp://*:")
-    assert len(set(specs)) == 2
+        upstream, _, endpoints = events.spec.partition("=")
+        # ipc sockets in the launch's own directory: no port to lose between choosing and binding it
+        assert endpoints.split(",") == [config["endpoint"], config["replay_endpoint"]]
+        assert all(e.startswith(f"ipc://{tmp_path}/") for e in endpoints.split(","))
+        assert upstream == process.url
+    assert len({events.spec for events in published}) == 2
+    processes[0].port = 9300  # a replica moved while it started: the gateway subscribes by its new URL
+    assert published[0].spec.startswith("http://127.0.0.1:9300=ipc://")
     for by_hand in (["--kv-events-config", "{}"], ["--kv-events", "tcp://{host}:5557"], ["--routing", "session"]):
         args, extra = parse_launch("--model-path", "m", "--replicas", "2", *by_hand)
-        assert kv_events(replicas(args, extra), args, extra) == []
+        assert kv_events(replicas(args, extra), args, extra, tmp_path) == []
     args, extra = parse_launch("--model-path", "m")  # one replica: nothing to choose between
-    assert kv_events(replicas(args, extra), args, extra) == []
+    assert kv_events(replicas(args, extra), args, extra, tmp_path) == []
 
 
 def test_gpu_slices_come_from_the_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -258,6 +262,40 @@ def test_supervisor_gives_up_after_max_restarts_in_a_row(tmp_path: Path) -> None
         assert supervisor.gave_up and replica.pid is None
     finally:
         supervisor.stop()
+
+
+def test_a_port_taken_between_choice_and_bind_starts_the_replica_on_a_new_one(tmp_path: Path) -> None:
+    replica, other = stub(tmp_path, "raced"), stub(tmp_path, "ok")
+    taken = replica.port
+    squatter = socket.socket()  # another process binds the chosen port before vLLM does
+    squatter.bind(("127.0.0.1", taken))
+    squatter.listen()
+    supervisor = Supervisor([replica, other], stop_timeout=5)
+    try:
+        supervisor.start()
+        assert replica.port != taken and supervisor.urls == [replica.url, other.url]
+        assert httpx.get(replica.url + "/health").status_code == 200
+        assert WARM_UP in replica.log_path.read_text()  # type: ignore[union-attr]
+    finally:
+        supervisor.stop()
+        squatter.close()
+
+
+def test_a_given_port_that_is_taken_fails_the_start(tmp_path: Path) -> None:
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    port = squatter.getsockname()[1]
+    replica = VLLMProcess("stub-model", vllm_cmd=[sys.executable, str(STUB)], port=port, max_model_len=None,
+                          dtype=None, log_path=tmp_path / "given.log")
+    supervisor = Supervisor([replica], stop_timeout=5)
+    try:
+        with pytest.raises(VLLMError, match="Address already in use"):
+            supervisor.start()
+        assert replica.port == port  # the operator's --vllm-port is theirs: never moved
+    finally:
+        supervisor.stop()
+        squatter.close()
 
 
 def test_supervisor_start_fails_fast_with_the_log_and_stops_the_others(tmp_path: Path) -> None:
