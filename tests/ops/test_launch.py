@@ -323,6 +323,17 @@ def vllm_servers(launch_pid: int, seen: set[int]) -> dict[str, int]:
     return servers
 
 
+def kv_events_config(args: list[str]) -> list[str]:
+    config = json.loads(args[args.index("--kv-events-config") + 1])
+    return [config["endpoint"], config["replay_endpoint"]]
+
+
+def kv_event_batches(gateway: str) -> float:
+    metrics = httpx.get(gateway + "/metrics", timeout=5).text
+    return sum(float(line.rpartition(" ")[2]) for line in metrics.splitlines()
+               if line.startswith("gateway_kv_event_batches_total{"))
+
+
 @pytest.mark.vllm
 def test_launch_serves_restarts_a_killed_replica_and_stops_everything(qwen_model_dir: Path, tmp_path: Path) -> None:
     port = free_port()
@@ -357,6 +368,13 @@ def test_launch_serves_restarts_a_killed_replica_and_stops_everything(qwen_model
         assert "waiting for model load" in text and text.count("is warm") == 2
         first = answer()
         assert len(first["output_token_ids"]) == 4 and first["usage"]["output_tokens"] == 4
+        # The replicas publish their KV events on the launch's ipc:// sockets: a prompt longer than
+        # one CPU block (128 tokens) is stored, and the gateway hears of it.
+        assert all(endpoint.startswith("ipc://") for pid in servers.values()
+                   for endpoint in kv_events_config(cmdline(pid)))
+        long = {"model": "tiny-qwen3", "input": "count " * 300, "max_output_tokens": 1}
+        assert httpx.post(gateway + "/v1/responses", json=long, timeout=120).status_code == 200
+        wait_for(lambda: kv_event_batches(gateway) > 0, "the gateway receives KV events over ipc://")
 
         killed_url, killed = min(servers.items())
         os.kill(killed, signal.SIGKILL)
