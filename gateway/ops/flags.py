@@ -90,7 +90,7 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                              "replica per address); 0 resolves once")
     routing = parser.add_argument_group(
         "routing", "which replica gets a prompt: by default the one whose KV cache holds the longest prefix of it, "
-        "within a load bound (README: Routing)")
+        "within a load bound (docs/routing.md)")
     routing.add_argument("--routing", choices=["prefix", "session", "least-loaded", "round-robin"],
                          default=_env("routing", "prefix"),
                          help="prefix: the longest cached prefix within the load bound (sessions follow their "
