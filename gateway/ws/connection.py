@@ -35,6 +35,7 @@ from gateway.ws.error_events import connection_limit_reached, error_event, inval
 from gateway.ws.frames import frame_writer
 from gateway.ws.lanes import Lanes
 from gateway.ws.request import CreateRequest, frame_stream_id, read_create
+from gateway.ws.turn_state import metadata_event
 
 __all__ = ["ResponsesSocket", "refuse"]
 
@@ -144,6 +145,8 @@ class ResponsesSocket:
             self.cache.evict(lane)
             await self._send_error(exc, lane)
             return
+        if (turn_state := metadata_event(request.body)) is not None:  # Codex's: before the response's events
+            await self._send(turn_state, lane)
         if not request.generate:
             await self._warm_up(made, lane)
             return

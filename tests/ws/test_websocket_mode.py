@@ -104,7 +104,11 @@ async def test_codex_frames_continue_from_the_exact_cached_tokens(fake, url, tok
         assert "permessage-deflate" in ws.response.headers["Sec-WebSocket-Extensions"]
         await ws.send(orjson.dumps(warmup).decode())
         events = await raw_until_done(ws)
-        assert [e["type"] for e in events] == ["response.created", "response.in_progress", "response.completed"]
+        # Codex's turn state first (a new turn holds none): the token its next frames send back.
+        assert [e["type"] for e in events] == ["response.metadata", "response.created", "response.in_progress",
+                                               "response.completed"]
+        turn_state = events[0]["headers"]["x-codex-turn-state"]
+        assert events[0] == {"type": "response.metadata", "headers": {"x-codex-turn-state": turn_state}}
         warm = events[-1]["response"]
         assert warm["output"] == [] and warm["usage"]["output_tokens"] == 0
         base = warmup["input"][0]["content"][0]["text"]
@@ -112,8 +116,10 @@ async def test_codex_frames_continue_from_the_exact_cached_tokens(fake, url, tok
             Conversation(items=[], instructions=base, tools=_function_tools(warmup["tools"]))))
         assert generate_bodies(fake) == []  # a warmup generates nothing
 
-        await ws.send(orjson.dumps({**turn, "previous_response_id": warm["id"]}).decode())
+        held = {**turn["client_metadata"], "x-codex-turn-state": turn_state}  # Codex replays the turn's token
+        await ws.send(orjson.dumps({**turn, "previous_response_id": warm["id"], "client_metadata": held}).decode())
         events = await raw_until_done(ws)
+        assert events[0] == {"type": "response.metadata", "headers": {"x-codex-turn-state": turn_state}}
         first = events[-1]["response"]
         assert first["status"] == "completed" and first["previous_response_id"] == warm["id"]
         (function_call,) = first["output"]
@@ -141,6 +147,16 @@ async def test_codex_frames_continue_from_the_exact_cached_tokens(fake, url, tok
     tail = second_prompt[len(cached):]
     assert tokenizer.decode(tail) == (f"\n<|im_start|>user\n<tool_response>\n{output}\n</tool_response><|im_end|>\n"
                                       f"<|im_start|>assistant\n")
+
+
+async def test_only_codex_frames_get_the_turn_state_event(fake, url, tokenizer):
+    """A frame without Codex's `client_metadata` (any other client's) starts with response.created."""
+    fake.queue(Script(ids(tokenizer, "Hi") + [IM_END]))
+    async with connect(ws_url(url)) as ws:
+        await ws.send(orjson.dumps({"type": "response.create", "model": MODEL, "input": "hi",
+                                    "client_metadata": {"user": "me"}}).decode())
+        events = await raw_until_done(ws)
+    assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
 
 
 def _function_tools(raw: list[dict]) -> list[Tool]:
