@@ -12,6 +12,10 @@ third side: on, with OTEL_TRACES_SAMPLER=traceidratio (a fraction R of the reque
 (`git archive COMMIT | tar -x -C DIR`), to hold "off" against it.
 Sides are interleaved (off, on, …, then the reverse order) so the shared machine's drift hits
 them alike; every run is printed.
+
+`--profile FILE`: py-spy (`pip install py-spy`) samples each "on" gateway over its timed short
+requests; the stacks are written to FILE (py-spy's raw format, merged over the runs) and the
+share of samples in OpenTelemetry's code, by its outermost function, is printed.
 """
 
 from __future__ import annotations
@@ -19,8 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -62,19 +71,62 @@ def otlp_sink() -> Iterator[dict[str, Any]]:
         server.server_close()
 
 
-def _cpu_ms_per_request(upstream: procs.Process, body: str, requests: int, extra: list[str]) -> tuple[float, float]:
-    """(gateway CPU ms per request, output tokens per request) over `requests` after a warm-up."""
+def _cpu_ms_per_request(upstream: procs.Process, body: str, requests: int, extra: list[str],
+                        profile: Path | None = None) -> tuple[float, float]:
+    """(gateway CPU ms per request, output tokens per request) over `requests` after a warm-up;
+    `profile`: py-spy's stacks of the gateway over them are appended there."""
     model = qwen()
     with procs.gateway(upstream.url, str(model.model_dir), model.chat_format, extra=extra) as gateway:
         _measure(gateway.port, "/v1/responses", body, GATEWAY_MARKER, max(5, requests // 10), 100_000, "words")
-        before = gateway.cpu_seconds()
-        done = _measure(gateway.port, "/v1/responses", body, GATEWAY_MARKER, requests, 200_000, "words")
-        cpu = gateway.cpu_seconds() - before
+        with _sampled(gateway.pid, profile):
+            before = gateway.cpu_seconds()
+            done = _measure(gateway.port, "/v1/responses", body, GATEWAY_MARKER, requests, 200_000, "words")
+            cpu = gateway.cpu_seconds() - before
     return cpu * 1000 / len(done), statistics.mean(r["tokens"] for r in done)
 
 
+@contextmanager
+def _sampled(pid: int, profile: Path | None) -> Iterator[None]:
+    """py-spy recording `pid` (its stacks in raw form, appended to `profile`) around the block."""
+    if profile is None:
+        yield
+        return
+    with tempfile.NamedTemporaryFile(suffix=".txt") as out:
+        spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid),
+                                "--rate", "250", "--format", "raw", "--full-filenames", "--output", out.name],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            yield
+        finally:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
+            with profile.open("a") as merged:
+                merged.write(Path(out.name).read_text())
+
+
+_WAITING = ("Condition.wait ", "Event.wait ", "EpollSelector.select ", "select ")  # a thread asleep, not working
+
+
+def profile_summary(profile: Path, top: int = 12) -> dict[str, Any]:
+    """The share of the working samples (not asleep on a lock or in select) in OpenTelemetry's
+    code, by its outermost function there."""
+    total, by_entry = 0, Counter()
+    for line in profile.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit() or stack.rpartition(";")[2].startswith(_WAITING):
+            continue
+        total += int(count)
+        entry = next((frame for frame in stack.split(";") if "/opentelemetry/" in frame), None)
+        if entry is not None:
+            name, _, where = entry.partition(" (")
+            by_entry[f"{name} ({where.split('site-packages/')[-1].rpartition(':')[0]})"] += int(count)
+    otel = sum(by_entry.values())
+    return {"samples": total, "opentelemetry_share": round(otel / total, 3) if total else None,
+            "by_entry": [(entry, round(n / total, 3)) for entry, n in by_entry.most_common(top)]}
+
+
 def side(state: str, ratio: float, short: procs.Process, long: procs.Process, sink: dict[str, Any],
-         requests: int) -> dict:
+         requests: int, profile: Path | None = None) -> dict:
     """One run of `state`: "off", "on" (every request traced) or "sampled" (a `ratio` of them)."""
     extra = ["--otlp-traces-endpoint", sink["endpoint"]] if state in ("on", "sampled") else []
     sampler = {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(ratio)} if state == "sampled" else {}
@@ -87,7 +139,7 @@ def side(state: str, ratio: float, short: procs.Process, long: procs.Process, si
     body, _ = _bodies(str(model.model_dir), model.name, tagged=True)
     spans = sink["spans"]
     try:
-        short_ms, short_tokens = _cpu_ms_per_request(short, body, requests, extra)
+        short_ms, short_tokens = _cpu_ms_per_request(short, body, requests, extra, profile if state == "on" else None)
         long_ms, long_tokens = _cpu_ms_per_request(long, body, max(20, requests // 5), extra)
     finally:
         procs.ROOT = root
@@ -104,7 +156,8 @@ def side(state: str, ratio: float, short: procs.Process, long: procs.Process, si
 BEFORE = Path()
 
 
-def run(pairs: int, requests: int, ratio: float | None, before: Path | None = None) -> dict[str, Any]:
+def run(pairs: int, requests: int, ratio: float | None, before: Path | None = None,
+        profile: Path | None = None) -> dict[str, Any]:
     global BEFORE
     model = qwen()
     states = (["before"] if before else []) + ["off", "on"] + (["sampled"] if ratio is not None else [])
@@ -114,7 +167,7 @@ def run(pairs: int, requests: int, ratio: float | None, before: Path | None = No
             procs.token_server(model.name, model.output(LONG - 1)) as long, otlp_sink() as sink:
         for i in range(pairs):
             for state in (states if i % 2 == 0 else states[::-1]):
-                rows.append(side(state, ratio or 0.0, short, long, sink, requests))
+                rows.append(side(state, ratio or 0.0, short, long, sink, requests, profile))
                 print(json.dumps(rows[-1]), flush=True)
     summary = {}
     for state in states:
@@ -127,10 +180,10 @@ def run(pairs: int, requests: int, ratio: float | None, before: Path | None = No
 
 
 def span_cost(iterations: int = 2000) -> dict[str, float]:
-    """CPU µs per request of the spans alone, in this process: one request's span set (request,
-    prepare, render, generation, commit, with the gateway's attribute sets) made through
-    gateway/core/tracing.py and exported by OTLP/HTTP to the sink, timed by process CPU time
-    (the exporter's thread included, flushed at the end)."""
+    """CPU µs per request of the spans alone, in this process: one request's spans (the
+    request's and its generation's, with the gateway's attribute sets and its phases timed)
+    made through gateway/core/tracing.py and exported by OTLP/HTTP to the sink, timed by process
+    CPU time (the exporter's thread included, flushed at the end)."""
     import time
 
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -150,13 +203,15 @@ def span_cost(iterations: int = 2000) -> dict[str, float]:
             for i in range(iterations):
                 opened = tracing.start_request("POST /v1/responses", headers,
                                                {"gateway.api": "responses_http", "gateway.request_id": f"req_{i}"})
+                assert opened is not None
                 with tracing.phase("gateway.prepare"):
                     pass
                 with tracing.phase("gateway.render"):
                     pass
-                generation = tracing.start_span("chat tiny-qwen3", {
-                    "gen_ai.operation.name": "chat", "gen_ai.request.model": "tiny-qwen3",
-                    "gen_ai.request.temperature": 0.0, "gen_ai.request.max_tokens": 16}, SpanKind.CLIENT)
+                generation = tracing.start_span("chat tiny-qwen3", SpanKind.CLIENT)
+                assert generation is not None
+                generation.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.request.model": "tiny-qwen3",
+                                           "gen_ai.request.temperature": 0.0, "gen_ai.request.max_tokens": 16})
                 with tracing.current(generation):
                     tracing.upstream_headers()
                 tracing.end(generation, {"gen_ai.usage.output_tokens": 16, "gen_ai.response.id": f"gw_{i}",
@@ -165,10 +220,9 @@ def span_cost(iterations: int = 2000) -> dict[str, float]:
                                          "server.port": 8000})
                 with tracing.phase("gateway.commit"):
                     pass
-                opened[0].set_attributes({"gateway.outcome": "completed", "http.response.status_code": 200,
-                                          "gen_ai.response.id": f"resp_{i}", "gen_ai.request.model": "tiny-qwen3",
-                                          "gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 16})
-                tracing.end_request(opened)
+                tracing.end_request(opened, {"gateway.outcome": "completed", "http.response.status_code": 200,
+                                             "gen_ai.response.id": f"resp_{i}", "gen_ai.request.model": "tiny-qwen3",
+                                             "gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 16})
             provider.force_flush()
             cpu = time.process_time() - start
         finally:
@@ -184,11 +238,16 @@ def main() -> None:
     parser.add_argument("--ratio", type=float, help="also measure traces on with this fraction sampled")
     parser.add_argument("--spans-only", action="store_true", help="only the spans' own CPU per request, in process")
     parser.add_argument("--before", type=Path, help="a checkout of the code before traces, measured as a side too")
+    parser.add_argument("--profile", type=Path, help="py-spy's stacks of the traced gateways, written here")
     args = parser.parse_args()
     if args.spans_only:
         print(json.dumps([span_cost() for _ in range(5)]))
         return
-    print(json.dumps(run(args.pairs, args.requests, args.ratio, args.before)["summary"], indent=1))
+    if args.profile is not None:
+        args.profile.write_text("")
+    print(json.dumps(run(args.pairs, args.requests, args.ratio, args.before, args.profile)["summary"], indent=1))
+    if args.profile is not None:
+        print(json.dumps(profile_summary(args.profile), indent=1))
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 
 The names are the GenAI semantic conventions' (`gen_ai.*`): the operation, the model, the
 sampling parameters sent upstream, token usage, why it finished; TTFT under vLLM's own name
-for it (`gen_ai.latency.time_to_first_token`, seconds from the span's start). Few of them on
-the request's span, all on the generation's: each attribute costs the SDK a few microseconds
-to set and the exporter as much to encode. Read once, when a
-span ends, from the record the turn wrote anyway: nothing is counted per token for it. Prompt
+for it (`gen_ai.latency.time_to_first_token`, seconds from the span's start). They are on the
+generation's span only, none repeated on the request's: each attribute costs the SDK a few
+microseconds to set and the exporter as much to encode, and none is built for a span the
+sampler left out.
+Read once, when a span ends, from the record the turn wrote anyway: nothing is counted per
+token for it. Prompt
 and output text only with `tracing.capture_content` (an explicit flag): then the history as
 `gen_ai.input.messages` and the generated ids decoded as `gen_ai.output.messages`.
 """
@@ -24,7 +26,7 @@ from gateway.core.conversation import Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.base import ChatFormat
 from gateway.tokenfix.record import TurnRecord
 
-__all__ = ["Generation", "end_generation", "open_generation", "summary_attributes"]
+__all__ = ["Generation", "end_generation", "open_generation"]
 
 OPERATION = "chat"  # gen_ai.operation.name of every generating API (Responses, Chat, Messages)
 
@@ -75,30 +77,26 @@ def result_attributes(record: TurnRecord, started: float) -> dict[str, Any]:
     return attributes
 
 
-def summary_attributes(record: TurnRecord) -> dict[str, Any]:
-    """A request's span: the model and what its turn used (the generation's span has the rest)."""
-    attributes: dict[str, Any] = {"gen_ai.request.model": record.model,
-                                  "gen_ai.usage.output_tokens": len(record.output_ids)}
-    if record.replica is not None:
-        attributes["gen_ai.usage.input_tokens"] = record.input_tokens
-    return attributes
-
-
 Generation = tuple[Span, float]  # a generation's span and the time.perf_counter() it opened at
 
 
 def open_generation(record: TurnRecord) -> Generation | None:
     """The span of one generation (`chat MODEL`, a client span: the call to a replica), opened
     as its prompt goes upstream; None when traces are off."""
-    if tracing.tracer is None:
+    span = tracing.start_span(f"{OPERATION} {record.model}", SpanKind.CLIENT)
+    if span is None:
         return None
-    span = tracing.start_span(f"{OPERATION} {record.model}", request_attributes(record), SpanKind.CLIENT)
-    return (span, time.perf_counter()) if span is not None else None
+    if span.is_recording():
+        span.set_attributes(request_attributes(record))
+    return span, time.perf_counter()
 
 
 def end_generation(generation: Generation, record: TurnRecord, chat_format: ChatFormat) -> None:
     """End it with what the record says: the replica, usage, TTFT, how it finished."""
     span, started = generation
+    if not span.is_recording():  # sampled out: nothing to say
+        span.end()
+        return
     attributes = result_attributes(record, started)
     if tracing.capture_content:
         attributes |= content_attributes(record, chat_format)

@@ -8,7 +8,8 @@ metrics and one access log line. Nothing is counted on the hot path itself.
 
 With traces on (gateway/core/tracing.py), the request is one span too, continuing the caller's
 `traceparent` (the HTTP request's, or the WebSocket handshake's for each `response.create`);
-it ends after the access line, which carries its trace id, with the record's GenAI attributes.
+it ends after the access line, which carries its trace id, with its outcome and its phases'
+times (the model, usage and timing are its generation's span's).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from gateway.core import logs, tenancy, tracing
 from gateway.core.ids import new_id
-from gateway.pipeline import spans
 from gateway.pipeline.trace import Trace, current
 from gateway.server.metrics import Metrics
 from gateway.upstream.router import DECISIONS, Decision
@@ -79,9 +79,12 @@ def traced(api: str, metrics: Metrics, request_id: str, received: float, *, span
         DECISIONS.reset(tokens[2])
 
 
-def _end_span(span: tuple[Any, object], trace: Trace) -> None:
-    """The request's outcome and its turn's GenAI attributes on its span, then the span's end."""
-    outcome, record = trace.outcome, trace.record
+def _end_span(span: tracing.Opened, trace: Trace) -> None:
+    """The request's outcome on its span, then the span's end."""
+    if not tracing.recording():  # sampled out
+        tracing.end_request(span)
+        return
+    outcome = trace.outcome
     attributes: dict[str, Any] = {"gateway.outcome": outcome}
     if trace.api != "responses_ws":
         attributes["http.response.status_code"] = trace.status
@@ -89,13 +92,10 @@ def _end_span(span: tuple[Any, object], trace: Trace) -> None:
         attributes["gateway.tenant"] = trace.tenant
     if trace.response_id is not None:
         attributes["gen_ai.response.id"] = trace.response_id
-    if record is not None:
-        attributes |= spans.summary_attributes(record)
     failed = outcome == "failed" or trace.status >= 500
     if outcome not in ("completed", "incomplete"):
         attributes["error.type"] = trace.error_code or outcome
-    span[0].set_attributes(attributes)
-    tracing.end_request(span, (trace.error_message or outcome) if failed else None)
+    tracing.end_request(span, attributes, (trace.error_message or outcome) if failed else None)
 
 
 def finish(trace: Trace, metrics: Metrics, decision: Decision | None = None) -> None:

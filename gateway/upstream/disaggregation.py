@@ -203,7 +203,7 @@ async def _prefill(replica: Replica, prefill_body: Prefill, request_id: str, pol
     failure: str | None = None
     params: dict[str, Any] | None = None
     try:
-        with tracing.phase("gateway.prefill", {"replica": replica.url}):
+        with tracing.span("gateway.prefill", {"replica": replica.url}):
             async with asyncio.timeout(policy.prefill_timeout):
                 path, body = prefill_body(replica)
                 response = await replica.client.post(

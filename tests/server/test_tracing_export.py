@@ -41,10 +41,14 @@ def test_the_gateway_exports_its_request_spans(protocol, qwen_tokenizer_dir, tok
                 process.send_signal(signal.SIGTERM)
                 assert process.wait(timeout=60) == 0
             span = receiver.wait_for(lambda s: s.kind == SERVER and s.name == "POST /v1/responses")
+            generation = receiver.wait_for(lambda s: s.name == "chat tiny-qwen3")
     assert span.service == ("gateway-under-test" if protocol == "grpc" else "vllm-gateway")
     assert span.trace_id == CALLER_TRACE and span.parent_span_id == "b7ad6b7169203331"
-    assert span.attributes["gen_ai.usage.output_tokens"] == len(out)
-    assert span.attributes["gen_ai.usage.input_tokens"] == len(fake.bodies("/inference/v1/generate")[-1]["token_ids"])
-    assert span.attributes["gen_ai.request.model"] == "tiny-qwen3" and span.end_ns > span.start_ns
+    assert span.attributes["gateway.outcome"] == "completed" and span.end_ns > span.start_ns
+    assert generation.parent_span_id == span.span_id and generation.trace_id == CALLER_TRACE
+    assert generation.attributes["gen_ai.usage.output_tokens"] == len(out)
+    assert generation.attributes["gen_ai.usage.input_tokens"] == \
+        len(fake.bodies("/inference/v1/generate")[-1]["token_ids"])
+    assert generation.attributes["gen_ai.request.model"] == "tiny-qwen3"
     sent = fake.requests[-1].headers["traceparent"].split("-")
     assert sent[1] == CALLER_TRACE and sent[2] in {s.span_id for s in receiver.spans}
