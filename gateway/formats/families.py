@@ -8,7 +8,20 @@ are read from here. Adding a family is a module declaring its `Family` and a lin
 
 from __future__ import annotations
 
-from gateway.formats import deepseek, dsml, gemma4, glm, hermes, kimi, llama3_json, minimax, qwen_xml
+from gateway.formats import (
+    deepseek,
+    dsml,
+    gemma4,
+    glm,
+    hermes,
+    kimi,
+    llama3_json,
+    minimax,
+    pythonic,
+    qwen_xml,
+    seed_oss,
+    step3p5,
+)
 from gateway.formats.family import Family
 
 __all__ = ["OWN_FORMATS", "by_tool_parser", "of_model_type", "of_template", "reasoning_parser_names",
@@ -22,7 +35,12 @@ FAMILIES: tuple[Family, ...] = (
     glm.FAMILY,  # GLM-4.5 to GLM-5: <arg_key>
     deepseek.FAMILY,  # DeepSeek-V3.1: <｜tool▁calls▁begin｜>
     kimi.FAMILY,  # Kimi-K2: <|tool_calls_section_begin|>
+    pythonic.OLMO3,  # Olmo 3: pythonic calls in <function_calls>
+    pythonic.LFM2,  # LFM2 / LFM2.5: pythonic calls in <|tool_call_start|>
+    pythonic.LLAMA4,  # Llama 4 pythonic calls: [func_name1(param1=value1, …)] and <|header_start|>
     llama3_json.FAMILY,  # Llama 3.1-3.3: "parameters":  and <|eot_id|>
+    seed_oss.FAMILY,  # Seed-OSS: <seed:tool_call> (Qwen3's XML calls)
+    step3p5.FAMILY,  # Step-3.5/3.7: a tool_response turn (Qwen3's XML calls)
     qwen_xml.FAMILY,  # Qwen3.5/3.6, Qwen3-Coder: <function= / <parameter=
     hermes.HERMES,  # Qwen2.5/Qwen3 and any other template
     hermes.NONE,  # --tool-call-parser none (never detected)

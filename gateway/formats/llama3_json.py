@@ -32,7 +32,7 @@ from gateway.formats.glm import is_valid_name
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.qwen_xml import argument_dict
 
-__all__ = ["FAMILY"]
+__all__ = ["FAMILY", "Llama3JsonParser"]
 
 PYTHON_TAG = "<|python_tag|>"
 TEMPLATE_MARKER = '"parameters": '  # vLLM's llama3.1 JSON template writes calls with it
@@ -44,6 +44,7 @@ class Llama3JsonParser(HermesOutputParser):
     (None when the vocabulary lacks it). The `tool_call` mode holds an output that may be calls."""
 
     trim_newlines = False  # Llama's markup owns no newline: text items are the model's text
+    opener = b"{"  # what an output of calls starts with (after whitespace)
 
     def __init__(self, token_bytes: list[bytes], markup: Markup, stop_ids: frozenset[int],
                  tools: Iterable[Tool] = ()) -> None:
@@ -78,7 +79,7 @@ class Llama3JsonParser(HermesOutputParser):
             if not start and not final:
                 return  # only whitespace so far: not yet known
             self._decided = True
-            if start[:1] == b"{":
+            if start.startswith(self.opener):
                 self._call = bytearray(self._pending)
                 self._pending.clear()
                 self._mode = "tool_call"
@@ -87,7 +88,7 @@ class Llama3JsonParser(HermesOutputParser):
 
     def _calls(self, body: bytes) -> None:
         text = body.decode("utf-8", errors="replace")
-        calls = parse_calls(text, self._names)
+        calls = self.read_calls(text)
         if calls is None:
             raw = (self._markup.text[self._markup.call_open] if self._tagged and self._markup.call_open is not None
                    else b"") + body
@@ -96,6 +97,11 @@ class Llama3JsonParser(HermesOutputParser):
         for name, arguments in calls:
             index = self._start("tool_call", name)
             self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
+
+
+    def read_calls(self, text: str) -> list[tuple[str, str]] | None:
+        """(name, arguments JSON) per call of a held output, or None when it is not all calls."""
+        return parse_calls(text, self._names)
 
 
 def parse_calls(text: str, names: frozenset[str] = frozenset()) -> list[tuple[str, str]] | None:

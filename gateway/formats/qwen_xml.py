@@ -54,7 +54,7 @@ from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
 from gateway.formats.family import Family, ParserFactory
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 
-__all__ = ["FAMILY", "argument_dict", "template_messages"]
+__all__ = ["FAMILY", "argument_dict", "parsers", "template_messages"]
 
 FUNCTION_OPEN = "<function="
 FUNCTION_CLOSE = "</function>"
@@ -476,7 +476,8 @@ def argument_dict(arguments: str) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def _parsers(vocab: dict[str, int]) -> ParserFactory:
+def parsers(vocab: dict[str, int]) -> ParserFactory:
+    """The XML call parser, for this family and the ones writing Qwen3's calls under other markers."""
     return lambda shared, starts, tools: XmlToolCallParser(shared.token_bytes, shared.markup, shared.stop_ids,
                                                            starts, tools)
 
@@ -484,4 +485,4 @@ def _parsers(vocab: dict[str, int]) -> ParserFactory:
 FAMILY = Family(
     name="xml", tool_parsers=("qwen3_coder", "qwen3_xml"), reasoning_parsers=("qwen3",),
     detect=lambda template: FUNCTION_OPEN in template or PARAMETER_OPEN in template,
-    prepare=template_messages, parsers=_parsers, image="<|image_pad|>", grammar="xml")
+    prepare=template_messages, parsers=parsers, image="<|image_pad|>", grammar="xml")

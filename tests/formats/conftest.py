@@ -176,3 +176,86 @@ def deepseek_v4_chat_format(deepseek_v4_tokenizer):
 
     return HFChatFormat(deepseek_v4_tokenizer, tool_parser="deepseek_v4", enable_thinking=False,
                         locality=failing_kinds)
+
+
+@pytest.fixture(scope="session")
+def seed_oss_tokenizer():
+    """Seed-OSS's control tokens on a stand-in BPE, with the published Seed-OSS template."""
+    from tests.support.stand_in_families import SEED_OSS, stand_in_dir
+
+    return shared_tokenizer(stand_in_dir(SEED_OSS))
+
+
+@pytest.fixture(scope="session")
+def seed_oss_format(seed_oss_tokenizer):
+    """The HF format on it: Seed-OSS calls, picked from the template."""
+    from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
+
+    return HFChatFormat(seed_oss_tokenizer, locality=failing_kinds)
+
+
+@pytest.fixture(scope="session")
+def step3p5_tokenizer():
+    """Step-3.5/3.7's control tokens on a stand-in BPE, with the published Step-3.7-Flash template."""
+    from tests.support.stand_in_families import STEP3P5, stand_in_dir
+
+    return shared_tokenizer(stand_in_dir(STEP3P5))
+
+
+@pytest.fixture(scope="session")
+def step3p5_format(step3p5_tokenizer):
+    """The HF format on it: Step's XML calls, picked from the template."""
+    from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
+
+    return HFChatFormat(step3p5_tokenizer, locality=failing_kinds)
+
+
+@pytest.fixture(scope="session")
+def llama4_tokenizer():
+    """Llama 4's control tokens on a stand-in BPE, with vLLM's Llama 4 pythonic template."""
+    from tests.support.stand_in_families import LLAMA4, stand_in_dir
+
+    return shared_tokenizer(stand_in_dir(LLAMA4))
+
+
+@pytest.fixture(scope="session")
+def llama4_format(llama4_tokenizer):
+    """The HF format on it: Llama 4 pythonic calls, picked from the template."""
+    from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
+
+    return HFChatFormat(llama4_tokenizer, locality=failing_kinds)
+
+
+@pytest.fixture(scope="session")
+def olmo3_tokenizer():
+    """Olmo 3's control tokens on a stand-in BPE, with vLLM's Olmo 3 template."""
+    from tests.support.stand_in_families import OLMO3, stand_in_dir
+
+    return shared_tokenizer(stand_in_dir(OLMO3))
+
+
+@pytest.fixture(scope="session")
+def olmo3_format(olmo3_tokenizer):
+    from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
+
+    return HFChatFormat(olmo3_tokenizer, locality=failing_kinds)
+
+
+@pytest.fixture(scope="session")
+def lfm2_tokenizer():
+    """LFM2's control tokens on a stand-in BPE, with the published LFM2.5-8B-A1B template."""
+    from tests.support.stand_in_families import LFM2, stand_in_dir
+
+    return shared_tokenizer(stand_in_dir(LFM2))
+
+
+@pytest.fixture(scope="session")
+def lfm2_format(lfm2_tokenizer):
+    from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
+
+    return HFChatFormat(lfm2_tokenizer, locality=failing_kinds)

@@ -20,23 +20,31 @@ from tests.formats import (
     test_glm_render,
     test_kimi_parser,
     test_kimi_render,
+    test_llama4_pythonic,
     test_minimax_parser,
     test_minimax_render,
+    test_olmo3_lfm2,
     test_qwen_xml_parser,
     test_qwen_xml_render,
+    test_seed_oss,
+    test_step3p5,
 )
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support.family_contract import OutputContract, RenderContract
 from tests.support.family_render import reference_ids
 
 DECLARED = {module.CONTRACT.family: module.CONTRACT for module in (
-    test_deepseek_parser, test_dsml_parser, test_glm_parser, test_kimi_parser, test_minimax_parser, test_qwen_xml_parser)}
+    test_deepseek_parser, test_dsml_parser, test_glm_parser, test_kimi_parser, test_minimax_parser, test_qwen_xml_parser,
+    test_seed_oss, test_step3p5, test_llama4_pythonic)}
+DECLARED |= {"olmo3": test_olmo3_lfm2.OLMO3_CONTRACT, "lfm2": test_olmo3_lfm2.LFM2_CONTRACT}
 # Registered families whose parser this suite does not take (yet), and the module that checks it.
 CHECKED_ELSEWHERE = {"dsml_v32": "test_dsml_parser.py", "gemma4": "test_gemma4.py", "llama3_json": "test_llama3_json.py",
                      "hermes": "test_hf_parser.py", "none": "each family's selection test"}
 CONTRACTS = [DECLARED[family.name] for family in families.FAMILIES if family.name in DECLARED]  # the registry's order
 RENDERS = [module.RENDER for module in (test_deepseek_render, test_glm_render, test_kimi_render,
-                                        test_minimax_render, test_qwen_xml_render)]
+                                        test_minimax_render, test_qwen_xml_render, test_seed_oss,
+                                        test_step3p5, test_llama4_pythonic)] + [
+    test_olmo3_lfm2.OLMO3_RENDER, test_olmo3_lfm2.LFM2_RENDER]
 MALFORMED = [(contract, output, expected) for contract in CONTRACTS for output, expected in contract.malformed]
 
 

