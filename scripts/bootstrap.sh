@@ -107,7 +107,7 @@ apt_tools() {
   # The tests' real browser (the status page, tests/real_vllm/test_status_page.py) and real Prometheus
   # (promtool and a server scraping a gateway and vLLM: tests/deploy/test_observability.py).
   local missing=()
-  command -v chromium >/dev/null || missing+=(chromium)
+  command -v chromium >/dev/null || missing+=(chromium fonts-liberation)  # a font for its screenshots
   command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
   if [ ${#missing[@]} = 0 ]; then
     echo "  $(chromium --version 2>/dev/null | cut -d' ' -f1-2), $(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3)" >&2

@@ -106,9 +106,10 @@ function chart(box, title, values, unit, digits) {
   const last = [...values].reverse().find((v) => v !== null);
   box.replaceChildren(
     el("div", {class: "title"}, el("span", {}, title),
-       el("span", {class: "last"}, last === undefined ? "–" : `${fmt(last, digits)} ${unit}`)),
+       el("span", {class: "last"}, last === undefined ? "–" : `${fmt(last, digits)}${unit ? " " + unit : ""}`)),
     svg,
-    el("div", {class: "axis"}, el("span", {}, `max ${fmt(top, digits)} ${unit}`), el("span", {}, "now")));
+    el("div", {class: "axis"}, el("span", {}, `max ${fmt(top, digits)}${unit ? " " + unit : ""}`),
+       el("span", {}, "now")));
 }
 
 function pairs(dl, entries) {
