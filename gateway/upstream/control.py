@@ -173,6 +173,12 @@ class Fleet:
         self.ensure(path.lstrip("/"), answers)
         return {field: all(bool(a.body.get(field)) for a in answers)}
 
+    async def same(self, path: str, params: Any = None) -> Any:
+        """A read every replica answers alike (`/server_info`: one model, one config): the first's answer."""
+        answers = await self.call("GET", path, params=params, retry=True)
+        self.ensure(path.lstrip("/"), answers)
+        return answers[0].body
+
     # --- caches ----------------------------------------------------------------------------
 
     async def reset_prefix_cache(self, params: Any) -> dict[str, Any]:

@@ -203,3 +203,35 @@ def test_a_reset_clears_the_index_of_the_replicas_it_reset(two):
     assert post(two, "/reset_prefix_cache").json() == {"success": True}
     assert [len(view.sent) for view in views.values()] == [0, 0]
     assert post(two, "/collective_rpc", {"method": "reload_weights"}).json() == {"results": [None, None, None]}
+
+
+def test_trls_async_grpo_calls_drive_the_fleet(open_two):
+    """TRL's async GRPO, call for call: trl/experimental/async_grpo/weight_transfer.py
+    `init_weight_transfer` (get_world_size, then init_weight_transfer_engine with rank_offset 1 and
+    world_size + 1 posted from a thread while the trainer joins), `pause`/`resume` (mode=keep),
+    vllm_client.py `get_dtype` (/server_info?config_format=json), `start_weight_update`
+    ({"is_checkpoint_format": true}), `send_weights` (update_weights from a thread),
+    `finish_weight_update` (no body)."""
+    two = open_two
+    size = httpx.get(two.url + "/get_world_size").json()["world_size"]
+    init_info = {"master_address": "10.0.0.1", "master_port": 40123, "rank_offset": 1, "world_size": size + 1}
+    init = threading.Thread(target=post, args=(two, "/init_weight_transfer_engine", {"init_info": init_info}, None))
+    init.start()
+    init.join(60)
+    dtype = httpx.get(two.url + "/server_info", params={"config_format": "json"}).json()
+    assert dtype["vllm_config"]["model_config"]["dtype"] == "torch.bfloat16"
+    for path, body in (("/pause?mode=keep", None), ("/start_weight_update", {"is_checkpoint_format": True}),
+                       ("/update_weights", {"update_info": {"names": ["w"], "packed": True}}),
+                       ("/finish_weight_update", None), ("/resume", None)):
+        answer = post(two, path, body, headers=None)
+        assert answer.status_code == 200, (path, answer.text)
+    a, b = two.replicas
+    for replica, offset in ((a, 1), (b, 3)):
+        calls = [(path, query, body) for path, query, body in replica.calls if path != "/get_world_size"]
+        assert calls == [
+            ("/init_weight_transfer_engine", "", {"init_info": {**init_info, "rank_offset": offset}}),
+            ("/server_info", "config_format=json", None), ("/pause", "mode=keep", None),
+            ("/start_weight_update", "", {"is_checkpoint_format": True}),
+            ("/update_weights", "", {"update_info": {"names": ["w"], "packed": True}}),
+            ("/finish_weight_update", "", None), ("/resume", "", None)]
+    assert httpx.get(two.url + "/weight_info").json() == {"weight_version": "default"}  # TRL labels nothing

@@ -61,7 +61,8 @@ class ControlReplica(FakeVLLM):
                 ("/finish_weight_update", self._finish, "POST"),
                 ("/update_weight_version", self._update_version, "POST"),
                 ("/weight_info", self._weight_info, "GET"),
-                ("/reset_prefix_cache", self._reset, "POST"), ("/collective_rpc", self._rpc, "POST")):
+                ("/reset_prefix_cache", self._reset, "POST"), ("/collective_rpc", self._rpc, "POST"),
+                ("/server_info", self._server_info, "GET")):
             app.router.routes.append(Route(path, self._scripted(handler), methods=[method]))
         return app
 
@@ -121,6 +122,10 @@ class ControlReplica(FakeVLLM):
 
     async def _reset(self, request: Request, body: Any) -> Response:
         return JSONResponse({"success": True})
+
+    async def _server_info(self, request: Request, body: Any) -> Response:
+        """vLLM's dev /server_info?config_format=json, cut to what trainers read (TRL: the dtype)."""
+        return JSONResponse({"vllm_config": {"model_config": {"dtype": "torch.bfloat16", "model": self.model}}})
 
     async def _rpc(self, request: Request, body: Any) -> Response:
         return JSONResponse({"results": [None] * self.world_size})

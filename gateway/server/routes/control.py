@@ -151,9 +151,13 @@ async def weight_info(request: Request, fleet: Fleet) -> Any:
     return await fleet.weight_info()
 
 
+async def server_info(request: Request, fleet: Fleet) -> Any:
+    return await fleet.same("/server_info", request.query_params.multi_items())
+
+
 def control_routes() -> list[Route]:
-    """vLLM's paths (vllm/entrypoints/rl/online/api_router.py, serve/dev/{cache,sleep,rpc}/api_router.py,
-    scale_out/token_in_token_out/api_router.py's abort)."""
+    """vLLM's paths (vllm/entrypoints/rl/online/api_router.py, serve/dev/{cache,sleep,rpc,server_info}/
+    api_router.py, scale_out/token_in_token_out/api_router.py's abort)."""
     post = {
         "/pause": pause, "/resume": resume, "/sleep": sleep, "/wake_up": wake_up,
         "/reset_prefix_cache": reset_prefix_cache, "/reset_mm_cache": _plain("/reset_mm_cache"),
@@ -167,6 +171,6 @@ def control_routes() -> list[Route]:
         "/finish_weight_update": finish_weight_update, "/update_weight_version": update_weight_version,
     }
     get = {"/is_paused": is_paused, "/is_sleeping": is_sleeping, "/get_world_size": get_world_size,
-           "/weight_info": weight_info}
+           "/weight_info": weight_info, "/server_info": server_info}
     return [*(Route(path, _control(handler), methods=["POST"]) for path, handler in post.items()),
             *(Route(path, _control(handler), methods=["GET"]) for path, handler in get.items())]
