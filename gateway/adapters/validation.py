@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import orjson
@@ -43,10 +44,12 @@ def type_name(value: Any) -> str:
     return TYPE_NAMES.get(type(value), type(value).__name__)
 
 
-def check_model(served: str, model: str) -> None:
-    """404 unless `model` is the one the gateway serves (every API's `model` field)."""
-    if model != served:
-        raise APIError(f"The model '{model}' does not exist; this gateway serves '{served}'.",
+def check_model(served: str, model: str, adapters: Collection[str] = ()) -> None:
+    """404 unless `model` is the one the gateway serves, or one of the LoRA `adapters` its replicas
+    hold where the API takes one (every API's `model` field)."""
+    if model != served and model not in adapters:
+        held = f" and the LoRA adapters {', '.join(sorted(adapters))}" if adapters else ""
+        raise APIError(f"The model '{model}' does not exist; this gateway serves '{served}'{held}.",
                        status=404, code="model_not_found", param="model")
 
 

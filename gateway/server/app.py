@@ -112,7 +112,10 @@ async def list_models(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     model = {"id": runtime.model_name, "object": "model", "created": 0, "owned_by": "vllm-gateway",
              "max_model_len": runtime.pool.max_model_len}
-    body: dict = {"object": "list", "data": [model]}
+    adapters = [{"id": name, "object": "model", "created": 0, "owned_by": "vllm-gateway", "root": root,
+                 "parent": runtime.model_name, "max_model_len": runtime.pool.max_model_len}
+                for name, root in sorted(runtime.pool.adapters.items())]  # as vLLM lists its LoRA adapters
+    body: dict = {"object": "list", "data": [model, *adapters]}
     if "client_version" in request.query_params:
         body["models"] = [codex_model_info(runtime.model_name, runtime.pool.max_model_len,
                                            images=runtime.format.image_token_id is not None)]

@@ -327,6 +327,46 @@ class Fleet:
                             f"out of routing: {reason}" if reason else "back in routing at the fleet's version")
             replica.fenced = reason
 
+    # --- LoRA adapters ---------------------------------------------------------------------
+
+    async def load_adapter(self, body: dict[str, Any]) -> Any:
+        """vLLM's `/v1/load_lora_adapter` on every replica; each that loaded it serves it from now.
+        Loaded again in place (`load_inplace`), the blocks cached under its name are stale: the
+        router forgets what those replicas held."""
+        name = body["lora_name"]
+        answers = await self.call("POST", "/v1/load_lora_adapter", body=body)
+        for answer in answers:
+            if answer.ok:
+                if name in answer.replica.adapters:
+                    self.pool.router.cleared(answer.replica.url)
+                answer.replica.adapters[name] = body.get("lora_path")
+        self.ensure("load_lora_adapter", answers)
+        return answers[0].body
+
+    async def unload_adapter(self, body: dict[str, Any]) -> Any:
+        """vLLM's `/v1/unload_lora_adapter`, once no generation uses the adapter any more: from the
+        call on, new generations naming it are refused (404), those in flight finish first (within
+        `timeout`)."""
+        name = body["lora_name"]
+        self.pool.retiring.add(name)
+        try:
+            deadline = asyncio.get_running_loop().time() + self.timeout
+            while self.pool.adapter_users[name] > 0:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise APIError(f"Generations with LoRA adapter '{name}' were still running after "
+                                   f"{self.timeout:g} s; it was not unloaded.", status=504, type="server_error",
+                                   code="fleet_timeout")
+                await asyncio.sleep(0.05)
+            holders = [r for r in self.members if name in r.adapters] or self.members
+            answers = await self.call("POST", "/v1/unload_lora_adapter", body=body, replicas=holders)
+            for answer in answers:
+                if answer.ok:
+                    answer.replica.adapters.pop(name, None)
+            self.ensure("unload_lora_adapter", answers)
+            return answers[0].body
+        finally:
+            self.pool.retiring.discard(name)
+
 
 def _gateway_id(request_id: str) -> str:
     for prefix in ("generate-tokens-", "cmpl-"):

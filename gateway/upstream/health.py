@@ -49,9 +49,12 @@ async def admit(replica: Replica, api: str, policy: HealthPolicy) -> bool:
     try:
         (await client.get(replica.url + "/health", timeout=policy.timeout)).raise_for_status()
         models = await client.get(replica.url + "/v1/models", timeout=policy.timeout)
-        model = models.raise_for_status().json()["data"][0]
+        listed = models.raise_for_status().json()["data"]
+        model = listed[0]
         replica.served_model = model["id"]
         replica.max_model_len = model.get("max_model_len")
+        # LoRA adapters it already holds (vLLM lists them after the base model, with a `parent`)
+        replica.adapters = {m["id"]: m.get("root") for m in listed[1:] if m.get("parent")}
         replica.api = api if api != "auto" else await _detect_api(replica, policy)  # type: ignore[assignment]
         await _warmup(replica, policy)
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -62,6 +63,8 @@ class Pool:
         # The fleet's weight version once a trainer set one: a replica that joins later is out of
         # routing (`fenced`) until an update brings it there.
         self.weight_version: str | None = None
+        self.retiring: set[str] = set()  # LoRA adapters being unloaded: no new generation may name them
+        self.adapter_users: Counter[str] = Counter()  # generations naming each LoRA adapter, not ended
         self._watchers: dict[Replica, asyncio.Task] = {}
         self._resolving: asyncio.Task | None = None
 
@@ -101,6 +104,12 @@ class Pool:
         return any(r.role != "both" for r in self.replicas)
 
     @property
+    def adapters(self) -> dict[str, str | None]:
+        """The LoRA adapters a generation may name: held by a routable replica, not being unloaded."""
+        return {name: root for r in self.replicas if r.routable for name, root in r.adapters.items()
+                if name not in self.retiring}
+
+    @property
     def max_model_len(self) -> int | None:
         lengths = [r.max_model_len for r in self.replicas if r.max_model_len]
         return min(lengths) if lengths else None
@@ -112,13 +121,14 @@ class Pool:
 
     def pick(self, affinity: str | None = None, exclude: Sequence[Replica] = (), *,
              prompt_ids: Sequence[int] | None = None, cache_salt: str | None = None,
-             keys: KeyChain | None = None, leg: str = "decode") -> Replica:
+             keys: KeyChain | None = None, leg: str = "decode", adapter: str | None = None) -> Replica:
         """The replica for a prompt: the one holding most of it within the load bound, else the
         session's (`affinity`), else the least busy (gateway/upstream/routing.py); when none is
         routable, among the ejected ones (panic routing) rather than none. `leg`: a generation
         ("decode") goes to no prefill-only replica, a "prefill" leg to no decode-only one. A replica
         `fenced` off by the control plane (not at the fleet's weight version) is never chosen."""
-        members = [r for r in self.replicas if r.serves(leg) and r not in exclude and r.fenced is None]
+        members = [r for r in self.replicas if r.serves(leg) and r not in exclude and r.fenced is None
+                   and (adapter is None or adapter in r.adapters)]  # `adapter`: a LoRA only its holders serve
         candidates = [r for r in members if r.healthy] or self.outliers.panic(members)
         if not candidates:
             raise UpstreamUnavailable("no healthy vLLM replica is available")
@@ -126,16 +136,19 @@ class Pool:
 
     async def open(self, send: Callable[[Replica], Awaitable[T]], request_id: str, affinity: str | None = None, *,
                    prompt_ids: Sequence[int] | None = None, cache_salt: str | None = None,
-                   keys: KeyChain | None = None) -> T:
+                   keys: KeyChain | None = None, adapter: str | None = None) -> T:
         """`send` to the replica `pick` chooses, then to the next while one refuses before answering
         (UpstreamUnavailable): nothing was generated yet, so trying another is safe. While the fleet
         is paused for an update, it first waits for the resume (gateway/upstream/barrier.py)."""
         await self.barrier.passed()
+        if adapter is not None:  # vLLM's block hashes hold the LoRA's name: so do the router's keys
+            cache_salt, keys = f"{cache_salt or ''}\x00lora:{adapter}", None
         tried: list[Replica] = []
         last_error: UpstreamUnavailable | None = None
         for _ in range(len(self.replicas)):
             try:
-                replica = self.pick(affinity, exclude=tried, prompt_ids=prompt_ids, cache_salt=cache_salt, keys=keys)
+                replica = self.pick(affinity, exclude=tried, prompt_ids=prompt_ids, cache_salt=cache_salt, keys=keys,
+                                    adapter=adapter)
             except UpstreamUnavailable as exc:
                 raise last_error or exc
             try:

@@ -58,7 +58,7 @@ class Replica:
     # (vLLM's own starts at "default"), the LoRA adapters it holds, and why it is out of routing
     # while its weights are not the fleet's (a failed update): None when they are.
     weight_version: str = "default"
-    adapters: set[str] = field(default_factory=set)
+    adapters: dict[str, str | None] = field(default_factory=dict)  # LoRA name → its path (vLLM's `root`)
     fenced: str | None = None
 
     def __post_init__(self) -> None:

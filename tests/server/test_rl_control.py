@@ -24,6 +24,7 @@ from gateway.server.app import build_runtime
 from tests.support.control_replica import Collective, ControlReplica
 from tests.support.fake_vllm import Script
 from tests.support.gateway_server import running_gateway
+from tests.support.waiting import wait_for
 
 ADMIN, TENANT = "admin-key-0123456789", "tenant-key-0123456789"
 AS_ADMIN = {"authorization": f"Bearer {ADMIN}"}
@@ -235,3 +236,62 @@ def test_trls_async_grpo_calls_drive_the_fleet(open_two):
             ("/update_weights", "", {"update_info": {"names": ["w"], "packed": True}}),
             ("/finish_weight_update", "", None), ("/resume", "", None)]
     assert httpx.get(two.url + "/weight_info").json() == {"weight_version": "default"}  # TRL labels nothing
+
+
+def generate(fleet: Fleet, model: str, **extra) -> httpx.Response:
+    return httpx.post(fleet.url + "/inference/v1/generate", timeout=60, headers=AS_ADMIN,
+                      json={"model": model, "token_ids": [5, 6, 7], "sampling_params": {"max_tokens": 3}, **extra})
+
+
+def test_a_lora_adapter_loads_everywhere_is_listed_and_routes_to_its_holders(two):
+    a, b = two.replicas
+    b.fail["/v1/load_lora_adapter"] = 500  # b does not take it: only a may serve it
+    load = {"lora_name": "policy@step-3", "lora_path": "/ckpt/lora-3"}
+    answer = post(two, "/v1/load_lora_adapter", load)
+    assert answer.status_code == 502 and b.url in answer.json()["error"]["message"]
+    models = httpx.get(two.url + "/v1/models", headers=AS_ADMIN).json()["data"]
+    assert [(m["id"], m.get("parent"), m.get("root")) for m in models] == [
+        ("tiny-qwen3", None, None), ("policy@step-3", "tiny-qwen3", "/ckpt/lora-3")]
+    for _ in range(3):
+        a.queue(Script([1, 2, 3]))
+        assert generate(two, "policy@step-3").status_code == 200
+    assert [body["model"] for body in a.bodies("/inference/v1/generate")] == ["policy@step-3"] * 3
+    assert b.bodies("/inference/v1/generate") == []
+    unknown = generate(two, "policy@step-9")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    assert "policy@step-3" in unknown.json()["error"]["message"]
+
+
+def test_an_in_place_reload_clears_the_index_and_an_unload_waits_for_its_generations(two):
+    a, b = two.replicas
+    load = {"lora_name": "policy", "lora_path": "/ckpt/lora-1"}
+    assert post(two, "/v1/load_lora_adapter", load).text == "Success: LoRA adapter 'policy' added successfully."
+    long = list(range(100, 164))
+    a.queue(Script([1]))
+    b.queue(Script([1]))
+    post(two, "/inference/v1/generate", {"model": "policy", "token_ids": long, "sampling_params": {"max_tokens": 1}})
+    views = two.runtime.pool.router.views
+    assert sum(len(view.sent) for view in views.values()) > 0
+    assert post(two, "/v1/load_lora_adapter", {**load, "lora_path": "/ckpt/lora-2", "load_inplace": True}).is_success
+    assert [len(view.sent) for view in views.values()] == [0, 0]
+
+    release = threading.Event()
+    for replica in (a, b):
+        replica.reset()  # the script the first generation left queued on the other replica
+        replica.queue(Script([1, 2], headers_until=release))
+    stream = threading.Thread(target=generate, args=(two, "policy"), daemon=True)
+    stream.start()
+    wait_for(lambda: a.bodies("/inference/v1/generate") or b.bodies("/inference/v1/generate"),
+             "the generation reached a replica")  # its answer held there
+    unloading = threading.Thread(target=post, args=(two, "/v1/unload_lora_adapter", {"lora_name": "policy"}),
+                                 daemon=True)
+    unloading.start()
+    wait_for(lambda: "policy" in two.runtime.pool.retiring, "the unload began")
+    refused = generate(two, "policy")
+    assert refused.status_code == 404 and refused.json()["error"]["code"] == "model_not_found"
+    assert not any(p == "/v1/unload_lora_adapter" for r in (a, b) for p in r.paths())  # still in use
+    release.set()
+    stream.join(60)
+    unloading.join(60)
+    assert [r.loras for r in (a, b)] == [{}, {}]
+    assert [m["id"] for m in httpx.get(two.url + "/v1/models", headers=AS_ADMIN).json()["data"]] == ["tiny-qwen3"]

@@ -49,6 +49,7 @@ class ControlReplica(FakeVLLM):
     fail: dict[str, int] = field(default_factory=dict)  # path → status to answer instead
     hold: dict[str, threading.Event] = field(default_factory=dict)  # path → answered once set
     calls: list[tuple[str, str, Any]] = field(default_factory=list)  # (path, query string, JSON body)
+    loras: dict[str, str] = field(default_factory=dict)  # LoRA adapters loaded: name → path
 
     def app(self):  # type: ignore[override]
         app = super().app()
@@ -62,7 +63,8 @@ class ControlReplica(FakeVLLM):
                 ("/update_weight_version", self._update_version, "POST"),
                 ("/weight_info", self._weight_info, "GET"),
                 ("/reset_prefix_cache", self._reset, "POST"), ("/collective_rpc", self._rpc, "POST"),
-                ("/server_info", self._server_info, "GET")):
+                ("/server_info", self._server_info, "GET"),
+                ("/v1/load_lora_adapter", self._load_lora, "POST"), ("/v1/unload_lora_adapter", self._unload_lora, "POST")):
             app.router.routes.append(Route(path, self._scripted(handler), methods=[method]))
         return app
 
@@ -126,6 +128,27 @@ class ControlReplica(FakeVLLM):
     async def _server_info(self, request: Request, body: Any) -> Response:
         """vLLM's dev /server_info?config_format=json, cut to what trainers read (TRL: the dtype)."""
         return JSONResponse({"vllm_config": {"model_config": {"dtype": "torch.bfloat16", "model": self.model}}})
+
+    async def _load_lora(self, request: Request, body: Any) -> Response:
+        """vLLM's answers (vllm/entrypoints/openai/models/serving.py): plain text on success, 400 when
+        the name is taken and `load_inplace` is not set."""
+        name = body["lora_name"]
+        if name in self.loras and not body.get("load_inplace"):
+            return JSONResponse({"error": {"message": f"The lora adapter '{name}' has already been loaded.",
+                                           "type": "InvalidUserInput", "param": None, "code": 400}},
+                                status_code=400)
+        self.loras[name] = body["lora_path"]
+        return Response(f"Success: LoRA adapter '{name}' added successfully.")
+
+    async def _unload_lora(self, request: Request, body: Any) -> Response:
+        name = body["lora_name"]
+        if self.loras.pop(name, None) is None:
+            return JSONResponse({"error": {"message": f"The lora adapter '{name}' cannot be found.",
+                                           "type": "NotFoundError", "param": None, "code": 404}}, status_code=404)
+        return Response(f"Success: LoRA adapter '{name}' removed successfully.")
+
+    def _model_error(self, body: dict[str, Any]) -> Response | None:
+        return None if body.get("model") in self.loras else super()._model_error(body)
 
     async def _rpc(self, request: Request, body: Any) -> Response:
         return JSONResponse({"results": [None] * self.world_size})

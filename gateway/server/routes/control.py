@@ -41,7 +41,9 @@ def _control(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             raise APIError(f"{request.method} {request.url.path} controls every replica: only the admin key may "
                            f"call it.", status=403, type="permission_error", code="admin_key_required")
         answer = await handler(request, request.app.state.fleet)
-        return Response(status_code=200) if answer is None else JSONResponse(answer)
+        if answer is None or isinstance(answer, str):  # vLLM answers some with an empty body or plain text
+            return Response(answer, status_code=200)
+        return JSONResponse(answer)
     return endpoint
 
 
@@ -155,9 +157,25 @@ async def server_info(request: Request, fleet: Fleet) -> Any:
     return await fleet.same("/server_info", request.query_params.multi_items())
 
 
+async def load_lora_adapter(request: Request, fleet: Fleet) -> Any:
+    body = await _body(request)
+    if not isinstance(body.get("lora_name"), str) or not isinstance(body.get("lora_path"), str):
+        raise invalid_request("'lora_name' and 'lora_path' (strings) are required.", param="lora_name",
+                              code="missing_required_parameter")
+    return await fleet.load_adapter(body)
+
+
+async def unload_lora_adapter(request: Request, fleet: Fleet) -> Any:
+    body = await _body(request)
+    if not isinstance(body.get("lora_name"), str):
+        raise invalid_request("'lora_name' (a string) is required.", param="lora_name",
+                              code="missing_required_parameter")
+    return await fleet.unload_adapter(body)
+
+
 def control_routes() -> list[Route]:
     """vLLM's paths (vllm/entrypoints/rl/online/api_router.py, serve/dev/{cache,sleep,rpc,server_info}/
-    api_router.py, scale_out/token_in_token_out/api_router.py's abort)."""
+    api_router.py, scale_out/token_in_token_out/api_router.py's abort, serve/lora/api_router.py)."""
     post = {
         "/pause": pause, "/resume": resume, "/sleep": sleep, "/wake_up": wake_up,
         "/reset_prefix_cache": reset_prefix_cache, "/reset_mm_cache": _plain("/reset_mm_cache"),
@@ -169,6 +187,7 @@ def control_routes() -> list[Route]:
         "/update_weights": _push("/update_weights"),
         "/shutdown_weight_transfer_engine": _push("/shutdown_weight_transfer_engine"),
         "/finish_weight_update": finish_weight_update, "/update_weight_version": update_weight_version,
+        "/v1/load_lora_adapter": load_lora_adapter, "/v1/unload_lora_adapter": unload_lora_adapter,
     }
     get = {"/is_paused": is_paused, "/is_sleeping": is_sleeping, "/get_world_size": get_world_size,
            "/weight_info": weight_info, "/server_info": server_info}
