@@ -295,3 +295,36 @@ def test_an_in_place_reload_clears_the_index_and_an_unload_waits_for_its_generat
     unloading.join(60)
     assert [r.loras for r in (a, b)] == [{}, {}]
     assert [m["id"] for m in httpx.get(two.url + "/v1/models", headers=AS_ADMIN).json()["data"]] == ["tiny-qwen3"]
+
+
+UPDATE = (("/pause", None), ("/init_weight_transfer_engine", {"init_info": {"master_address": "h", "master_port": 1}}),
+          ("/start_weight_update", None), ("/update_weights", {"update_info": {"names": ["w"]}}),
+          ("/finish_weight_update", {"weight_version": "step-1"}), ("/update_weight_version", {"new_version": "step-1-final"}),
+          ("/resume", None))
+# The steps after which the replica that failed one is out of routing: its weights or its version are not the
+# fleet's, or it did not resume. A failed pause or init left its weights as they were.
+FENCING = {"/start_weight_update", "/update_weights", "/finish_weight_update", "/update_weight_version", "/resume"}
+
+
+@pytest.mark.parametrize("failing", [path for path, _ in UPDATE] + ["down"])
+def test_a_replica_failing_at_any_step_is_named_and_fenced_when_its_weights_may_differ(two, failing):
+    a, b = two.replicas
+    a.collective = b.collective = None  # no rendezvous: b fails alone
+    for path, body in UPDATE:
+        if failing == "down" and path == "/update_weights":
+            b.__exit__(None, None, None)  # the replica's server is gone mid-update
+        elif path == failing:
+            b.fail[path] = 500
+        answer = post(two, path, body)
+        if path == failing or (failing == "down" and path in ("/update_weights", "/finish_weight_update",
+                                                              "/update_weight_version", "/resume")):
+            assert answer.status_code == 502, (path, answer.text)
+            error = answer.json()["error"]
+            assert error["code"] == "fleet_partial_failure" and b.url in error["message"]
+            assert a.url not in error["message"]
+        else:
+            assert answer.status_code == 200, (path, answer.text)
+    fenced = [r["fenced"] for r in httpx.get(two.url + "/health").json()["replicas"]]
+    assert fenced[0] is None
+    assert (fenced[1] is not None) == (failing in FENCING or failing == "down")
+    assert not two.runtime.pool.barrier.closed  # the resume opened it for the replicas that resumed
