@@ -8,6 +8,7 @@ The real-vLLM half (a real weight change, versions on tokens) is tests/real_vllm
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -238,8 +239,8 @@ def test_trls_async_grpo_calls_drive_the_fleet(open_two):
     assert httpx.get(two.url + "/weight_info").json() == {"weight_version": "default"}  # TRL labels nothing
 
 
-def generate(fleet: Fleet, model: str, **extra) -> httpx.Response:
-    return httpx.post(fleet.url + "/inference/v1/generate", timeout=60, headers=AS_ADMIN,
+def generate(fleet: Fleet, model: str, timeout: float | httpx.Timeout = 60, **extra) -> httpx.Response:
+    return httpx.post(fleet.url + "/inference/v1/generate", timeout=timeout, headers=AS_ADMIN,
                       json={"model": model, "token_ids": [5, 6, 7], "sampling_params": {"max_tokens": 3}, **extra})
 
 
@@ -328,3 +329,25 @@ def test_a_replica_failing_at_any_step_is_named_and_fenced_when_its_weights_may_
     assert fenced[0] is None
     assert (fenced[1] is not None) == (failing in FENCING or failing == "down")
     assert not two.runtime.pool.barrier.closed  # the resume opened it for the replicas that resumed
+
+
+def test_an_abort_by_id_goes_to_the_replica_holding_it_and_an_empty_one_everywhere(two):
+    a, b = two.replicas
+    for replica in (a, b):
+        replica.queue(Script([1, 2], chunks=[1, 1], stall_after=1))  # open until its client leaves
+
+    def streaming() -> None:  # the client leaves 20 s after the stall began: the stream's whole lifetime here
+        with contextlib.suppress(httpx.ReadTimeout):
+            generate(two, "tiny-qwen3", stream=True, timeout=httpx.Timeout(60, read=20))
+    stream = threading.Thread(target=streaming, daemon=True)
+    stream.start()
+    wait_for(lambda: any(r.streams for r in two.runtime.pool.replicas), "the stream is open on a replica")
+    holder = next(r for r in two.runtime.pool.replicas if r.streams)
+    request_id = next(iter(holder.streams)).request_id
+    held, other = (a, b) if holder.url == a.url else (b, a)
+    answer = post(two, "/inference/v1/abort_requests", {"request_ids": [f"generate-tokens-{request_id}"]})
+    assert answer.status_code == 200 and answer.json() == {"status": "aborted", "aborted": 1}
+    assert held.aborted == [f"generate-tokens-{request_id}"] and other.aborted == []
+    assert post(two, "/abort_requests", {"request_ids": []}).json() == {"status": "aborted", "aborted": 2}
+    assert [p for p in a.paths() + b.paths() if p == "/abort_requests"] == ["/abort_requests"] * 2
+    stream.join(60)

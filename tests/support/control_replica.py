@@ -64,7 +64,8 @@ class ControlReplica(FakeVLLM):
                 ("/weight_info", self._weight_info, "GET"),
                 ("/reset_prefix_cache", self._reset, "POST"), ("/collective_rpc", self._rpc, "POST"),
                 ("/server_info", self._server_info, "GET"),
-                ("/v1/load_lora_adapter", self._load_lora, "POST"), ("/v1/unload_lora_adapter", self._unload_lora, "POST")):
+                ("/v1/load_lora_adapter", self._load_lora, "POST"), ("/v1/unload_lora_adapter", self._unload_lora, "POST"),
+                ("/abort_requests", self._abort_all, "POST")):
             app.router.routes.append(Route(path, self._scripted(handler), methods=[method]))
         return app
 
@@ -124,6 +125,12 @@ class ControlReplica(FakeVLLM):
 
     async def _reset(self, request: Request, body: Any) -> Response:
         return JSONResponse({"success": True})
+
+    async def _abort_all(self, request: Request, body: Any) -> Response:
+        """vLLM's RL /abort_requests: the ids given, or (empty) everything it is running."""
+        ids = body.get("request_ids") or []
+        self.aborted.extend(ids)
+        return JSONResponse({"status": "aborted", "aborted": len(ids) or 1})
 
     async def _server_info(self, request: Request, body: Any) -> Response:
         """vLLM's dev /server_info?config_format=json, cut to what trainers read (TRL: the dtype)."""
