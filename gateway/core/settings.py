@@ -83,6 +83,7 @@ class Settings:
     server_dev_mode: bool = False  # serve them (as vLLM's VLLM_SERVER_DEV_MODE=1); admin key only with keys
     control_timeout: float = 300.0  # seconds a replica may take to answer one control call
     update_barrier_timeout: float = 120.0  # seconds a new generation waits for a paused fleet to resume
+    cache_salt_by_weight_version: bool = False  # a generation without cache_salt gets its replica's weight version
 
     @property
     def model_name(self) -> str:

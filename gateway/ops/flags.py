@@ -209,6 +209,10 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                               "VLLM_SERVER_DEV_MODE); with API keys, only the admin key may call them")
     control.add_argument("--control-timeout", type=float, default=_env("control_timeout", "300"),
                          help="seconds a replica may take to answer a control call (a wait pause, an NCCL update)")
+    control.add_argument("--cache-salt-by-weight-version", action="store_true",
+                         default=_env("cache_salt_by_weight_version") == "1",
+                         help="a generation without a cache_salt gets its replica's weight version as one: no prompt "
+                              "reuses KV blocks of earlier weights")
     control.add_argument("--update-barrier-timeout", type=float, default=_env("update_barrier_timeout", "120"),
                          help="seconds a new generation waits while the fleet is paused before a 503 fleet_paused")
     traces = parser.add_argument_group(
@@ -290,7 +294,7 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         otlp_traces_endpoint=args.otlp_traces_endpoint or None,
         otlp_traces_capture_content=args.otlp_traces_capture_content,
         server_dev_mode=args.server_dev_mode, control_timeout=args.control_timeout,
-        update_barrier_timeout=args.update_barrier_timeout,
+        update_barrier_timeout=args.update_barrier_timeout, cache_salt_by_weight_version=args.cache_salt_by_weight_version,
     )
 
 

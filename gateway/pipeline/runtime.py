@@ -34,6 +34,9 @@ class Runtime:
     # The budgets every generation passes (gateway/pipeline/gate.py): the server sets its own at start.
     gate: Gate = OPEN
     tokens_as_ids: bool = False  # --return-tokens-as-token-ids: logprobs `token`s are "token_id:N" by default
+    # --cache-salt-by-weight-version: a generation without a `cache_salt` gets its replica's weight version
+    # as one, so no prompt reuses KV blocks computed by earlier weights (prime-rl's and SkyRL's practice).
+    salt_by_version: bool = False
 
     @property
     def stop_token_ids(self) -> list[int]:

@@ -72,6 +72,8 @@ class TokenTurn(Turn):
                     "request_id": record.request_id}
             if kv is not None:
                 body["kv_transfer_params"] = kv
+            if self.runtime.salt_by_version and "cache_salt" not in body:
+                body["cache_salt"] = replica.weight_version  # the weights' own blocks only
             record.attempts += 1
             stream = await replica.forward(self.path, orjson.dumps(body), record.request_id, self.stream_mode)
             record.replica = replica.url

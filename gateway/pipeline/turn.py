@@ -187,6 +187,8 @@ class Turn:
         async def send(replica: Replica, kv: dict | None) -> UpstreamStream:
             record.attempts += 1
             sampling = params if kv is None else {**params, "kv_transfer_params": kv}
+            if self.runtime.salt_by_version and "cache_salt" not in sampling:
+                sampling = {**sampling, "cache_salt": replica.weight_version}
             return await replica.open(record.prompt_ids, sampling, record.request_id, images=record.images)
 
         self.prompt_keys()

@@ -351,3 +351,18 @@ def test_an_abort_by_id_goes_to_the_replica_holding_it_and_an_empty_one_everywhe
     assert post(two, "/abort_requests", {"request_ids": []}).json() == {"status": "aborted", "aborted": 2}
     assert [p for p in a.paths() + b.paths() if p == "/abort_requests"] == ["/abort_requests"] * 2
     stream.join(60)
+
+
+def test_salting_by_weight_version_keeps_each_version_to_its_own_blocks(qwen_tokenizer_dir):
+    with fleet(qwen_tokenizer_dir, keys=False, cache_salt_by_weight_version=True) as salted:
+        a, b = salted.replicas
+        assert post(salted, "/update_weight_version", {"new_version": "step-7"}).status_code == 200
+        for replica in (a, b):
+            replica.queue(*[Script([1, 2])] * 3)
+        assert generate(salted, "tiny-qwen3").status_code == 200
+        assert generate(salted, "tiny-qwen3", cache_salt="tenant-a").status_code == 200  # the client's own stays
+        chat = httpx.post(salted.url + "/v1/chat/completions", timeout=60, json={
+            "model": "tiny-qwen3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        assert chat.status_code == 200, chat.text
+        sent = a.bodies("/inference/v1/generate") + b.bodies("/inference/v1/generate")
+        assert sorted(body.get("cache_salt") for body in sent) == ["step-7", "step-7", "tenant-a"]
