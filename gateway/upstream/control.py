@@ -7,8 +7,9 @@ balancer; here the gateway is that balancer, so each call goes to every member r
 once and their answers come back as one answer in vLLM's own shape. Calls are concurrent
 (never one after another: NCCL's receivers block inside `/init_weight_transfer_engine` and
 `/update_weights` until the trainer broadcasts, so a sequential fan-out would deadlock) and
-bounded by `timeout`. Pause, resume and the read-only calls are retried on a transport
-failure or a 502-504; calls that change weights never are.
+bounded by `timeout`. Pause, resume and the read-only calls are retried when a replica could
+not be reached or answered 502-504 (not when it timed out: it may still be doing it); calls that
+change weights never are.
 
 What the gateway learns on the way is kept on each replica: its weight version (vLLM's label,
 "default" until a trainer sets one), its adapters, and whether it is `fenced` — out of routing
@@ -104,9 +105,9 @@ class Fleet:
             try:
                 response = await replica.client.request(method, replica.url + path, params=params, content=content,
                                                         headers=headers, timeout=self.timeout)
-            except httpx.TimeoutException:
+            except httpx.TimeoutException:  # not retried: the replica may still be doing it (a `wait` pause)
                 answer = Answer(replica, None, error=f"timed out after {self.timeout:g} s")
-                continue
+                break
             except httpx.HTTPError as exc:
                 answer = Answer(replica, None, error=f"unreachable: {exc!r}")
                 continue
