@@ -4,6 +4,8 @@
   a call comes back as a `function_call` with `name` and `namespace` as Codex sent them.
 - `{"type":"custom",…}` (freeform, e.g. apply_patch with a grammar): offered as a function with
   one string argument `input`; a call comes back as a `custom_tool_call` carrying that string.
+  A Lark or regex grammar goes in the description and is enforced on the string as the model
+  writes it (gateway/formats/tool_grammar.py).
 - Other hosted tools (`web_search`, `tool_search`, `local_shell` …) are not offered.
 
 The canonical history keeps the model-visible names and argument JSON, so an echoed
@@ -14,19 +16,21 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.adapters.validation import expect
-from gateway.core.conversation import Tool
+from gateway.core.conversation import Tool, ToolGrammar
+from gateway.formats.hf_constraints import CUSTOM_INPUT
 
-__all__ = ["LOCAL_SHELL", "Route", "custom_arguments", "custom_input", "flat_name", "function_tool", "offered_tools",
+__all__ = ["LOCAL_SHELL", "CustomInputStream", "Route", "custom_arguments", "custom_input", "flat_name", "function_tool", "offered_tools",
            "routes"]
 
 log = logging.getLogger(__name__)
 
 NAMESPACE_SEPARATOR = "__"
-CUSTOM_ARGUMENT = "input"
+CUSTOM_ARGUMENT = CUSTOM_INPUT
 LOCAL_SHELL = "local_shell"  # the function name a `local_shell_call` history item renders as
 
 
@@ -85,8 +89,11 @@ def custom_tool(raw: dict[str, Any], param: str) -> Tool:
                         f"grammar:\n{fmt['definition']}")
     parameters = {"type": "object", "properties": {CUSTOM_ARGUMENT: {"type": "string"}},
                   "required": [CUSTOM_ARGUMENT]}
+    grammar = None
+    if fmt.get("type") == "grammar" and fmt.get("syntax") in ("lark", "regex") and isinstance(fmt.get("definition"), str):
+        grammar = ToolGrammar(fmt["syntax"], fmt["definition"])
     return Tool(name=expect(raw.get("name"), str, f"{param}.name", optional=False),
-                description=description, parameters=parameters)
+                description=description, parameters=parameters, grammar=grammar)
 
 
 def routes(raw_tools: Any) -> dict[str, Route]:
@@ -121,3 +128,86 @@ def custom_input(arguments: str) -> str:
     if isinstance(parsed, dict) and isinstance(parsed.get(CUSTOM_ARGUMENT), str):
         return parsed[CUSTOM_ARGUMENT]
     return parsed if isinstance(parsed, str) else arguments
+
+
+_INPUT_HEAD = re.compile(r'\s*\{\s*"input"\s*:\s*"')
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+class CustomInputStream:
+    """A custom call's input, decoded as the model writes `{"input": "…"}` around it, so it can be
+    streamed (`response.custom_tool_call_input.delta`) before the call ends. `feed` takes the next
+    piece of the arguments' text and returns the input's text it completes: nothing until the
+    string has opened, nothing more after it closed or once the arguments turn out to be
+    something else (`broken`: the input is then only known, from `custom_input`, at the end)."""
+
+    __slots__ = ("_closed", "_raw", "_read", "broken", "text")
+
+    def __init__(self) -> None:
+        self._raw = ""
+        self._read = -1  # where the string's undecoded text starts (-1: not opened yet)
+        self._closed = False
+        self.broken = False
+        self.text = ""  # the input decoded so far
+
+    def feed(self, piece: str) -> str:
+        self._raw += piece
+        if self.broken or self._closed:
+            return ""
+        if self._read < 0:
+            head = _INPUT_HEAD.match(self._raw)
+            if head is None:
+                self.broken = not _could_open(self._raw)
+                return ""
+            self._read = head.end()
+        decoded = self._decode()
+        self.text += decoded
+        return decoded
+
+    def _decode(self) -> str:
+        raw, i, out = self._raw, self._read, []
+        while i < len(raw):
+            char = raw[i]
+            if char == '"':
+                self._closed = True
+                break
+            if char != "\\":
+                out.append(char)
+                i += 1
+                continue
+            if i + 1 >= len(raw):
+                break  # the escape goes on in the next piece
+            kind = raw[i + 1]
+            if kind == "u":
+                if i + 6 > len(raw):
+                    break
+                try:
+                    code = int(raw[i + 2:i + 6], 16)
+                except ValueError:
+                    self.broken = True
+                    break
+                if 0xD800 <= code < 0xDC00:  # a surrogate pair: both halves or wait
+                    if i + 12 > len(raw):
+                        break
+                    try:
+                        code = 0x10000 + ((code - 0xD800) << 10) + (int(raw[i + 8:i + 12], 16) - 0xDC00)
+                    except ValueError:
+                        self.broken = True
+                        break
+                    i += 6
+                out.append(chr(code))
+                i += 6
+            elif kind in _ESCAPES:
+                out.append(_ESCAPES[kind])
+                i += 2
+            else:
+                self.broken = True
+                break
+        self._read = i
+        return "".join(out)
+
+
+def _could_open(raw: str) -> bool:
+    """Whether more text could still make `raw` the opening of `{"input": "`."""
+    compact = "".join(raw.split())
+    return '{"input":"'.startswith(compact)

@@ -22,7 +22,7 @@ __all__ = ["output_constraint", "tool_choice"]
 def tool_choice(raw: Any) -> tuple[str, tuple[str, ...] | None]:
     """(auto | none | required | a function's name, the allowed names or None). Both APIs'
     shapes: `{"type": "function", "name": …}` (Responses), `{"type": "function", "function":
-    {"name": …}}` (Chat), `{"type": "allowed_tools", "mode": …, "tools": [...]}` (both; Chat
+    {"name": …}}` (Chat), a custom tool's `{"type": "custom", "name": …}`, `{"type": "allowed_tools", "mode": …, "tools": [...]}` (both; Chat
     nests it under `allowed_tools`)."""
     if raw is None:
         return "auto", None
@@ -31,8 +31,8 @@ def tool_choice(raw: Any) -> tuple[str, tuple[str, ...] | None]:
             raise invalid_request(f"Invalid value for 'tool_choice': {raw!r}; expected 'auto', 'none', "
                                   f"'required' or a function.", param="tool_choice")
         return raw, None
-    if isinstance(raw, dict) and raw.get("type") == "function":
-        name = raw.get("name") if "name" in raw else (raw.get("function") or {}).get("name")
+    if isinstance(raw, dict) and raw.get("type") in ("function", "custom"):
+        name = raw.get("name") if "name" in raw else (raw.get(raw["type"]) or {}).get("name")
         if isinstance(name, str) and name:
             return name, None
     if isinstance(raw, dict) and raw.get("type") == "allowed_tools":

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.adapters import mcp_tools, reasoning_blob
-from gateway.adapters.codex_tools import Route, custom_input, routes
+from gateway.adapters.codex_tools import CustomInputStream, Route, custom_input, routes
 from gateway.adapters.mcp_tools import HostedTool
 from gateway.core.ids import new_id
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
@@ -66,6 +66,7 @@ class ResponseWriter:
         self._reasoning_delta, self._reasoning_done = REASONING_EVENTS[spec]
         self._null_usage = spec == "open-responses"
         self._open: dict[int, dict[str, Any]] = {}  # parser index -> output item being streamed
+        self._inputs: dict[int, CustomInputStream] = {}  # parser index -> a custom call's input so far
         self._position: dict[int, int] = {}  # parser index -> output_index
         self._routes = routes(echo.get("tools"))
         self._turn_named = False  # the first reasoning item's blob names the turn
@@ -184,8 +185,12 @@ class ResponseWriter:
             self._seq = seq + 1
             return [{"type": self._reasoning_delta, "output_index": output_index, "item_id": item["id"],
                      "content_index": 0, "delta": event.text, "sequence_number": seq}]
-        if kind == "custom_tool_call" or kind == "mcp_approval_request":
-            return []  # the model writes JSON around the input: it is sent decoded, whole, at the end
+        if kind == "custom_tool_call":  # the model writes JSON around the input: decoded as it comes
+            decoded = self._inputs.setdefault(event.index, CustomInputStream()).feed(event.text)
+            return [self._event("response.custom_tool_call_input.delta", output_index=output_index,
+                                item_id=item["id"], delta=decoded)] if decoded else []
+        if kind == "mcp_approval_request":
+            return []  # sent whole once its arguments are known
         if kind == "mcp_call":
             return [self._event("response.mcp_call_arguments.delta", output_index=output_index, item_id=item["id"],
                                 delta=event.text)]
@@ -218,8 +223,9 @@ class ResponseWriter:
             item["input"] = custom_input(text)
             item["status"] = "completed"
             fields = {"output_index": output_index, "item_id": item["id"]}
-            events = [self._event("response.custom_tool_call_input.delta", **fields, delta=item["input"])
-                      ] if item["input"] else []
+            streamed = (stream := self._inputs.pop(event.index, None)) is not None and stream.text or ""
+            rest = item["input"][len(streamed):] if item["input"].startswith(streamed) else ""
+            events = [self._event("response.custom_tool_call_input.delta", **fields, delta=rest)] if rest else []
             return [*events, self._event("response.custom_tool_call_input.done", **fields, input=item["input"]),
                     *self._item_done(output_index, item)]
         if kind == "reasoning":

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from gateway.core.image import Image
 
-__all__ = ["Conversation", "Item", "Message", "Reasoning", "Tool", "ToolCall", "ToolOutput", "images_of", "with_parts"]
+__all__ = ["Conversation", "Item", "Message", "Reasoning", "Tool", "ToolCall", "ToolGrammar", "ToolOutput", "images_of", "with_parts"]
 
 Role = Literal["system", "developer", "user", "assistant"]
 NO_THINKING = ("none", "minimal")  # reasoning efforts that turn a template's thinking off
@@ -71,14 +71,25 @@ def images_of(items: list[Item]) -> list[Image]:
             if isinstance(p, Image)]
 
 
+@dataclass(frozen=True, slots=True)
+class ToolGrammar:
+    """What a custom tool's input must match: OpenAI's `format: {"type": "grammar", "syntax":
+    "lark" | "regex", "definition"}`."""
+
+    syntax: str
+    definition: str
+
+
 @dataclass(slots=True)
 class Tool:
-    """A callable tool offered to the model. `parameters` is a JSON schema object."""
+    """A callable tool offered to the model. `parameters` is a JSON schema object; a custom
+    tool's `grammar` constrains the one string it takes (gateway/formats/tool_grammar.py)."""
 
     name: str
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None
+    grammar: ToolGrammar | None = None
 
 
 @dataclass(slots=True)

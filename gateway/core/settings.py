@@ -51,6 +51,7 @@ class Settings:
     websocket_warning: float = 3300.0  # when `connection_expiring` warns of the end
     rollout_max_tokens: int = 20_000_000  # tokens all rollouts may hold (~13 bytes each); LRU beyond
     rollout_ttl: float = 3600.0  # seconds a rollout lives without a call or export
+    tool_grammars: bool = True  # enforce custom tools' grammars on their input (vLLM structured outputs)
     return_tokens_as_token_ids: bool = False  # vLLM's flag: logprobs name tokens "token_id:N" unless asked not to
     responses_spec: str = "openai"  # openai | open-responses: whose names where the two specs differ
     reasoning_secret: str | None = None  # HMAC key of reasoning blobs; None: random per process

@@ -17,6 +17,11 @@ single special tokens). The generation prompt ends with `<|start|>assistant`, so
   not forced; `<|return|>` then ends it;
 - `allowed_tools` with mode auto: a free final message or a call of an allowed tool.
 
+A custom tool's call (Codex's apply_patch) is `{"input": "…"}` whose string matches the tool's
+grammar (gateway/formats/tool_grammar.py); with `tool_choice: auto` and nothing else asked for,
+no tag is sent (the free analysis and commentary messages around a call are not constrained), so
+the grammar is enforced only on forced or allowed-tools calls.
+
 A harmony call ends its generation (`<|call|>` is a stop token), so one generation makes at
 most one call: `parallel_tool_calls: false` and `max_tool_calls` need no constraint.
 """
@@ -29,7 +34,7 @@ from typing import Any
 
 from gateway.core.conversation import Tool
 from gateway.core.sampling import OutputConstraint
-from gateway.formats.hf_constraints import MAX_WHITESPACE, allowed_tools
+from gateway.formats.hf_constraints import CUSTOM_INPUT, MAX_WHITESPACE, allowed_tools, custom_grammar
 
 __all__ = ["HarmonyTokens", "structured_outputs"]
 
@@ -69,9 +74,12 @@ def structured_outputs(constraint: OutputConstraint, tools: Sequence[Tool], toke
 
 
 def _call(tool: Tool, tokens: HarmonyTokens) -> Format:
+    grammar = custom_grammar(tool, json_string=True)
+    arguments = _json(tool.parameters or {"type": "object"}) if grammar is None else {"type": "sequence", "elements": [
+        _const(f'{{"{CUSTOM_INPUT}": "'), grammar, _const('"}')]}  # a custom tool's input, as its grammar says
     return {"type": "sequence", "elements": [
         _token(tokens.channel), _const(f"commentary to=functions.{tool.name} "), _token(tokens.constrain),
-        _const("json"), _token(tokens.message), _json(tool.parameters or {"type": "object"})]}
+        _const("json"), _token(tokens.message), arguments]}
 
 
 def _final(tokens: HarmonyTokens, content: Format) -> Format:

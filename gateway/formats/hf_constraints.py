@@ -17,7 +17,12 @@ constrained tokens are what the model would have written and stay on-policy:
 - with `tool_choice: auto` and allowed tools or one call at most, text is free until the
   `<tool_call>` token, which then opens only an allowed call;
 - a JSON answer (`json_schema` / `json_object`) is JSON of that schema, or calls when tools
-  are offered and not forced.
+  are offered and not forced;
+- a custom tool's call (Codex's freeform apply_patch) is its one `input` string matching the
+  tool's Lark or regex grammar (gateway/formats/tool_grammar.py), inside the JSON string of
+  `{"input": "…"}` or as Qwen3.6's raw `<parameter=input>` text; when nothing else is asked for
+  (`tool_choice: auto`), calls are triggered as above, a custom tool's input constrained and a
+  function's arguments left free (only its name must be an offered one).
 
 After the grammar ends only the stop tokens can follow, so generation stops after the last
 allowed call instead of calls being dropped afterwards. JSON may hold at most
@@ -28,22 +33,30 @@ forever cannot); XML parameters one.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from gateway.core.conversation import Tool
 from gateway.core.errors import APIError
 from gateway.core.sampling import OutputConstraint
+from gateway.formats.tool_grammar import UnsupportedGrammar, ebnf
 
-__all__ = ["MAX_WHITESPACE", "allowed_tools", "structured_outputs"]
+__all__ = ["CUSTOM_INPUT", "MAX_WHITESPACE", "allowed_tools", "custom_grammar", "structured_outputs"]
+
+log = logging.getLogger(__name__)
 
 MAX_WHITESPACE = 32
+CUSTOM_INPUT = "input"  # the one argument a custom tool is offered with (gateway/adapters/codex_tools.py)
 # A string parameter's text: anything but `</` (which would close the parameter), not ending
 # in a newline (the parser takes the last one as markup's).
 _XML_TEXT = r"([^<\n]|<[^/]|\n[^<])*"
 _XML_SCALARS = {"integer": r"-?[0-9]+", "number": r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?",
                 "boolean": "true|false", "null": "null"}
 Format = dict[str, Any]
+# Any text, matched by bytes (a token may straddle it and the text before; any_tokens would refuse
+# that token): the call's end token still ends it, special tokens being no text.
+_ANY_TEXT = {"type": "regex", "pattern": r"[\s\S]*"}
 
 
 class Markers(Protocol):
@@ -62,7 +75,7 @@ def structured_outputs(constraint: OutputConstraint, tools: Sequence[Tool], *, c
     if not has_calls and (forced or constraint.allowed_tools is not None):
         raise APIError("The requested output constraint cannot be enforced: this model format has no tool "
                        "calls to force.", status=400, param="tool_choice", code="unsupported_value")
-    call = _call(allowed, calls, markers) if has_calls and allowed else None
+    call = _call(allowed, calls, markers, free=not constraint.active) if has_calls and allowed else None
     limit = constraint.max_calls
     body: Format | None = None
     if call is not None and forced:
@@ -101,21 +114,49 @@ def allowed_tools(constraint: OutputConstraint, tools: Sequence[Tool]) -> list[T
     return [tool for tool in tools if wanted is None or tool.name in wanted]
 
 
-def _call(tools: Sequence[Tool], calls: str, markers: Markers) -> Format:
-    """One call of any of `tools`: `<tool_call>` (a token) + body + `</tool_call>` (a token)."""
-    bodies = [_body(tool, calls) for tool in tools]
+def _call(tools: Sequence[Tool], calls: str, markers: Markers, *, free: bool) -> Format:
+    """One call of any of `tools`: `<tool_call>` (a token) + body + `</tool_call>` (a token).
+    `free`: only custom tools' grammars are asked for; a function's arguments stay unconstrained."""
+    bodies = [_body(tool, calls, free=free) for tool in tools]
     content = bodies[0] if len(bodies) == 1 else {"type": "or", "elements": bodies}
     return {"type": "tag", "begin": {"type": "token", "token": markers.call_open}, "content": content,
             "end": {"type": "token", "token": markers.call_close}}
 
 
-def _body(tool: Tool, calls: str) -> Format:
+def _body(tool: Tool, calls: str, *, free: bool) -> Format:
+    grammar = custom_grammar(tool, json_string=calls != "xml")
+    if grammar is not None:
+        return _custom_body(tool.name, grammar, calls)
     schema = tool.parameters or {"type": "object"}
+    if free:
+        head = f"\n<function={tool.name}>\n" if calls == "xml" else f'\n{{"name": {json.dumps(tool.name)}, "arguments": '
+        return {"type": "sequence", "elements": [_const(head), _ANY_TEXT]}
     if calls == "xml":
         return {"type": "sequence", "elements": [
             _const(f"\n<function={tool.name}>\n"), *_xml_parameters(schema), _const("</function>\n")]}
     return {"type": "sequence", "elements": [
         _const(f'\n{{"name": {json.dumps(tool.name)}, "arguments": '), _json(schema), _const("}\n")]}
+
+
+def custom_grammar(tool: Tool, *, json_string: bool) -> Format | None:
+    """A custom tool's grammar as an element (None: a function, or a grammar the engine cannot take)."""
+    if tool.grammar is None:
+        return None
+    try:
+        return {"type": "grammar", "grammar": ebnf(tool.grammar, json_string=json_string)}
+    except UnsupportedGrammar as exc:
+        log.warning("tool %r: its %s grammar is not enforced (%s)", tool.name, tool.grammar.syntax, exc)
+        return None
+
+
+def _custom_body(name: str, grammar: Format, calls: str) -> Format:
+    """The one `input` string of a custom tool, spelled as the gateway renders the call back
+    (codex_tools.custom_arguments): a JSON string, or Qwen3.6's raw parameter text."""
+    if calls == "xml":
+        head, tail = f"\n<function={name}>\n<parameter={CUSTOM_INPUT}>\n", "\n</parameter>\n</function>\n"
+    else:
+        head, tail = f'\n{{"name": {json.dumps(name)}, "arguments": {{"{CUSTOM_INPUT}": "', '"}}\n'
+    return {"type": "sequence", "elements": [_const(head), grammar, _const(tail)]}
 
 
 def _xml_parameters(schema: dict[str, Any]) -> list[Format]:

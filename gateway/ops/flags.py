@@ -85,6 +85,10 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                         default=(_env("return_tokens_as_token_ids") or "").lower() in ("1", "true", "yes"),
                         help="vLLM's flag: every logprobs token is named \"token_id:N\" unless a request sets "
                              "return_tokens_as_token_ids: false (for RL clients that read ids from logprobs)")
+    parser.add_argument("--no-tool-grammars", dest="tool_grammars", action="store_false",
+                        default=(_env("tool_grammars") or "on").lower() not in ("0", "false", "no", "off"),
+                        help="offer custom tools (Codex's apply_patch) without enforcing their Lark/regex grammar "
+                             "on the input (for replicas whose structured outputs cannot take it)")
     parser.add_argument("--resolve-interval", type=float, default=_env("resolve_interval", "10"),
                         help="seconds between DNS lookups of an --upstream hostname (a headless Service: one "
                              "replica per address); 0 resolves once")
@@ -266,6 +270,7 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         max_websocket_connections=args.max_websocket_connections, websocket_lifetime=args.websocket_lifetime,
         websocket_warning=args.websocket_warning, reasoning_secret=args.reasoning_secret,
         responses_spec=args.responses_spec, return_tokens_as_token_ids=args.return_tokens_as_token_ids,
+        tool_grammars=args.tool_grammars,
         rollout_max_tokens=args.rollout_max_tokens, rollout_ttl=args.rollout_ttl,
         resolve_interval=args.resolve_interval,
         outlier_consecutive_failures=args.outlier_consecutive_failures,

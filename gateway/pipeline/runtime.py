@@ -33,6 +33,7 @@ class Runtime:
     fair_share: FairShare = field(default_factory=FairShare)
     # The budgets every generation passes (gateway/pipeline/gate.py): the server sets its own at start.
     gate: Gate = OPEN
+    tool_grammars: bool = True  # custom tools' grammars enforced on their input (--no-tool-grammars: not)
     tokens_as_ids: bool = False  # --return-tokens-as-token-ids: logprobs `token`s are "token_id:N" by default
     # --cache-salt-by-weight-version: a generation without a `cache_salt` gets its replica's weight version
     # as one, so no prompt reuses KV blocks computed by earlier weights (prime-rl's and SkyRL's practice).

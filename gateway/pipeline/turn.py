@@ -27,7 +27,7 @@ from gateway.core.errors import APIError, UpstreamFailed, context_length_exceede
 from gateway.core.ids import new_id
 from gateway.core.image import check_images, text_only
 from gateway.core.push import Hold, Sink, held
-from gateway.core.sampling import SamplingOptions, resolve
+from gateway.core.sampling import OutputConstraint, SamplingOptions, resolve
 from gateway.formats.base import Covered, ParseEvent
 from gateway.formats.length import too_long
 from gateway.pipeline import spans
@@ -47,6 +47,7 @@ __all__ = ["Turn", "handed_on"]
 
 log = logging.getLogger(__name__)
 
+_GRAMMARS_ONLY = OutputConstraint()  # nothing asked for but the custom tools' grammars
 # Renders of items with more text than this run off the event loop.
 _INLINE_RENDER_CHARS = 16_384
 T = TypeVar("T")
@@ -87,9 +88,7 @@ class Turn:
         record = self.record
         params = resolve(self.sampling, self.runtime.defaults, max_tokens=max_tokens,
                          stop_token_ids=self.runtime.stop_token_ids)
-        constraint = self.sampling.constraint
-        if constraint is not None and (structured := self.runtime.format.structured_outputs(
-                constraint, record.conversation.tools)):
+        if structured := self._structured_outputs():
             params["structured_outputs"] = structured
         if self.sampling.priority is None:  # the tier's, after the session's generations in flight
             self._share = self.affinity or ""
@@ -99,6 +98,16 @@ class Turn:
         with tracing.current(self._span[0] if self._span is not None else None):  # the replica's traceparent
             self._stream = await self._open(params)
         record.replica = self._stream.replica.url
+
+    def _structured_outputs(self) -> dict[str, Any]:
+        """vLLM's structured outputs for what the request asks for and the custom tools'
+        grammars (unless --no-tool-grammars); {} for nothing to enforce."""
+        constraint, tools = self.sampling.constraint, self.record.conversation.tools
+        if not self.runtime.tool_grammars:  # offered, not enforced
+            tools = [dataclasses.replace(tool, grammar=None) for tool in tools]
+        elif constraint is None and any(tool.grammar is not None for tool in tools):
+            constraint = _GRAMMARS_ONLY
+        return self.runtime.format.structured_outputs(constraint, tools) if constraint is not None else {}
 
     def _drop_oldest(self) -> bool:
         """Drop the history's oldest exchange (False: only the last user turn is left). The exact

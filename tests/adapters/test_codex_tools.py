@@ -14,6 +14,9 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
+from gateway.adapters.responses_events import ResponseWriter
+from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
+from tests.support.apply_patch import APPLY_PATCH_TOOL
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import END_THINK, END_TOOL_CALL, IM_END, THINK, TOOL_CALL, ids
 
@@ -68,11 +71,13 @@ def test_custom_tool_call_round_trip(stack, tokenizer):
                     "input": PATCH, "status": "completed"}
     assert call["id"].startswith("ctc_") and call["call_id"].startswith("call_")
     call_events = [e for e in events if e.get("item_id") == call["id"] or e.get("item", {}).get("id") == call["id"]]
-    assert [e["type"] for e in call_events] == ["response.output_item.added", "response.custom_tool_call_input.delta",
+    added, *deltas, done, _ = call_events
+    assert [e["type"] for e in call_events] == ["response.output_item.added",
+                                                *["response.custom_tool_call_input.delta"] * len(deltas),
                                                 "response.custom_tool_call_input.done", "response.output_item.done"]
-    added, delta, done, _ = call_events
     assert added["item"] == {**call, "input": "", "status": "in_progress"}
-    assert delta["delta"] == done["input"] == PATCH and done["output_index"] == 1
+    assert "".join(delta["delta"] for delta in deltas) == done["input"] == PATCH  # decoded (per read)
+    assert done["output_index"] == 1
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
 
     output = "Success. Updated the following files:\nA a.txt\n"
@@ -141,3 +146,25 @@ async def until_done(ws) -> list[dict]:
     while events[-1]["type"] not in ("response.completed", "response.incomplete", "response.failed", "error"):
         events.append(orjson.loads(await ws.recv()))
     return events
+
+
+def test_a_custom_calls_input_streams_decoded_as_the_model_writes_it():
+    """Each piece of `{"input": "…"}` the model writes is the input's decoded text so far (escapes
+    completed by a later piece wait for it); what never became that shape is sent whole at the end."""
+    writer = ResponseWriter(response_id="resp_1", model="m", echo={"tools": [APPLY_PATCH_TOOL]})
+    arguments = json.dumps({"input": PATCH}, ensure_ascii=True)
+    pieces = [arguments[i:i + 3] for i in range(0, len(arguments), 3)]
+    events = writer.on_parse_event(ItemStarted(0, "tool_call", name="apply_patch"))
+    for piece in pieces:
+        events += writer.on_parse_event(ItemDelta(0, piece))
+    events += writer.on_parse_event(ItemDone(0, arguments))
+    deltas = [e["delta"] for e in events if e["type"] == "response.custom_tool_call_input.delta"]
+    assert len(deltas) > len(pieces) // 2 and "".join(deltas) == PATCH
+    assert [e["input"] for e in events if e["type"] == "response.custom_tool_call_input.done"] == [PATCH]
+
+    writer = ResponseWriter(response_id="resp_2", model="m", echo={"tools": [APPLY_PATCH_TOOL]})
+    events = writer.on_parse_event(ItemStarted(0, "tool_call", name="apply_patch"))
+    events += writer.on_parse_event(ItemDelta(0, '{"patch": "x"}')) + writer.on_parse_event(ItemDone(0, '{"patch": "x"}'))
+    assert [(e["type"], e.get("delta", e.get("input"))) for e in events if "custom_tool_call_input" in e["type"]] == [
+        ("response.custom_tool_call_input.delta", '{"patch": "x"}'),
+        ("response.custom_tool_call_input.done", '{"patch": "x"}')]  # passed on for Codex to reject
