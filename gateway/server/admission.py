@@ -34,10 +34,5 @@ class Admission:
             raise overloaded(self.limit)
         self.active += 1
 
-    def hold(self) -> None:
-        """Take a slot whatever the count: work that takes over a request's slot (a background
-        response outlives its POST) counts from before that request releases its own."""
-        self.active += 1
-
     def release(self) -> None:
         self.active -= 1
