@@ -48,7 +48,7 @@ nixl() {  # vLLM's NixlConnector transport, for prefill/decode disaggregation (d
 }
 
 codex_cli() {
-  local version="${CODEX_VERSION:-0.169.0}"
+  local version="${CODEX_VERSION:-0.171.0}"
   if [ -f "${CODEX_PREFIX:-$CACHE/codex-$version}/.complete" ]; then
     echo "  cached: ${CODEX_PREFIX:-$CACHE/codex-$version}" >&2
   elif ! command -v npm >/dev/null; then

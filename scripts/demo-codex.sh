@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 CACHE="${GATEWAY_CACHE_DIR:-$HOME/.cache/vllm-gateway}"
-CODEX="${GATEWAY_CODEX_BIN:-$CACHE/codex-${CODEX_VERSION:-0.169.0}/node_modules/.bin/codex}"
+CODEX="${GATEWAY_CODEX_BIN:-$CACHE/codex-${CODEX_VERSION:-0.171.0}/node_modules/.bin/codex}"
 PROMPT="${PROMPT:-Say hello.}"
 PORT="${PORT:-$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 READY_TIMEOUT="${READY_TIMEOUT:-600}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the real Codex CLI from npm into a cache dir keyed by version; prints the binary's path.
 set -euo pipefail
-CODEX_VERSION="${CODEX_VERSION:-0.169.0}"
+CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
 PREFIX="${CODEX_PREFIX:-${GATEWAY_CACHE_DIR:-$HOME/.cache/vllm-gateway}/codex-$CODEX_VERSION}"
 BIN="$PREFIX/node_modules/.bin/codex"
 

@@ -156,7 +156,7 @@ def fake(stack: Stack) -> FakeVLLM:
 # FAILS the test: CI installs everything, and a skipped real-component test proves nothing.
 # Set GATEWAY_TESTS_ALLOW_SKIP=1 to skip instead (e.g. on a laptop without vLLM).
 
-CODEX_VERSION = "0.169.0"
+CODEX_VERSION = "0.171.0"
 CLAUDE_CODE_VERSION = "2.1.330"
 
 

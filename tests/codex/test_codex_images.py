@@ -1,4 +1,4 @@
-"""The real Codex CLI (0.169.0) on a vision model (Qwen3.6's vocabulary and published template, a
+"""The real Codex CLI (0.171.0) on a vision model (Qwen3.6's vocabulary and published template, a
 config.json with a vision_config; a scripted vLLM): Codex offers `view_image`, the model calls it on
 a PNG in the workspace, and the next request carries the image — as a `function_call_output` with an
 `input_image`, which the gateway sends to vLLM as one placeholder in the exact continued ids and the

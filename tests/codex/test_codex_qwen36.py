@@ -1,4 +1,4 @@
-"""The real Codex CLI (0.169.0) on a Qwen3.6-format model: the gateway with Qwen3.6's real vocabulary and
+"""The real Codex CLI (0.171.0) on a Qwen3.6-format model: the gateway with Qwen3.6's real vocabulary and
 published template (XML tool calls, `qwen3_coder`), a scripted vLLM writing Qwen3.6's native output
 (thinking, then `<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>…`).
 

@@ -1,4 +1,4 @@
-"""Longer real Codex CLI (0.169.0) sessions against the real gateway and a scripted vLLM.
+"""Longer real Codex CLI (0.171.0) sessions against the real gateway and a scripted vLLM.
 
 apply_patch as Codex's freeform tool, several tool calls in one turn, reasoning echoed back
 (from the session cache and, after a cache miss, from its sealed blob alone), automatic
