@@ -45,6 +45,7 @@ def completion(turn: Turn, parsed: ChatRequest, head: dict[str, Any]) -> dict[st
     if parsed.return_token_ids:
         body["prompt_token_ids"] = turn.record.prompt_token_ids
         choice["token_ids"] = turn.record.output_ids
+        choice["weight_versions"] = turn.record.weight_versions  # which weights made which token, vLLM's name
         message.update(nemo_fields(turn.record))
     return body
 
@@ -165,6 +166,8 @@ class ChatChunks:
         extra: dict[str, Any] = {"stop_reason": turn.record.stop_reason}
         if self._per_token:
             extra.update(self._upto(None))  # what no delta took: the stop id, trailing markup
+        if parsed.return_token_ids:  # on the last chunk, as vLLM's generate streams them
+            extra["weight_versions"] = turn.record.weight_versions
         ending = [self._chunk({}, _finish_reason(turn), **extra)]
         if self.index is None:  # else samples_ending ends the body
             if parsed.include_usage:

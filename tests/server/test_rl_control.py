@@ -16,6 +16,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import httpx
+import orjson
 import pytest
 
 from gateway.core.settings import Settings
@@ -366,3 +367,17 @@ def test_salting_by_weight_version_keeps_each_version_to_its_own_blocks(qwen_tok
         assert chat.status_code == 200, chat.text
         sent = a.bodies("/inference/v1/generate") + b.bodies("/inference/v1/generate")
         assert sorted(body.get("cache_salt") for body in sent) == ["step-7", "step-7", "tenant-a"]
+
+
+def test_chat_answers_name_the_weights_of_their_tokens_as_vllm_does(open_two):
+    two = open_two
+    assert post(two, "/update_weight_version", {"new_version": "step-3"}, headers=None).status_code == 200
+    for replica in two.replicas:
+        replica.queue(Script([9707, 0, 151645]), Script([9707, 0, 151645]))
+    request = {"model": "tiny-qwen3", "messages": [{"role": "user", "content": "hi"}], "return_token_ids": True}
+    answer = httpx.post(two.url + "/v1/chat/completions", json=request, timeout=60).json()
+    assert answer["choices"][0]["weight_versions"] == [{"version": "step-3", "start": 0, "end": 3}]
+    streamed = httpx.post(two.url + "/v1/chat/completions", json={**request, "stream": True}, timeout=60).text
+    chunks = [orjson.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: {")]
+    assert [c["choices"][0]["weight_versions"] for c in chunks if "weight_versions" in c["choices"][0]] == [
+        [{"version": "step-3", "start": 0, "end": 3}]]  # the last chunk only

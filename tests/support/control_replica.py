@@ -43,7 +43,6 @@ class Collective:
 @dataclass
 class ControlReplica(FakeVLLM):
     world_size: int = 1  # /get_world_size (TP × PP × DP)
-    version: str = "default"  # vLLM's weight version label ("default" until set)
     paused: bool = False
     collective: Collective | None = None  # shared by the replicas of one test
     fail: dict[str, int] = field(default_factory=dict)  # path → status to answer instead
@@ -113,15 +112,15 @@ class ControlReplica(FakeVLLM):
 
     async def _finish(self, request: Request, body: Any) -> Response:
         if body and body.get("weight_version") is not None:
-            self.version = body["weight_version"]
+            self.weight_version = body["weight_version"]
         return JSONResponse({"message": "Weight update finished"})
 
     async def _update_version(self, request: Request, body: Any) -> Response:
-        self.version = body["new_version"]
-        return JSONResponse({"success": True, "new_version": self.version})
+        self.weight_version = body["new_version"]
+        return JSONResponse({"success": True, "new_version": self.weight_version})
 
     async def _weight_info(self, request: Request, body: Any) -> Response:
-        return JSONResponse({"weight_version": self.version})
+        return JSONResponse({"weight_version": self.weight_version})
 
     async def _reset(self, request: Request, body: Any) -> Response:
         return JSONResponse({"success": True})

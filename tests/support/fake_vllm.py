@@ -104,6 +104,7 @@ class FakeVLLM:
     completed: list[str] = field(default_factory=list)  # request ids whose stream reached [DONE]
     _scripts: deque[Script] = field(default_factory=deque)
     url: str = ""
+    weight_version: str = "default"  # the label of its weights: its generations' `weight_versions` spans
 
     def queue(self, *scripts: Script) -> None:
         self._scripts.extend(scripts)
@@ -181,7 +182,7 @@ class FakeVLLM:
         request_id = "generate-tokens-" + (body.get("request_id") or secrets.token_hex(8))
         params = body.get("sampling_params") or {}
         expanded = len(body.get("token_ids") or []) + len(body.get("content_parts") or []) * (self.image_tokens - 1)
-        output = _Output(script, expanded, params.get("logprobs"))
+        output = _Output(script, expanded, params.get("logprobs"), self.weight_version)
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             events = self._generate_events(request_id, output, include_usage)
@@ -207,7 +208,7 @@ class FakeVLLM:
         if script.status != 200:
             return _error_response(script.error_message, script.status)
         request_id = "cmpl-" + (body.get("request_id") or secrets.token_hex(8))
-        output = _Output(script, len(prompt), body.get("logprobs"))
+        output = _Output(script, len(prompt), body.get("logprobs"), self.weight_version)
         with_ids = bool(body.get("return_token_ids"))
         created = int(time.time())
         head = {"id": request_id, "object": "text_completion", "created": created, "model": body.get("model")}
@@ -309,8 +310,9 @@ class ConnectionDropped(Exception):
 class _Output:
     """One scripted generation, sliced into vLLM-shaped choices."""
 
-    def __init__(self, script: Script, prompt_tokens: int, logprobs: int | None) -> None:
+    def __init__(self, script: Script, prompt_tokens: int, logprobs: int | None, version: str = "default") -> None:
         self.script = script
+        self.version = version
         self.prompt_tokens = prompt_tokens
         self.num_logprobs = logprobs
 
@@ -367,7 +369,7 @@ class _Output:
             "token_ids": self.script.token_ids[start:end],
             "routed_experts": None,
             "sampling_mask": None,
-            "weight_versions": [{"version": "default", "start": 0, "end": total}] if final else None,
+            "weight_versions": [{"version": self.version, "start": 0, "end": total}] if final else None,
             "logprobs": logprobs,
         }
 
