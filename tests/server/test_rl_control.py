@@ -381,3 +381,19 @@ def test_chat_answers_name_the_weights_of_their_tokens_as_vllm_does(open_two):
     chunks = [orjson.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: {")]
     assert [c["choices"][0]["weight_versions"] for c in chunks if "weight_versions" in c["choices"][0]] == [
         [{"version": "step-3", "start": 0, "end": 3}]]  # the last chunk only
+
+
+def test_the_routers_prefix_keys_hold_the_adapters_name_as_vllms_block_hashes_do(open_two):
+    two = open_two
+    assert post(two, "/v1/load_lora_adapter", {"lora_name": "policy", "lora_path": "/ckpt/p"}, None).is_success
+    stats, prompt = two.runtime.pool.router.stats, list(range(100, 164))  # four 16-token chunks
+
+    def held_by_the_chosen(model: str) -> int:
+        for replica in two.replicas:
+            replica.queue(Script([1]))
+        before = stats.matched_tokens
+        assert generate(two, model, token_ids=prompt).status_code == 200
+        return stats.matched_tokens - before
+    assert held_by_the_chosen("policy") == 0  # nothing cached yet
+    assert held_by_the_chosen("tiny-qwen3") == 0  # the same ids without the adapter: other blocks
+    assert held_by_the_chosen("policy") == 64  # the adapter's own blocks
