@@ -14,6 +14,7 @@ from gateway.formats import (
     gemma4,
     glm,
     hermes,
+    json_list,
     kimi,
     llama3_json,
     minimax,
@@ -38,6 +39,9 @@ FAMILIES: tuple[Family, ...] = (
     pythonic.OLMO3,  # Olmo 3: pythonic calls in <function_calls>
     pythonic.LFM2,  # LFM2 / LFM2.5: pythonic calls in <|tool_call_start|>
     pythonic.LLAMA4,  # Llama 4 pythonic calls: [func_name1(param1=value1, …)] and <|header_start|>
+    llama3_json.LLAMA4,  # Llama 4 JSON calls: "parameters":  and <|header_start|>
+    json_list.XLAM,  # xLAM: a JSON list of calls
+    json_list.PHI4_MINI,  # Phi-4-mini: functools[ and a JSON list of calls
     llama3_json.FAMILY,  # Llama 3.1-3.3: "parameters":  and <|eot_id|>
     seed_oss.FAMILY,  # Seed-OSS: <seed:tool_call> (Qwen3's XML calls)
     step3p5.FAMILY,  # Step-3.5/3.7: a tool_response turn (Qwen3's XML calls)

@@ -13,6 +13,10 @@ model wrote when they are the object's last member, as `hf_parser` keeps hermes 
 else is text, as written (a JSON answer, a call cut short by the length limit). Text outputs stream as
 they come.
 
+Llama 4 with vLLM's JSON template (`llama4_json`) writes the same calls in its own turns
+(`<|header_start|>…<|header_end|>`, `<|eot|>`); its template writes a turn's calls one after the
+other in one message, from the arguments as dicts.
+
 Rendering: vLLM's template writes a call as `{"name": …, "parameters": ` + the arguments `| tojson`,
 one call per assistant message, so calls reach it with their arguments as dicts and a turn of
 parallel calls as one message per call (the exact-token splice keeps the model's own single turn).
@@ -27,12 +31,12 @@ from typing import Any
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
-from gateway.formats.family import Family, ParserFactory
+from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.glm import is_valid_name
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.qwen_xml import argument_dict
 
-__all__ = ["FAMILY", "Llama3JsonParser"]
+__all__ = ["FAMILY", "LLAMA4", "Llama3JsonParser", "argument_dicts"]
 
 PYTHON_TAG = "<|python_tag|>"
 TEMPLATE_MARKER = '"parameters": '  # vLLM's llama3.1 JSON template writes calls with it
@@ -76,8 +80,8 @@ class Llama3JsonParser(HermesOutputParser):
     def _flush(self, final: bool = False) -> None:
         if not self._decided and self._mode == "text":
             start = self._pending.lstrip(_WHITESPACE)
-            if not start and not final:
-                return  # only whitespace so far: not yet known
+            if not final and (not start or (len(start) < len(self.opener) and self.opener.startswith(start))):
+                return  # only whitespace, or the opener's start, so far: not yet known
             self._decided = True
             if start.startswith(self.opener):
                 self._call = bytearray(self._pending)
@@ -165,6 +169,12 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return shaped
 
 
+def argument_dicts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each call's arguments as the dict a template writes with `tojson` (Llama 4's, xLAM's)."""
+    return [{**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": argument_dict(c["function"]["arguments"])}}
+                                 for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in messages]
+
+
 def _parsers(vocab: dict[str, int]) -> ParserFactory:
     return lambda shared, starts, tools: Llama3JsonParser(shared.token_bytes, shared.markup, shared.stop_ids, tools)
 
@@ -174,3 +184,9 @@ FAMILY = Family(
     name="llama3_json", tool_parsers=("llama3_json",),
     detect=lambda template: TEMPLATE_MARKER in template and "<|eot_id|>" in template,
     markers={"call_open": PYTHON_TAG, "call_close": None}, prepare=template_messages, parsers=_parsers)
+LLAMA4 = Family(
+    name="llama4_json", tool_parsers=("llama4_json",),
+    detect=lambda template: TEMPLATE_MARKER in template and "<|header_start|>" in template,
+    markers={"call_open": PYTHON_TAG, "call_close": None},
+    turns=Turns(stops=("<|eot|>", "<|eom|>", "<|end_of_text|>"), terminators=("<|eot|>", "<|eom|>")),
+    prepare=argument_dicts, parsers=_parsers, image="<|image|>")

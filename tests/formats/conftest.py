@@ -259,3 +259,45 @@ def lfm2_format(lfm2_tokenizer):
     from gateway.tokenfix.locality import failing_kinds
 
     return HFChatFormat(lfm2_tokenizer, locality=failing_kinds)
+
+
+def _stand_in_format(name: str):
+    from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
+    from tests.support import stand_in_families
+
+    return HFChatFormat(shared_tokenizer(stand_in_families.stand_in_dir(getattr(stand_in_families, name))),
+                        locality=failing_kinds)
+
+
+@pytest.fixture(scope="session")
+def llama4_json_format():
+    """Llama 4's control tokens on a stand-in BPE, with vLLM's Llama 4 JSON template."""
+    return _stand_in_format("LLAMA4_JSON")
+
+
+@pytest.fixture(scope="session")
+def xlam_format():
+    """ChatML tokens on a stand-in BPE, with vLLM's xLAM (Qwen) template."""
+    return _stand_in_format("XLAM")
+
+
+@pytest.fixture(scope="session")
+def phi4_mini_format():
+    """Phi-4-mini's control tokens on a stand-in BPE, with vLLM's Phi-4-mini template."""
+    return _stand_in_format("PHI4_MINI")
+
+
+@pytest.fixture(scope="session")
+def llama4_json_tokenizer(llama4_json_format):
+    return llama4_json_format.tokenizer
+
+
+@pytest.fixture(scope="session")
+def xlam_tokenizer(xlam_format):
+    return xlam_format.tokenizer
+
+
+@pytest.fixture(scope="session")
+def phi4_mini_tokenizer(phi4_mini_format):
+    return phi4_mini_format.tokenizer

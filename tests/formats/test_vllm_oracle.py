@@ -23,6 +23,7 @@ from tests.formats import (
     test_dsml_parser,
     test_gemma4,
     test_glm_parser,
+    test_json_calls,
     test_kimi_parser,
     test_llama3_json,
     test_llama4_pythonic,
@@ -62,6 +63,10 @@ def _python_value(value: Any) -> str:
 
 def _python_arguments(args: corpus.Args) -> str:
     return ", ".join(f"{key}={_python_value(value)}" for key, value in args.items())
+
+
+def _json_call(name: str, args: corpus.Args) -> str:
+    return f'{{"name": "{name}", "arguments": {json_args(args)}}}'
 
 
 def _dsml_invoke(name: str, args: corpus.Args) -> str:
@@ -134,6 +139,15 @@ SPEAKERS = [
             call=lambda name, args: f"{name}({_python_arguments(args)})",
             calls=lambda calls: "<|tool_call_start|>[" + ", ".join(calls) + "]<|tool_call_end|>", end="<|im_end|>",
             lookalike="«<|tool_call_end|>»"),
+    Speaker("llama4_json", "llama4_json_format", "llama4_json_tokenizer", "llama4_json", None,
+            test_json_calls.LLAMA4_MARKUP, call=lambda name, args: f'{{"name": "{name}", "parameters": {json_args(args)}}}',
+            calls="; ".join, end="<|eot|>", lookalike='«"}}»', extra={"contract-agent-turn": test_json_calls.LLAMA4_TURN}),
+    Speaker("xlam", "xlam_format", "xlam_tokenizer", "xlam", None, test_json_calls.XLAM_MARKUP, call=_json_call,
+            calls=lambda calls: "[" + ", ".join(calls) + "]", end="<|im_end|>", lookalike='«"}}]»',
+            extra={"contract-agent-turn": test_json_calls.XLAM_TURN}),
+    Speaker("phi4_mini_json", "phi4_mini_format", "phi4_mini_tokenizer", "phi4_mini_json", None,
+            test_json_calls.PHI4_MARKUP, call=_json_call, calls=lambda calls: "functools[" + ", ".join(calls) + "]",
+            end="<|end|>", lookalike='«"}}]»', extra={"contract-agent-turn": test_json_calls.PHI4_TURN}),
 ]
 
 
@@ -151,21 +165,22 @@ class Difference:
 
     def covers(self, key: tuple[str, str, str, str]) -> bool:
         family, case, _, mode = key
-        return family in self.families and case in self.cases and mode in self.modes
+        return family in self.families and (case in self.cases or EVERY in self.cases) and mode in self.modes
 
 
 BOTH = frozenset({"whole", "stream"})
+EVERY = "*"  # every case of the corpus
 DIFFERENCES = [
     Difference("cut-off-call", frozenset({
         "hermes", "xml", "glm", "deepseek", "minimax", "dsml_v4", "dsml_v32", "gemma4", "llama3_json", "seed_oss",
-        "step3p5", "llama4_pythonic", "lfm2"}), frozenset({"cut-off-call"}), BOTH,
+        "step3p5", "llama4_pythonic", "lfm2", "llama4_json", "xlam"}), frozenset({"cut-off-call"}), BOTH,
         "A call cut off by the length limit: vLLM's two answers disagree with each other (the non-streamed one "
         "drops the unfinished value or the whole call, the streamed one ends with unfinished JSON); the gateway "
         "answers the same in both: the call as far as it streamed it, closed (or text, where its format holds "
         "a call until it is whole)."),
     Difference("marker-in-string", frozenset({
         "hermes", "xml", "glm", "deepseek", "kimi", "dsml_v4", "dsml_v32", "gemma4", "seed_oss", "step3p5",
-        "lfm2", "olmo3"}), frozenset({"lookalike-in-argument"}), BOTH,
+        "lfm2", "olmo3", "xlam"}), frozenset({"lookalike-in-argument"}), BOTH,
         "An argument string spelling the family's closing markup as text: vLLM's parsers search the decoded "
         "text, so the value (or the call) ends there; the gateway switches on the markers' token ids and "
         "the model wrote the string as ordinary tokens, so the value is whole."),
@@ -181,10 +196,18 @@ DIFFERENCES = [
     Difference("gemma4-text-dropped", frozenset({"gemma4"}), frozenset({"lookalike-in-text"}), frozenset({"whole"}),
         "Text spelling `<tool_call|>` in an answer: vLLM's non-streamed gemma4 answer deletes it from the "
         "content (its streamed answer keeps it); the gateway keeps the text the model wrote."),
-    Difference("llama3-text-then-json", frozenset({"llama3_json"}), frozenset({"text-then-call"}), frozenset({"whole"}),
-        "Text, then a JSON call: vLLM's non-streamed llama3_json answer finds the JSON after the text and makes "
-        "it a call (dropping the text), its streamed answer keeps it all as text; the gateway, as vLLM "
-        "streams, reads an answer as calls only when it starts with `{` (or `<|python_tag|>`)."),
+    Difference("llama3-text-then-json", frozenset({"llama3_json", "llama4_json", "phi4_mini_json"}),
+        frozenset({"text-then-call"}), frozenset({"whole"}),
+        "Text, then a JSON call: vLLM's non-streamed llama3_json (and phi4_mini_json) answer finds the JSON "
+        "after the text and makes it a call (dropping the text), its streamed answer keeps it all as text; "
+        "the gateway, as vLLM streams, reads an answer as calls only when it starts with the calls' opener."),
+    Difference("phi4-stream-empty", frozenset({"phi4_mini_json"}), frozenset({EVERY}), frozenset({"stream"}),
+        "vLLM's phi4_mini_json parser does not stream (its `extract_tool_calls_streaming` returns None): a "
+        "streamed answer carries no content and no calls at all. The gateway streams what it parses whole."),
+    Difference("phi4-first-bracket", frozenset({"phi4_mini_json"}), frozenset({
+        "parallel-calls", "typed-arguments", "lookalike-in-argument", "contract-agent-turn"}), frozenset({"whole"}),
+        "vLLM's non-streamed phi4_mini_json answer ends the list at the first `]` (`functools\\[(.*?)\\]`), so "
+        "calls whose arguments hold a list (or a `]` in a string) are lost; the gateway reads the whole JSON list."),
     Difference("olmo3-stream", frozenset({"olmo3"}), frozenset({
         "one-call", "parallel-calls", "typed-arguments", "text-then-call", "lookalike-in-argument",
         "contract-agent-turn"}), frozenset({"stream"}),

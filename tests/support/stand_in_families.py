@@ -55,6 +55,14 @@ LLAMA4 = StandIn("llama4-tokenizer-v1", "llama4-pythonic.jinja", (
 
 # vLLM's olmo3 parsers read `<think>` and `<function_calls>` in the decoded text, which keeps them only when
 # they are not special: they are added here as single ordinary tokens (unverified against Olmo 3's own files).
+# vLLM's llama4_json parser refuses a vocabulary without Llama 3's `<|python_tag|>`.
+LLAMA4_JSON = StandIn("llama4-json-tokenizer-v1", "llama4-json.jinja", (*LLAMA4.tokens, "<|python_tag|>"), eos="<|eot|>",
+                      bos="<|begin_of_text|>")
+XLAM = StandIn("xlam-tokenizer-v1", "xlam-qwen.jinja", ("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+               eos="<|im_end|>", pad="<|endoftext|>")
+PHI4_MINI = StandIn("phi4-mini-tokenizer-v1", "phi4-mini.jinja", (
+    "<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>", "<|system|>", "<|tool|>"), eos="<|endoftext|>",
+    pad="<|endoftext|>")
 OLMO3 = StandIn("olmo3-tokenizer-v2", "olmo3.jinja", (
     "<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<functions>", "</functions>",
     "<function_calls>", "</function_calls>"), eos="<|im_end|>", bos="<|endoftext|>", pad="<|pad|>",
