@@ -47,6 +47,7 @@ class Traffic:
     connections: list[tuple[str, str]] = field(default_factory=list)
     posts: list[Post] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
+    frames: list[dict] = field(default_factory=list)  # what Codex sent over WebSocket, in order
     app: Any = None  # the gateway's own ASGI app (its runtime is app.state.runtime)
     on_post: Callable[[Any, dict], dict] | None = None  # (gateway app, body) -> the body the gateway gets
     on_status: Callable[[Any, int], None] | None = None  # (gateway app, HTTP status of a POST)
@@ -83,6 +84,8 @@ def recording(app, traffic: Traffic):
         if (frames := extensions.get(FRAME_WRITER)) is not None:
             extensions[FRAME_WRITER] = _Tapped(frames, lambda text: traffic.events.append(json.loads(text)))
         scope = {**scope, "extensions": extensions}
+        if scope["type"] == "websocket":
+            receive = _frames_into(receive, traffic.frames)
 
         async def tap(message):
             if message["type"] == "http.response.start":
@@ -104,6 +107,15 @@ def recording(app, traffic: Traffic):
                     traffic.events.append(json.loads(line[6:]))
 
     return recorded
+
+
+def _frames_into(receive, frames: list[dict]):
+    async def received():
+        message = await receive()
+        if message["type"] == "websocket.receive" and message.get("text"):
+            frames.append(json.loads(message["text"]))
+        return message
+    return received
 
 
 class _Tapped:

@@ -1,4 +1,4 @@
-"""The real Codex CLI (0.169.0) against the real gateway, over HTTP and WebSocket mode.
+"""The real Codex CLI (0.171.0) against the real gateway, over HTTP and WebSocket mode.
 
 A scripted vLLM makes the model's output deterministic, so the tests can assert what Codex
 did with it (ran the command, printed the answer) and the exact prompt ids the gateway sent.
@@ -97,6 +97,11 @@ def test_shell_tool_call_over_websocket(stack, codex_bin, tokenizer, tmp_path):
     assert [kind for kind, path in traffic.connections if path == "/v1/responses"] == ["websocket"]
     created = [e["response"]["id"] for e in traffic.events if e["type"] == "response.created"]
     assert len(created) == 3  # the generate:false warmup, the tool call, the answer
+    # The turn's state: given with the warmup, replayed by Codex in the turn's later frames
+    # (client_metadata), echoed back unchanged.
+    states = [e["headers"]["x-codex-turn-state"] for e in traffic.events if e["type"] == "response.metadata"]
+    assert len(states) == 3 and len(set(states)) == 1
+    assert [f.get("client_metadata", {}).get("x-codex-turn-state") for f in traffic.frames] == [None, *states[:2]]
 
 
 SHORT_CONTEXT = 12288
