@@ -71,7 +71,7 @@ def traced(api: str, metrics: Metrics, request_id: str, received: float, *, span
             span[0].record_exception(exc)
         raise
     finally:
-        finish(trace, metrics, decisions[-1] if decisions else None)
+        finish(trace, metrics, _serving(decisions, trace.record.replica if trace.record is not None else None))
         if span is not None:
             _end_span(span, trace)
         current.reset(tokens[0])
@@ -96,6 +96,12 @@ def _end_span(span: tracing.Opened, trace: Trace) -> None:
     if outcome not in ("completed", "incomplete"):
         attributes["error.type"] = trace.error_code or outcome
     tracing.end_request(span, attributes, (trace.error_message or outcome) if failed else None)
+
+
+def _serving(decisions: list[Decision], replica: str | None) -> Decision | None:
+    """The routing decision of the replica that served the request (a split turn also picked its
+    prefill replica, after it); the last one when none served it."""
+    return next((d for d in reversed(decisions) if d.replica == replica), decisions[-1] if decisions else None)
 
 
 def finish(trace: Trace, metrics: Metrics, decision: Decision | None = None) -> None:

