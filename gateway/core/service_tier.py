@@ -25,7 +25,7 @@ from typing import Literal
 
 from gateway.core.errors import invalid_request
 
-__all__ = ["BAND", "FairShare", "Tier", "served_tier"]
+__all__ = ["BAND", "FairShare", "Tier", "served_order", "served_tier"]
 
 Tier = Literal["priority", "default", "flex"]
 BAND = 1 << 20  # ranks stay below this (a session with a million generations in flight shares its band)
@@ -45,6 +45,11 @@ def served_tier(raw: object) -> Tier:
                               f"{', '.join(repr(name) for name in _SERVED)}.", param="service_tier",
                               code="invalid_value")
     return tier
+
+
+def served_order(tier: Tier) -> int:
+    """Where `tier` is served: lower first."""
+    return _BASE[tier]
 
 
 class FairShare:

@@ -61,6 +61,7 @@ class Settings:
     header_timeout: float = 10.0  # seconds a client may take to send a request's headers (slowloris)
     client_write_timeout: float = 60.0  # seconds a WebSocket send may wait on a client that does not read
     max_concurrent_requests: int | None = None  # model requests in flight, beyond which 429; None: no limit
+    max_queued_requests: int = 0  # requests that wait for a slot at the limit (by tier and session) before 429s
     state_url: str | None = None  # redis://… | rediss://… | unix://…: state shared by processes; None: in process
     state_key_prefix: str = "gw:"  # namespaces the shared store's keys (several gateways on one Redis)
     # Remote MCP tools (`{"type": "mcp"}`), run by the gateway: only servers under these URL prefixes.

@@ -129,6 +129,9 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                         default=int(_env("max_concurrent_requests", "0")) or None,
                         help="model requests in flight in this process beyond which new ones get a 429 with "
                              "Retry-After (default: no limit)")
+    parser.add_argument("--max-queued-requests", type=int, default=int(_env("max_queued_requests", "0")),
+                        help="at --max-concurrent-requests, this many more wait for a slot (served by service tier, "
+                             "then fairly between sessions) before new ones get the 429 (default 0)")
     parser.add_argument("--upstream-idle-timeout", type=float, default=_env("upstream_idle_timeout", "300"),
                         help="seconds a generation may go without a byte from its replica before it fails "
                              "(504-class) and the replica is suspected (default 300, Codex's stream idle limit)")
@@ -284,7 +287,7 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         kv_events=args.kv_events or [s for s in (_env("kv_events") or "").split(";") if s],
         replica_metrics_interval=args.replica_metrics_interval,
         pd_min_new_tokens=args.pd_min_new_tokens, pd_prefill_timeout=args.pd_prefill_timeout,
-        max_concurrent_requests=args.max_concurrent_requests, upstream_idle_timeout=args.upstream_idle_timeout,
+        max_concurrent_requests=args.max_concurrent_requests, max_queued_requests=args.max_queued_requests, upstream_idle_timeout=args.upstream_idle_timeout,
         upstream_header_timeout=args.upstream_header_timeout, request_body_timeout=args.request_body_timeout,
         header_timeout=args.header_timeout, client_write_timeout=args.client_write_timeout,
         max_body_bytes=args.max_body_bytes,

@@ -211,7 +211,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     ]
     handlers = {APIError: api_error_handler, HTTPException: http_error_handler}
     drain = Drain(settings.drain_timeout)
-    admission = Admission(settings.max_concurrent_requests)
+    admission = Admission(settings.max_concurrent_requests, settings.max_queued_requests)
     keys, tenant_limits = KeyRing.load(settings), TenantLimits.load(settings)
     warn_if_open(keys, settings.host)
     if settings.server_dev_mode and not keys.enabled:

@@ -30,6 +30,7 @@ __all__ = ["ServerGate"]
 class _Held:
     gate: ServerGate
     tenant: Tenant | None
+    session: str  # the key the admission queue shares slots fairly by
     left: bool = False
 
     async def leave(self, records: Sequence[TurnRecord]) -> None:
@@ -40,7 +41,7 @@ class _Held:
             if self.tenant is not None:
                 await self.gate.limits.finish(self.tenant, records)
         finally:
-            self.gate.admission.release()
+            self.gate.admission.leave(self.session)
 
 
 class ServerGate:
@@ -49,13 +50,14 @@ class ServerGate:
         self.limits = limits
 
     async def enter(self, request: TurnRequest) -> Pass:
-        self.admission.acquire()
+        session = request.cache_key or request.affinity or ""
+        await self.admission.enter(session, request.sampling.tier)
         tenant = tenancy.current.get()
         if tenant is not None:
             try:
                 with tracing.phase("gateway.admission"):  # the tenant's limits: in Redis with --state-url
                     await self.limits.admit(tenant)
             except APIError:
-                self.admission.release()
+                self.admission.leave(session)
                 raise
-        return _Held(self, tenant)
+        return _Held(self, tenant, session)

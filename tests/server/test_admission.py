@@ -17,6 +17,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from gateway.core.settings import Settings
+from gateway.server.admission import Admission
 from tests.support.fake_vllm import Script
 from tests.support.gateway_server import free_port, running_gateway
 from tests.support.qwen3_tokens import IM_END, ids
@@ -107,3 +108,56 @@ def test_no_reachable_replica_is_a_503_with_retry_after(qwen_tokenizer_dir):
         response = httpx.post(url + "/v1/responses", json=BODY)
     assert response.status_code == 503 and response.headers["retry-after"] == "1"
     assert response.json()["error"]["code"] == "upstream_unavailable"
+
+
+def test_a_full_gateway_serves_its_queue_by_tier_then_fairly_between_sessions(qwen_tokenizer_dir, tokenizer):
+    """--max-queued-requests: beyond the limit requests wait, and a freed slot goes to the first
+    of them in order: service tier, then how many of its session's requests were already in or
+    waiting, then arrival. Session a holds the slot and queues a second request before b's
+    first: b still goes first."""
+    with fake_stack(qwen_tokenizer_dir, served_model_name="tiny-qwen3", max_concurrent_requests=1,
+                    max_queued_requests=4) as stack:
+        fake, url, admission = stack.fake, stack.url, stack.runtime.gate.admission
+        fake.queue(Script(ids(tokenizer, "busy"), hang=True),
+                   *[Script(ids(tokenizer, "Hello.") + [IM_END]) for _ in range(4)])
+        holder = Holder(url, "/v1/responses", {**BODY, "prompt_cache_key": "a"})
+        answers: dict[str, int] = {}
+
+        def ask(name: str, **fields) -> threading.Thread:
+            body = {"model": "tiny-qwen3", "input": f"I am {name}.", "prompt_cache_key": name[0], **fields}
+            thread = threading.Thread(target=lambda: answers.__setitem__(
+                name, httpx.post(url + "/v1/responses", json=body, timeout=DEADLINE).status_code))
+            thread.start()
+            return thread
+
+        threads: list[threading.Thread] = []
+        for name, fields in [("a2", {}), ("b1", {}), ("c1", {"service_tier": "flex"}),
+                             ("d1", {"service_tier": "priority"})]:
+            threads.append(ask(name, **fields))
+            wait_for(lambda: admission.waiting == len(threads))  # queued in this order
+        refused = httpx.post(url + "/v1/responses", json=BODY, timeout=DEADLINE)
+        assert refused.status_code == 429  # the queue is full too
+        holder.release()
+        for thread in threads:
+            thread.join(DEADLINE)
+        assert answers == {"a2": 200, "b1": 200, "c1": 200, "d1": 200}
+        served = [tokenizer.decode(body["token_ids"]) for body in fake.bodies("/inference/v1/generate")[1:]]
+        assert [next(name for name in answers if f"I am {name}." in text) for text in served] == ["d1", "b1", "a2", "c1"]
+        wait_for(lambda: admission.active == 0 and admission.waiting == 0)
+
+
+async def test_a_waiting_request_that_leaves_gives_up_its_place():
+    admission = Admission(1, queue=2)
+    await admission.enter("a", "default")
+    gone = asyncio.create_task(admission.enter("b", "priority"))
+    stays = asyncio.create_task(admission.enter("c", "default"))
+    await asyncio.sleep(0)
+    assert admission.waiting == 2
+    gone.cancel()
+    await asyncio.sleep(0)
+    assert admission.waiting == 1
+    admission.leave("a")  # the slot goes to c, the one still waiting
+    await stays
+    assert (admission.active, admission.waiting) == (1, 0)
+    admission.leave("c")
+    assert admission.active == 0
