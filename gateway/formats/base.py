@@ -151,9 +151,11 @@ class ChatFormat(Protocol):
         """The prompt tokens `image` becomes once vLLM expands its placeholder (at least 1)."""
         ...
 
-    def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool]) -> dict[str, Any]:
+    def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool], *,
+                           thinking: bool = True) -> dict[str, Any]:
         """vLLM's `structured_outputs` enforcing `constraint` in this format's own output syntax
-        ({}: nothing to enforce); raises APIError (400) for what this format cannot enforce."""
+        ({}: nothing to enforce); raises APIError (400) for what this format cannot enforce.
+        `thinking`: the prompt was rendered with thinking on (`Conversation.thinking`)."""
         ...
 
 

@@ -54,7 +54,8 @@ class HarmonyFormat:
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.encoding.decode(token_ids)
 
-    def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool]) -> dict[str, Any]:
+    def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool], *,
+                           thinking: bool = True) -> dict[str, Any]:
         return harmony_constraints.structured_outputs(constraint, tools, self._tokens)
 
     def token_bytes(self, token_id: int) -> bytes:

@@ -121,7 +121,8 @@ class MistralFormat:
         table = self._token_bytes
         return table[token_id] if 0 <= token_id < len(table) else b""
 
-    def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool]) -> dict[str, Any]:
+    def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool], *,
+                           thinking: bool = True) -> dict[str, Any]:
         if not constraint.active:
             return {}
         raise APIError("Forced tool calls, allowed_tools, parallel_tool_calls: false and JSON output formats "

@@ -107,7 +107,9 @@ class Turn:
             tools = [dataclasses.replace(tool, grammar=None) for tool in tools]
         elif constraint is None and any(tool.grammar is not None for tool in tools):
             constraint = _GRAMMARS_ONLY
-        return self.runtime.format.structured_outputs(constraint, tools) if constraint is not None else {}
+        if constraint is None:
+            return {}
+        return self.runtime.format.structured_outputs(constraint, tools, thinking=self.record.conversation.thinking)
 
     def _drop_oldest(self) -> bool:
         """Drop the history's oldest exchange (False: only the last user turn is left). The exact

@@ -169,3 +169,31 @@ def test_the_completions_endpoint_gets_it_at_the_top_level(qwen_tokenizer_dir, t
         body = {"model": "m", "input": "go", "tools": TOOLS, "tool_choice": "required"}
         assert httpx.post(stack.url + "/v1/responses", json=body, timeout=30).status_code == 200
         assert _unthought(_tag(stack, COMPLETIONS))["elements"][0] == EITHER
+
+
+def test_a_forced_call_with_thinking_off_is_not_made_to_think_first(qwen36_tokenizer_dir):
+    """Qwen3.6's generation prompt opens `<think>`, so a forced call comes after the thought's `</think>`;
+    with thinking off (reasoning effort "none") the prompt has closed it already: the call comes first
+    (else the model must write a second `</think>` before it, and a model that does not never calls)."""
+    end_think = 248069
+    with fake_stack(qwen36_tokenizer_dir, served_model_name="m") as stack:
+        tags = []
+        for effort in ("medium", "none"):
+            stack.fake.queue(Script([248046]))
+            response = httpx.post(stack.url + "/v1/responses", timeout=30, json={
+                "model": "m", "input": "go", "tools": TOOLS, "tool_choice": "required",
+                "reasoning": {"effort": effort}})
+            assert response.status_code == 200, response.text
+            tags.append(_tag(stack))
+    thinking, unthinking = tags
+    assert thinking["type"] == "sequence" and thinking["elements"][0]["elements"][:2] == [
+        {"type": "any_tokens", "exclude_tokens": [end_think]}, {"type": "token", "token": end_think}]
+    assert unthinking["type"] == "or"  # an optional thought (its own `<think>`), or the calls at once
+    assert unthinking["elements"][1] == thinking["elements"][1]
+
+
+@pytest.fixture(scope="module")
+def qwen36_tokenizer_dir():
+    from tests.support.qwen36 import qwen36_tokenizer_dir as build
+
+    return build()
