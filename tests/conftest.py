@@ -185,6 +185,9 @@ class TinyModel:
     scope: str = "module"
     vllm_args: tuple[str, ...] = ()
     last_cpu: bool = False  # pinned to the last core instead of the first (runs beside another)
+    python: str | None = None  # "module:function" giving the venv's python (None: the text vLLM venv)
+    max_model_len: int = 32768
+    start_timeout: float = 600  # seconds to a 200 on /health (only bounds how long a broken start takes to fail)
 
 
 # Each gives two fixtures: `{key}_model_dir` (the built model, session-scoped) and `vllm_{key}`
@@ -215,16 +218,27 @@ TINY_MODELS = {
     "mistral": TinyModel("tiny-mistral", "tests.support.mistral:mistral_model_dir",
                          "a tiny random model with tekken's vocabulary size and a v13 `tekken.json` (Devstral / "
                          "Magistral), with Mistral's tokenizer", vllm_args=("--tokenizer-mode", "mistral")),
+    # The vision venv's vLLM (scripts/install-vllm-vision.sh: PyPI's torch, which has torchvision). No
+    # videos: vLLM's start-up warm-up and profile run would process a maximal dummy video. Its CUDA torch
+    # loads far more than the CPU build: on the loaded 2-core box it took over ten minutes to start.
+    "qwen2_vl": TinyModel("tiny-qwen2-vl", "tests.support.vision:qwen2_vl_model_dir",
+                          "a tiny random Qwen2-VL (vision tower included) with Qwen3.5/3.6's tokenizer and the "
+                          "Qwen3.6 template", python="tests.support.vision:vision_python", max_model_len=4096,
+                          vllm_args=("--limit-mm-per-prompt", '{"video": 0}'), start_timeout=1800),
     "kimi": TinyModel("tiny-kimi", "tests.support.kimi:kimi_model_dir",
                       "a tiny random Kimi-K2-architecture model (DeepseekV3ForCausalLM) with Kimi's control tokens "
                       "and the K2-Thinking template"),
 }
 
 
+def _named(name: str) -> Callable[[], Path]:
+    module, function = name.split(":")
+    return getattr(importlib.import_module(module), function)
+
+
 def _model_dir_fixture(key: str, model: TinyModel) -> Callable[[], Path]:
     def model_dir() -> Path:
-        module, function = model.build.split(":")
-        return _built(getattr(importlib.import_module(module), function))
+        return _built(_named(model.build))
 
     model_dir.__doc__ = model.about[0].upper() + model.about[1:] + "."
     return pytest.fixture(scope="session", name=f"{key}_model_dir")(model_dir)
@@ -235,8 +249,9 @@ def _vllm_fixture(key: str, model: TinyModel) -> Callable[..., Iterator[VLLMProc
         model_dir = request.getfixturevalue(f"{key}_model_dir")
         cpus = sorted(os.sched_getaffinity(0))
         logs = tmp_path_factory.mktemp(f"vllm-{key}")
-        process = VLLMProcess(model_dir, served_model_name=model.served, max_model_len=32768, enforce_eager=True,
-                              cpus=str(cpus[-1] if model.last_cpu else cpus[0]),
+        python = _built(_named(model.python)) if model.python else None
+        process = VLLMProcess(model_dir, served_model_name=model.served, max_model_len=model.max_model_len,
+                              enforce_eager=True, cpus=str(cpus[-1] if model.last_cpu else cpus[0]), python=python,
                               log_path=logs / f"vllm-{model.served}.log", extra_args=model.vllm_args)
         try:
             process.start()
@@ -245,7 +260,7 @@ def _vllm_fixture(key: str, model: TinyModel) -> Callable[..., Iterator[VLLMProc
         if model.scope == "session":
             _SHARED_SERVERS.append(process)
         try:
-            process.wait_ready_sync(timeout=600)
+            process.wait_ready_sync(timeout=model.start_timeout)
             yield process
         finally:
             process.stop()

@@ -22,7 +22,7 @@ from typing import Self
 
 import httpx
 
-__all__ = ["VLLMError", "VLLMProcess", "free_port", "vllm_python"]
+__all__ = ["VLLM_VERSION", "VLLMError", "VLLMProcess", "free_port", "vllm_python"]
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """A thin HTTP proxy in front of a real vLLM that records each generation's exact tokens.
 
 Sits between the gateway and vLLM, forwards every request unchanged, and for each
-/inference/v1/generate call keeps the prompt token ids vLLM received and the token ids
+/inference/v1/generate call keeps the prompt token ids (and image URLs) vLLM received and the token ids
 it streamed back: the ground truth a rollout's trajectory must equal.
 
     with RecordingProxy(vllm.url) as proxy:
@@ -34,6 +34,7 @@ class Exchange:
     prompt: list[int]
     output: list[int] = field(default_factory=list)
     finish_reason: str | None = None
+    images: list[str] = field(default_factory=list)  # the `content_parts` image URLs sent, in order
 
 
 @dataclass
@@ -60,7 +61,9 @@ class RecordingProxy:
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
         exchange = None
         if request.url.path == GENERATE and upstream.status_code == 200:
-            exchange = Exchange(prompt=orjson.loads(body)["token_ids"])
+            sent = orjson.loads(body)
+            exchange = Exchange(prompt=sent["token_ids"], images=[
+                part["url"] for part in sent.get("content_parts") or () if part.get("type") == "image_url"])
 
         async def relay() -> AsyncIterator[bytes]:
             buffer = b""
