@@ -131,7 +131,7 @@ def test_command_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert process.command() == [
         "/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path),
         "--host", "127.0.0.1", "--port", "8123", "--served-model-name", "tiny", "--dtype", "bfloat16",
-        "--max-model-len", "8192", "--enable-scale-out", "--seed", "7",
+        "--max-model-len", "8192", "--enable-scale-out", "--scheduling-policy", "priority", "--seed", "7",
     ]
     env = process.environment()
     assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_CPU_OMP_THREADS_BIND"], env["HF_HUB_OFFLINE"]) == ("1", "1", "0")
@@ -149,7 +149,10 @@ def test_command_leaves_unset_options_to_vllm(monkeypatch: pytest.MonkeyPatch) -
     process = VLLMProcess("Qwen/Qwen3-8B", port=9000, vllm_cmd=["vllm", "serve"], max_model_len=None, dtype=None,
                           enable_scale_out=False)
     assert process.command() == ["vllm", "serve", "--model", "Qwen/Qwen3-8B", "--host", "127.0.0.1",
-                                 "--port", "9000"]
+                                 "--port", "9000", "--scheduling-policy", "priority"]  # service tiers
+    fcfs = VLLMProcess("m", port=9000, vllm_cmd=["vllm", "serve"], max_model_len=None, dtype=None,
+                       enable_scale_out=False, extra_args=["--scheduling-policy=fcfs"])
+    assert fcfs.command()[-1] == "--scheduling-policy=fcfs" and fcfs.command().count("priority") == 0
     env = process.environment()
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "8"
     assert "HF_HUB_OFFLINE" not in env  # a hub model may need downloading
