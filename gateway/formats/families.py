@@ -38,6 +38,7 @@ FAMILIES: tuple[Family, ...] = (
     kimi.FAMILY,  # Kimi-K2: <|tool_calls_section_begin|>
     pythonic.OLMO3,  # Olmo 3: pythonic calls in <function_calls>
     pythonic.LFM2,  # LFM2 / LFM2.5: pythonic calls in <|tool_call_start|>
+    pythonic.LLAMA32,  # Llama 3.2 pythonic calls: [func_name1(params_name1=… and <|eot_id|>
     pythonic.LLAMA4,  # Llama 4 pythonic calls: [func_name1(param1=value1, …)] and <|header_start|>
     llama3_json.LLAMA4,  # Llama 4 JSON calls: "parameters":  and <|header_start|>
     json_list.XLAM,  # xLAM: a JSON list of calls

@@ -1,5 +1,5 @@
-"""Pythonic tool calls: Llama 4's (`llama4_pythonic`) as the whole answer, Olmo 3's (`olmo3`) and
-LFM2's (`lfm2`) between call markers.
+"""Pythonic tool calls: Llama 4's (`llama4_pythonic`) and Llama 3.2's (`pythonic`) as the whole answer,
+Olmo 3's (`olmo3`) and LFM2's (`lfm2`) between call markers.
 
 Llama 4 (with vLLM's pythonic template) answers a call with nothing but
 
@@ -36,10 +36,11 @@ from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.llama3_json import Llama3JsonParser
 from gateway.formats.qwen_xml import argument_dict
 
-__all__ = ["LFM2", "LLAMA4", "OLMO3", "parse_pythonic"]
+__all__ = ["LFM2", "LLAMA4", "LLAMA32", "OLMO3", "parse_pythonic"]
 
 PYTHON_START = "<|python_start|>"
 TEMPLATE_MARKER = "[func_name1(param1=value1, param2=value2), func_name2(...)]"
+LLAMA32_MARKER = "[func_name1(params_name1=params_value1"  # vLLM's Llama 3.2 pythonic template
 _NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 
 
@@ -158,3 +159,8 @@ LFM2 = Family(
     markers={"call_open": "<|tool_call_start|>", "call_close": "<|tool_call_end|>"},
     needs=("<|tool_call_start|>", "<|tool_call_end|>"), prepare=lfm2_messages, parsers=_tagged_parsers,
     image="<image>")
+LLAMA32 = Family(
+    name="pythonic", tool_parsers=("pythonic",), detect=lambda template: LLAMA32_MARKER in template,
+    markers={"call_open": "<|python_tag|>", "call_close": None},
+    turns=Turns(stops=("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"), terminators=("<|eot_id|>",)),
+    prepare=template_messages, parsers=_parsers)

@@ -301,3 +301,14 @@ def xlam_tokenizer(xlam_format):
 @pytest.fixture(scope="session")
 def phi4_mini_tokenizer(phi4_mini_format):
     return phi4_mini_format.tokenizer
+
+
+@pytest.fixture(scope="session")
+def llama32_format():
+    """Llama 3's control tokens on a stand-in BPE, with vLLM's Llama 3.2 pythonic template."""
+    return _stand_in_format("LLAMA32")
+
+
+@pytest.fixture(scope="session")
+def llama32_tokenizer(llama32_format):
+    return llama32_format.tokenizer

@@ -38,7 +38,8 @@ DECLARED = {module.CONTRACT.family: module.CONTRACT for module in (
     test_deepseek_parser, test_dsml_parser, test_glm_parser, test_kimi_parser, test_minimax_parser, test_qwen_xml_parser,
     test_seed_oss, test_step3p5, test_llama4_pythonic)}
 DECLARED |= {"olmo3": test_olmo3_lfm2.OLMO3_CONTRACT, "lfm2": test_olmo3_lfm2.LFM2_CONTRACT,
-             **{contract.family: contract for contract in test_json_calls.CONTRACTS}}
+             **{contract.family: contract for contract in test_json_calls.CONTRACTS},
+             "pythonic": test_llama4_pythonic.LLAMA32_CONTRACT}
 # Registered families whose parser this suite does not take (yet), and the module that checks it.
 CHECKED_ELSEWHERE = {"dsml_v32": "test_dsml_parser.py", "gemma4": "test_gemma4.py", "llama3_json": "test_llama3_json.py",
                      "hermes": "test_hf_parser.py", "none": "each family's selection test"}
@@ -46,7 +47,8 @@ CONTRACTS = [DECLARED[family.name] for family in families.FAMILIES if family.nam
 RENDERS = [module.RENDER for module in (test_deepseek_render, test_glm_render, test_kimi_render,
                                         test_minimax_render, test_qwen_xml_render, test_seed_oss,
                                         test_step3p5, test_llama4_pythonic)] + [
-    test_olmo3_lfm2.OLMO3_RENDER, test_olmo3_lfm2.LFM2_RENDER, *test_json_calls.RENDERS]
+    test_olmo3_lfm2.OLMO3_RENDER, test_olmo3_lfm2.LFM2_RENDER, *test_json_calls.RENDERS,
+    test_llama4_pythonic.LLAMA32_RENDER]
 MALFORMED = [(contract, output, expected) for contract in CONTRACTS for output, expected in contract.malformed]
 
 

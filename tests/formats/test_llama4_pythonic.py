@@ -1,5 +1,5 @@
-"""Llama 4's pythonic calls (`[f(a=1), g(b="x")]` as the whole answer), read off vLLM's Llama 4
-pythonic template (a stand-in vocabulary with Llama 4's control tokens: tests/support/stand_in_families.py)."""
+"""Llama 4's and Llama 3.2's pythonic calls (`[f(a=1), g(b="x")]` as the whole answer), read off vLLM's
+pythonic templates for them (stand-in vocabularies with their control tokens: tests/support/stand_in_families.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from gateway.core.conversation import Tool
 from gateway.formats.pythonic import parse_pythonic, template_messages
 from tests.support.family_contract import OutputContract, RenderContract
-from tests.support.stand_in_families import LLAMA4
+from tests.support.stand_in_families import LLAMA4, LLAMA32
 
 IDS = LLAMA4.ids()
 MARKUP = {token: IDS[token] for token in ("<|eot|>", "<|eom|>", "<|python_start|>", "<|header_start|>")}
@@ -70,3 +70,22 @@ CONTRACT = OutputContract(
     json_arguments=True,
 )
 RENDER = RenderContract("llama4_pythonic", "llama4_format", "llama4_tokenizer", template_messages, seed=4)
+
+LLAMA32_MARKUP = {token: LLAMA32.ids()[token] for token in ("<|eot_id|>", "<|eom_id|>", "<|python_tag|>",
+                                                             "<|start_header_id|>")}
+LLAMA32_TURN = AGENT_TURN.replace("<|eot|>", "<|eot_id|>")
+
+
+def test_llama32_reads_the_same_calls_in_llama3_turns(llama32_format):
+    assert llama32_format.tool_calls == "pythonic"
+    assert llama32_format.stop_token_ids == [LLAMA32.ids()[t] for t in ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")]
+
+
+LLAMA32_CONTRACT = OutputContract(
+    "pythonic", format="llama32_format", tokenizer="llama32_tokenizer", markup=LLAMA32_MARKUP, tools=TOOLS,
+    agent_turn=LLAMA32_TURN, agent_items=AGENT_ITEMS,
+    split_turn="<|python_tag|>[shell(command=['a'], workdir='é/東京)x')]<|eot_id|>",
+    split_items=[("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京)x"}')],
+    malformed=[(output.replace("<|eot|>", "<|eot_id|>"), items) for output, items in MALFORMED],
+    fragments=[*LLAMA32_MARKUP, *FRAGMENTS[len(MARKUP):]], json_arguments=True)
+LLAMA32_RENDER = RenderContract("pythonic", "llama32_format", "llama32_tokenizer", template_messages, seed=32)

@@ -130,6 +130,10 @@ SPEAKERS = [
             test_llama4_pythonic.MARKUP, call=lambda name, args: f"{name}({_python_arguments(args)})",
             calls=lambda calls: "[" + ", ".join(calls) + "]", end="<|eot|>", lookalike="«)]»",
             extra={"contract-agent-turn": test_llama4_pythonic.AGENT_TURN}),
+    Speaker("pythonic", "llama32_format", "llama32_tokenizer", "pythonic", None, test_llama4_pythonic.LLAMA32_MARKUP,
+            call=lambda name, args: f"{name}({_python_arguments(args)})",
+            calls=lambda calls: "[" + ", ".join(calls) + "]", end="<|eot_id|>", lookalike="«)]»",
+            extra={"contract-agent-turn": test_llama4_pythonic.LLAMA32_TURN}),
     Speaker("olmo3", "olmo3_format", "olmo3_tokenizer", "olmo3", "olmo3", test_olmo3_lfm2.OLMO3_MARKUP,
             call=lambda name, args: f"{name}({_python_arguments(args)})",
             calls=lambda calls: "<function_calls>\n" + "\n".join(calls) + "\n</function_calls>", end="<|im_end|>",
@@ -173,7 +177,8 @@ EVERY = "*"  # every case of the corpus
 DIFFERENCES = [
     Difference("cut-off-call", frozenset({
         "hermes", "xml", "glm", "deepseek", "minimax", "dsml_v4", "dsml_v32", "gemma4", "llama3_json", "seed_oss",
-        "step3p5", "llama4_pythonic", "lfm2", "llama4_json", "xlam"}), frozenset({"cut-off-call"}), BOTH,
+        "step3p5", "llama4_pythonic", "lfm2", "llama4_json", "xlam", "pythonic"}), frozenset({"cut-off-call"}),
+        BOTH,
         "A call cut off by the length limit: vLLM's two answers disagree with each other (the non-streamed one "
         "drops the unfinished value or the whole call, the streamed one ends with unfinished JSON); the gateway "
         "answers the same in both: the call as far as it streamed it, closed (or text, where its format holds "

@@ -56,6 +56,9 @@ LLAMA4 = StandIn("llama4-tokenizer-v1", "llama4-pythonic.jinja", (
 # vLLM's olmo3 parsers read `<think>` and `<function_calls>` in the decoded text, which keeps them only when
 # they are not special: they are added here as single ordinary tokens (unverified against Olmo 3's own files).
 # vLLM's llama4_json parser refuses a vocabulary without Llama 3's `<|python_tag|>`.
+LLAMA32 = StandIn("llama32-pythonic-tokenizer-v1", "llama3.2-pythonic.jinja", (
+    "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>",
+    "<|python_tag|>"), eos="<|eot_id|>", bos="<|begin_of_text|>")
 LLAMA4_JSON = StandIn("llama4-json-tokenizer-v1", "llama4-json.jinja", (*LLAMA4.tokens, "<|python_tag|>"), eos="<|eot|>",
                       bos="<|begin_of_text|>")
 XLAM = StandIn("xlam-tokenizer-v1", "xlam-qwen.jinja", ("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
