@@ -153,9 +153,9 @@ class HFChatFormat:
                            thinking: bool = True) -> dict[str, Any]:
         # Grammars exist for Qwen3's JSON and Qwen3.6's XML calls; any other family's calls would be
         # forced into markup its parser does not read, so forcing them is refused (a clear 400).
+        starts = self._starts_in_reasoning if thinking else self._quiet_starts_in_reasoning
         return hf_constraints.structured_outputs(constraint, tools, calls=self.family.grammar, markers=self._markup,
-                                                 starts_in_reasoning=self._starts_in_reasoning if thinking
-                                                 else self._quiet_starts_in_reasoning)
+                                                 starts_in_reasoning=starts, thinking=thinking)
 
     def token_bytes(self, token_id: int) -> bytes:
         table = self._token_bytes

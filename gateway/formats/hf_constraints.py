@@ -7,7 +7,8 @@ be other tokens, which neither the model nor the gateway's parser reads as marku
 constrained tokens are what the model would have written and stay on-policy:
 
 - an optional `<think>…</think>\\n\\n` first (or, when the prompt leaves `<think>` open, the
-  rest of the thinking up to `</think>`), free text inside;
+  rest of the thinking up to `</think>`), free text inside; none when the request turned
+  thinking off (the template closed it in the prompt);
 - a forced call (`tool_choice` required or named) is one or more calls of the allowed tools,
   Qwen3's `<tool_call>` `\\n{"name": "NAME", "arguments": ` + JSON of the tool's parameter
   schema + `}\\n` `</tool_call>`, or Qwen3.6's `<tool_call>` `\\n<function=NAME>\\n` + the
@@ -67,7 +68,7 @@ class Markers(Protocol):
 
 
 def structured_outputs(constraint: OutputConstraint, tools: Sequence[Tool], *, calls: str, markers: Markers,
-                       starts_in_reasoning: bool) -> dict[str, Any]:
+                       starts_in_reasoning: bool, thinking: bool = True) -> dict[str, Any]:
     """vLLM's `structured_outputs` for `constraint`. `calls`: "hermes" | "xml" | "none"."""
     allowed = allowed_tools(constraint, tools)
     forced = constraint.tool_choice != "auto"
@@ -91,7 +92,7 @@ def structured_outputs(constraint: OutputConstraint, tools: Sequence[Tool], *, c
         return {}
     if markers.think_close is not None and starts_in_reasoning:
         body = {"type": "sequence", "elements": [_thinking(None, markers.think_close), body]}
-    elif markers.think_open is not None and markers.think_close is not None:
+    elif thinking and markers.think_open is not None and markers.think_close is not None:
         thought = {"type": "sequence", "elements": [_thinking(markers.think_open, markers.think_close), body]}
         body = {"type": "or", "elements": [thought, body]}
     return {"structural_tag": json.dumps({"type": "structural_tag", "format": body})}

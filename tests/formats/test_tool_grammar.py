@@ -141,3 +141,9 @@ def test_no_tool_grammars_offers_the_tool_unconstrained(qwen_tokenizer_dir, toke
         assert tag["elements"][1]["elements"][0]["content"]["elements"][1] == {
             "type": "json_schema", "max_whitespace_cnt": 32, "json_schema": {
                 "type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}}
+
+
+def test_with_thinking_off_the_tag_offers_no_thinking(stack, tokenizer):
+    """The template closed the thinking in the prompt: the output starts with the text or the call."""
+    tag = _sent_tag(stack, tokenizer, [SHELL, APPLY_PATCH_TOOL], reasoning={"effort": "none"}, **FORCED)
+    assert tag["type"] == "sequence" and tag["elements"][0]["type"] == "tag"  # the call at once
