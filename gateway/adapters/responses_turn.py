@@ -9,7 +9,7 @@ body, a socket its parsed frame, cache and lane.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -78,11 +78,11 @@ async def from_socket(runtime: Runtime, body: dict[str, Any], settings: Settings
 async def _prepared(runtime: Runtime, request: TurnRequest, parsed: ResponsesRequest, settings: Settings,
                     body: dict[str, Any] | None = None) -> ResponseTurn:
     """The turn, once its model is known and its remote MCP tools admitted and listed."""
-    check_model(runtime.model_name, parsed.model)
+    adapter = check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
     if body is not None:
         await plan_hosted(parsed, body, settings)
     writer = new_writer(runtime, request.response_id or new_id("resp"), parsed, settings.responses_spec)
-    return ResponseTurn(await session.prepare(runtime, request), writer, parsed)
+    return ResponseTurn(await session.prepare(runtime, replace(request, adapter=adapter)), writer, parsed)
 
 
 def _turn_request(parsed: ResponsesRequest, **sources: Any) -> TurnRequest:

@@ -44,13 +44,16 @@ def type_name(value: Any) -> str:
     return TYPE_NAMES.get(type(value), type(value).__name__)
 
 
-def check_model(served: str, model: str, adapters: Collection[str] = ()) -> None:
+def check_model(served: str, model: str, adapters: Collection[str] = ()) -> str | None:
     """404 unless `model` is the one the gateway serves, or one of the LoRA `adapters` its replicas
-    hold where the API takes one (every API's `model` field)."""
-    if model != served and model not in adapters:
+    hold where the API takes one (every API's `model` field); the adapter it names, None for the base."""
+    if model in adapters and model != served:
+        return model
+    if model != served:
         held = f" and the LoRA adapters {', '.join(sorted(adapters))}" if adapters else ""
         raise APIError(f"The model '{model}' does not exist; this gateway serves '{served}'{held}.",
                        status=404, code="model_not_found", param="model")
+    return None
 
 
 def parse_json(raw: bytes) -> Any:

@@ -74,3 +74,4 @@ class TurnRequest:
     spans: bool = False  # text deltas carry their tokens' output positions (per-part logprobs)
     truncate: bool = False  # `truncation: "auto"`: drop the oldest exchanges of a history too long to fit
     sample: int = 0  # sample i > 0 of `n` (Chat Completions) leaves only its rollout branch behind
+    adapter: str | None = None  # the LoRA adapter `model` names: only the replicas holding it serve the turn

@@ -41,18 +41,15 @@ _ID_FIELDS = ("token_ids", "prompt_token_ids")
 
 class TokenTurn(Turn):
     def __init__(self, runtime: Runtime, request: TurnRequest, *, path: str, body: dict[str, Any],
-                 prompt_ids: Sequence[int] | None, affinity: str | None, adapter: str | None = None) -> None:
+                 prompt_ids: Sequence[int] | None, affinity: str | None) -> None:
         """`body`: the client's request as it goes upstream (less the gateway's own fields);
-        `prompt_ids`: its prompt when it is ids (text is tokenized by the replica); `adapter`: the
-        LoRA adapter its `model` names (only the replicas holding it serve it)."""
+        `prompt_ids`: its prompt when it is ids (text is tokenized by the replica)."""
         wants_logprobs = body.get("logprobs") is not None if path == COMPLETIONS else \
             (body.get("sampling_params") or {}).get("logprobs") is not None
         super().__init__(runtime, request, sampling=SamplingOptions(logprobs=0 if wants_logprobs else None),
                          prefix=None, covered=None, affinity=affinity)
         self.path = path
         self.stream_mode: StreamMode = "events" if body.get("stream") else "body"
-        self.adapter = adapter
-        self._using = False  # counted in the pool's users of `adapter`
         self.record.prompt_ids = list(prompt_ids or ())
         self._body = body
         self._strip_ids = False  # the gateway asked for ids the client did not
@@ -80,9 +77,7 @@ class TokenTurn(Turn):
             return stream
 
         pool, salt = self.runtime.pool, self._body.get("cache_salt")
-        if self.adapter is not None and not self._using:
-            self._using = True  # until aclose: an unload of the adapter waits for this generation
-            pool.adapter_users[self.adapter] += 1
+        self.use_adapter()
         if not pool.disaggregated or "kv_transfer_params" in self._body or not record.prompt_ids or self.adapter:
             self._stream = await pool.open(lambda r: send(r, None), record.request_id, self.affinity,
                                            prompt_ids=record.prompt_ids or None, cache_salt=salt, adapter=self.adapter)
@@ -138,14 +133,6 @@ class TokenTurn(Turn):
                 "request_id": record.request_id}
         record.attempts += 1
         return await legs.decode.forward(self.path, orjson.dumps(body), record.request_id, self.stream_mode)
-
-    async def aclose(self) -> None:
-        try:
-            await super().aclose()
-        finally:
-            if self._using:
-                self._using = False
-                self.runtime.pool.adapter_users[self.adapter] -= 1  # type: ignore[index]
 
     def _take(self, payload: bytes) -> bytes:
         """Record what `payload` (one event, or the whole answer) says; the payload to hand on."""

@@ -62,8 +62,10 @@ class Turn:
         self.request = request  # what the client asked for; session.commit reads where to record it
         self.sampling = sampling
         self.affinity = affinity
+        self.adapter = request.adapter
+        self._using = False  # counted in the pool's users of `adapter`
         self._covered = covered
-        self.record = TurnRecord(request_id=new_id("gw"), model=runtime.model_name,
+        self.record = TurnRecord(request_id=new_id("gw"), model=self.adapter or runtime.model_name,
                                  conversation=request.conversation, prefix=prefix,
                                  logprobs=[] if sampling.logprobs is not None else None,
                                  top_logprobs=[] if sampling.logprobs else None,
@@ -200,7 +202,8 @@ class Turn:
             sampling = params if kv is None else {**params, "kv_transfer_params": kv}
             if self.runtime.salt_by_version and "cache_salt" not in sampling:
                 sampling = {**sampling, "cache_salt": replica.weight_version}
-            return await replica.open(record.prompt_ids, sampling, record.request_id, images=record.images)
+            return await replica.open(record.prompt_ids, sampling, record.request_id, images=record.images,
+                                      model=self.adapter)
 
         self.prompt_keys()
 
@@ -211,13 +214,21 @@ class Turn:
             return PATHS[replica.api], encode(body)
 
         pool = self.runtime.pool
-        if record.images or not pool.disaggregated:  # images: vLLM's content_parts, not split
+        self.use_adapter()
+        if record.images or not pool.disaggregated or self.adapter:  # images: vLLM's content_parts, not split
             return await pool.open(lambda r: send(r, None), record.request_id, self.affinity,
-                                   prompt_ids=record.prompt_ids, keys=record.prompt_keys)
+                                   prompt_ids=record.prompt_ids, keys=record.prompt_keys, adapter=self.adapter)
         stream, self.legs = await open_legs(pool, send, prefill, record.request_id, self.affinity,
                                             prompt_ids=record.prompt_ids, keys=record.prompt_keys)
         record.split = self.legs.fields() if self.legs is not None else None
         return stream
+
+    def use_adapter(self) -> None:
+        """Count the turn among the users of its LoRA adapter until `aclose`: an unload of the
+        adapter waits for it (gateway/upstream/control.py)."""
+        if self.adapter is not None and not self._using:
+            self._using = True
+            self.runtime.pool.adapter_users[self.adapter] += 1
 
     def prompt_keys(self) -> KeyChain | None:
         """The rendered prompt's chunk keys when the router wants them (prefix routing), into the
@@ -313,6 +324,9 @@ class Turn:
     async def aclose(self) -> None:
         """Release the generation: close its upstream request and abort the replica's work if it
         is unfinished. Every way out calls it (idempotent, and safe under cancellation)."""
+        if self._using:
+            self._using = False
+            self.runtime.pool.adapter_users[self.adapter] -= 1  # type: ignore[index]
         if self._share is not None:
             self.runtime.fair_share.leave(self._share)
             self._share = None

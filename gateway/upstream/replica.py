@@ -94,8 +94,9 @@ class Replica:
         return self.role == "both" or self.role == leg
 
     async def open(self, prompt_ids: Sequence[int], sampling: dict[str, Any], request_id: str,
-                   images: Sequence[Image] = ()) -> UpstreamStream:
-        """Send the request and wait for the replica to accept it (HTTP 200).
+                   images: Sequence[Image] = (), model: str | None = None) -> UpstreamStream:
+        """Send the request and wait for the replica to accept it (HTTP 200); `model`: a LoRA
+        adapter it holds, else its base model.
 
         Raises UpstreamUnavailable when nothing was accepted, so the caller may try
         another replica, and UpstreamFailed when the replica rejected the request.
@@ -104,7 +105,7 @@ class Replica:
             raise invalid_request(f"Images need vLLM's /inference/v1/generate (--enable-scale-out); replica "
                                   f"{self.url} serves token prompts on /v1/completions only.", param="input",
                                   code="images_need_generate")
-        body = request_body(self.api, model=self.served_model or "", prompt_ids=prompt_ids,
+        body = request_body(self.api, model=model or self.served_model or "", prompt_ids=prompt_ids,
                             sampling=sampling, request_id=request_id, stream=True, images=images)
         return await self.forward(PATHS[self.api], encode(body), request_id)
 

@@ -8,6 +8,7 @@ The real-vLLM half (a real weight change, versions on tokens) is tests/real_vllm
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
 import threading
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 import httpx
 import orjson
 import pytest
+from websockets.asyncio.client import connect
 
 from gateway.core.settings import Settings
 from gateway.ops.vllm_process import VLLMError, vllm_python
@@ -397,3 +399,61 @@ def test_the_routers_prefix_keys_hold_the_adapters_name_as_vllms_block_hashes_do
     assert held_by_the_chosen("policy") == 0  # nothing cached yet
     assert held_by_the_chosen("tiny-qwen3") == 0  # the same ids without the adapter: other blocks
     assert held_by_the_chosen("policy") == 64  # the adapter's own blocks
+
+
+RENDERED = {  # path → a request in that API's shape, and where its answer names the model
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+    "/v1/responses": {"input": "hi", "max_output_tokens": 8},
+    "/v1/messages": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+}
+
+
+async def _over_websocket(fleet: Fleet, model: str) -> list[dict]:
+    """A Responses `response.create` over WebSocket; its events to the end."""
+    url = fleet.url.replace("http://", "ws://") + "/v1/responses"
+    async with connect(url, additional_headers=AS_ADMIN) as ws:
+        await ws.send(orjson.dumps({"type": "response.create", "model": model, **RENDERED["/v1/responses"]}).decode())
+        events = [orjson.loads(await ws.recv())]
+        while events[-1]["type"] not in ("response.completed", "response.failed", "error"):
+            events.append(orjson.loads(await ws.recv()))
+        return events
+
+
+def test_an_adapter_on_the_rendered_apis_goes_to_its_holders_as_its_own_model(two):
+    """`model=<adapter>` on Chat Completions, Responses (HTTP and WebSocket) and Messages: the base
+    model's render, sent only to the replica holding it under the adapter's name, answered as it."""
+    a, b = two.replicas
+    b.fail["/v1/load_lora_adapter"] = 500  # only a holds it
+    assert post(two, "/v1/load_lora_adapter", {"lora_name": "policy@step-3", "lora_path": "/ckpt/l"}).status_code == 502
+    base_prompts = {}
+    for path, request in RENDERED.items():  # the base model's render of each, wherever it went
+        for replica in (a, b):
+            replica.reset()
+            replica.queue(Script([9707, 151645]))
+        assert post(two, path, {"model": "tiny-qwen3", **request}).status_code == 200
+        base_prompts[path] = [body["token_ids"] for r in (a, b) for body in r.bodies("/inference/v1/generate")]
+    for replica in (a, b):
+        replica.reset()
+    echoed = {}
+    for path, request in RENDERED.items():
+        a.queue(Script([9707, 151645]))
+        answer = post(two, path, {"model": "policy@step-3", **request})
+        assert answer.status_code == 200, answer.text
+        echoed[path] = answer.json()["model"]
+    a.queue(Script([9707, 151645]))
+    events = asyncio.run(_over_websocket(two, "policy@step-3"))
+    assert events[-1]["type"] == "response.completed" and events[-1]["response"]["model"] == "policy@step-3"
+    assert echoed == dict.fromkeys(RENDERED, "policy@step-3")
+    sent = a.bodies("/inference/v1/generate")
+    assert [body["model"] for body in sent] == ["policy@step-3"] * 4
+    assert [body["token_ids"] for body in sent] == [*(p for ps in base_prompts.values() for p in ps),
+                                                    base_prompts["/v1/responses"][0]]
+    assert b.bodies("/inference/v1/generate") == []
+    for path, request in RENDERED.items():
+        unknown = post(two, path, {"model": "policy@step-9", **request})
+        assert unknown.status_code == 404, path
+        error = unknown.json()["error"]
+        assert error.get("code", error.get("type")) in ("model_not_found", "not_found_error"), error
+        assert "policy@step-3" in error["message"]
+    assert a.bodies("/inference/v1/generate") == sent  # nothing more was sent
+    assert sum(two.runtime.pool.adapter_users.values()) == 0  # every turn let go of the adapter

@@ -32,14 +32,14 @@ async def _complete(request: Request, raw: bytes) -> Response:
     runtime = request.app.state.runtime
     body: Any = unwrap_extra_body(parse_json(raw))
     parsed = parse_chat_request(body, tokens_as_ids=runtime.tokens_as_ids)
-    check_model(runtime.model_name, parsed.model)
+    adapter = check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
     rollout = await begin_rollout(runtime, body)
     rollout_id = body.get("rollout_id")
     rollouts = [rollout] * parsed.n
     if rollout is not None and parsed.n > 1:  # each sample its own rollout, sharing the prompt
         rollouts = [await session.branch_rollout(runtime, rollout, rollout_id, i) for i in range(parsed.n)]
     first = TurnRequest(parsed.conversation, parsed.sampling, cache_key=parsed.prompt_cache_key,
-                        rollout=rollouts[0], client_prefix=parsed.client_prefix,
+                        rollout=rollouts[0], client_prefix=parsed.client_prefix, adapter=adapter,
                         spans=parsed.stream and (parsed.logprobs or parsed.return_token_ids))  # per chunk
     # Sample i > 0 leaves only its rollout branch behind: the session continues the first choice.
     turns = [await session.prepare(runtime, dataclasses.replace(first, rollout=each, sample=i))

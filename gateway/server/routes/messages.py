@@ -53,10 +53,10 @@ async def _turn(request: Request, raw: bytes, count_only: bool = False) -> tuple
     runtime: Runtime = request.app.state.runtime
     parsed = parse_messages_request(parse_json(raw), session_header=request.headers.get(SESSION_HEADER),
                                     agent_header=request.headers.get(AGENT_HEADER), count_only=count_only)
-    check_model(runtime.model_name, parsed.model)
+    adapter = check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
     return parsed, await session.prepare(runtime, TurnRequest(parsed.conversation, parsed.sampling,
                                                               cache_key=parsed.session, generated=parsed.generated,
-                                                              max_tokens_cap=True))
+                                                              max_tokens_cap=True, adapter=adapter))
 
 
 create_message = model_route(_create)

@@ -29,11 +29,11 @@ async def _forward(path: str, request: Request, raw: bytes) -> Response:
     runtime = request.app.state.runtime
     parsed = parse_token_in(parse_json(raw), path, model=runtime.model_name,
                             session=request.headers.get(SESSION_HEADER))
-    check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
+    adapter = check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
     rollout = await begin_rollout(runtime, {"rollout_id": parsed.rollout_id}) if parsed.rollout_id else None
-    turn = TokenTurn(runtime, TurnRequest(Conversation(items=[]), SamplingOptions(), rollout=rollout), path=path,
-                     body=parsed.body, prompt_ids=parsed.prompt_ids, affinity=parsed.affinity,
-                     adapter=parsed.model if parsed.model != runtime.model_name else None)
+    asked = TurnRequest(Conversation(items=[]), SamplingOptions(), rollout=rollout, adapter=adapter)
+    turn = TokenTurn(runtime, asked, path=path, body=parsed.body, prompt_ids=parsed.prompt_ids,
+                     affinity=parsed.affinity)
     trace.attach(turn.record)
     if parsed.stream:
         async def relay(emit: Sink[bytes]) -> None:
