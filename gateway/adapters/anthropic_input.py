@@ -141,6 +141,7 @@ class MessagesBody(_Model):
     top_p: float | None = Field(default=None, ge=0, le=1)
     top_k: int | None = Field(default=None, ge=0)
     metadata: dict[str, Any] | None = None
+    return_token_ids: bool = False  # vLLM's extension, as on Chat Completions
 
 
 class CountTokensBody(MessagesBody):
@@ -156,6 +157,7 @@ class MessagesRequest:
     session: str | None  # the session key exact tokens are kept under
     show_thinking: bool = True  # `thinking.display: "omitted"`: the text goes in the signature only
     generated: list[tuple[Reasoning, array]] = field(default_factory=list)
+    return_token_ids: bool = False  # the message carries its exact ids, logprobs and weight versions
 
 
 def parse_messages_request(body: Any, *, session_header: str | None = None, agent_header: str | None = None,
@@ -188,10 +190,11 @@ def parse_messages_request(body: Any, *, session_header: str | None = None, agen
     conversation = Conversation(items=items, instructions=_system(parsed.system), tools=tools,
                                 tool_choice=tool_choice)
     sampling = SamplingOptions(max_tokens=parsed.max_tokens, temperature=parsed.temperature, top_p=parsed.top_p,
-                               top_k=parsed.top_k)
+                               top_k=parsed.top_k, logprobs=0 if parsed.return_token_ids else None)
     show = parsed.thinking is None or parsed.thinking.display != "omitted"
     return MessagesRequest(conversation, sampling, parsed.model, parsed.stream,
-                           _session(session_header, agent_header, parsed.metadata), show, generated)
+                           _session(session_header, agent_header, parsed.metadata), show, generated,
+                           parsed.return_token_ids)
 
 
 def _system(system: str | list[TextBlock] | None) -> str | None:

@@ -22,7 +22,7 @@ import orjson
 
 from gateway.adapters import reasoning_blob
 from gateway.adapters.anthropic_input import MessagesRequest
-from gateway.adapters.generation import CONTEXT_WINDOW, coalesce, incomplete_reason
+from gateway.adapters.generation import CONTEXT_WINDOW, coalesce, incomplete_reason, token_fields
 from gateway.core.conversation import Message, Reasoning, ToolCall
 from gateway.core.errors import APIError
 from gateway.core.push import Hold
@@ -56,8 +56,9 @@ def message(turn: Turn, parsed: MessagesRequest, message_id: str) -> dict[str, A
         elif isinstance(item, ToolCall):
             content.append({"type": "tool_use", "id": item.call_id, "name": item.name,
                             "input": _input(item.arguments)})
-    return {"id": message_id, "type": "message", "role": "assistant", "model": parsed.model, "content": content,
+    body = {"id": message_id, "type": "message", "role": "assistant", "model": parsed.model, "content": content,
             "stop_reason": stop_reason(turn), "stop_sequence": None, "usage": usage(record)}
+    return {**body, **token_fields(record)} if parsed.return_token_ids else body
 
 
 class MessageEvents:
@@ -113,8 +114,11 @@ class MessageEvents:
         return None
 
     def ended(self, turn: Turn) -> Hold:
+        """`message_delta` ends the message's own fields: with `return_token_ids`, its ids and
+        weight versions too (beside `usage`), then `message_stop`."""
+        ids = token_fields(turn.record) if self.parsed.return_token_ids else {}
         return self.sink(_event("message_delta", delta={"stop_reason": stop_reason(turn), "stop_sequence": None},
-                                usage=usage(turn.record)) + _event("message_stop"))
+                                usage=usage(turn.record), **ids) + _event("message_stop"))
 
     def failed(self, turn: Turn, error: APIError) -> Hold:
         if not self._started:

@@ -38,11 +38,13 @@ def incomplete_reason(turn: Turn) -> str:
 
 
 def token_fields(record: TurnRecord) -> dict[str, Any]:
-    """Exact tokens, on request (`return_token_ids`): for RL and for checking on-policy prompts."""
+    """Exact tokens, on request (`return_token_ids`): for RL and for checking on-policy prompts;
+    `weight_versions`: which weights made which output token (vLLM's name and spans)."""
     return {
         "prompt_token_ids": record.prompt_token_ids,
         "output_token_ids": record.output_ids,
         "output_logprobs": record.logprobs,
+        "weight_versions": record.weight_versions,
     }
 
 

@@ -457,3 +457,37 @@ def test_an_adapter_on_the_rendered_apis_goes_to_its_holders_as_its_own_model(tw
         assert "policy@step-3" in error["message"]
     assert a.bodies("/inference/v1/generate") == sent  # nothing more was sent
     assert sum(two.runtime.pool.adapter_users.values()) == 0  # every turn let go of the adapter
+
+
+def _sse(text: str) -> list[dict]:
+    return [orjson.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+
+
+def test_responses_and_messages_answers_name_the_weights_of_their_tokens(open_two):
+    """As Chat's: with `return_token_ids`, `weight_versions` beside the ids — on the response
+    (streamed: `response.completed`) and on the message (streamed: `message_delta`)."""
+    two = open_two
+    assert post(two, "/update_weight_version", {"new_version": "step-3"}, headers=None).status_code == 200
+    spans = [{"version": "step-3", "start": 0, "end": 3}]
+
+    def answers(path: str, request: dict) -> tuple[dict, list[dict]]:
+        for replica in two.replicas:
+            replica.reset()
+            replica.queue(Script([9707, 0, 151645]), Script([9707, 0, 151645]))
+        whole = post(two, path, request, headers=None)
+        streamed = post(two, path, {**request, "stream": True}, headers=None)
+        assert whole.status_code == streamed.status_code == 200, (whole.text, streamed.text)
+        return whole.json(), _sse(streamed.text)
+
+    response, events = answers("/v1/responses", {"model": "tiny-qwen3", "input": "hi", "return_token_ids": True})
+    assert (response["output_token_ids"], response["weight_versions"]) == ([9707, 0, 151645], spans)
+    assert [(e["type"], e["response"]["weight_versions"]) for e in events if "weight_versions" in e.get("response", {})
+            ] == [("response.completed", spans)]  # the final event only
+    request = {"model": "tiny-qwen3", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    message, events = answers("/v1/messages", {**request, "return_token_ids": True})
+    assert (message["output_token_ids"], message["weight_versions"]) == ([9707, 0, 151645], spans)
+    sent = [body["token_ids"] for replica in two.replicas for body in replica.bodies("/inference/v1/generate")]
+    assert len(sent) == 2 and message["prompt_token_ids"] == sent[0] == sent[1]
+    assert [(e["type"], e["weight_versions"]) for e in events if "weight_versions" in e] == [("message_delta", spans)]
+    plain, events = answers("/v1/messages", request)
+    assert "weight_versions" not in plain and not any("weight_versions" in e for e in events)
