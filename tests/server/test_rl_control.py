@@ -388,17 +388,18 @@ def test_chat_answers_name_the_weights_of_their_tokens_as_vllm_does(open_two):
 def test_the_routers_prefix_keys_hold_the_adapters_name_as_vllms_block_hashes_do(open_two):
     two = open_two
     assert post(two, "/v1/load_lora_adapter", {"lora_name": "policy", "lora_path": "/ckpt/p"}, None).is_success
-    stats, prompt = two.runtime.pool.router.stats, list(range(100, 164))  # four 16-token chunks
+    router, prompt = two.runtime.pool.router, list(range(100, 164))  # four 16-token chunks
 
-    def held_by_the_chosen(model: str) -> int:
+    def held_by_any(model: str) -> int:
+        """The most of the prompt any replica held when it was routed (the chosen one may be
+        another, for load: what it held says nothing of the keys)."""
         for replica in two.replicas:
             replica.queue(Script([1]))
-        before = stats.matched_tokens
         assert generate(two, model, token_ids=prompt).status_code == 200
-        return stats.matched_tokens - before
-    assert held_by_the_chosen("policy") == 0  # nothing cached yet
-    assert held_by_the_chosen("tiny-qwen3") == 0  # the same ids without the adapter: other blocks
-    assert held_by_the_chosen("policy") == 64  # the adapter's own blocks
+        return router.last.best
+    assert held_by_any("policy") == 0  # nothing cached yet
+    assert held_by_any("tiny-qwen3") == 0  # the same ids without the adapter: other blocks
+    assert held_by_any("policy") == 64  # the adapter's own blocks
 
 
 RENDERED = {  # path → a request in that API's shape, and where its answer names the model
@@ -491,3 +492,19 @@ def test_responses_and_messages_answers_name_the_weights_of_their_tokens(open_tw
     assert [(e["type"], e["weight_versions"]) for e in events if "weight_versions" in e] == [("message_delta", spans)]
     plain, events = answers("/v1/messages", request)
     assert "weight_versions" not in plain and not any("weight_versions" in e for e in events)
+
+
+def test_a_rendered_turn_naming_an_adapter_is_keyed_by_its_name_in_the_routers_index(open_two):
+    two = open_two
+    assert post(two, "/v1/load_lora_adapter", {"lora_name": "policy", "lora_path": "/ckpt/p"}, None).is_success
+    router = two.runtime.pool.router
+    request = {"messages": [{"role": "user", "content": "count the words " * 20}], "max_tokens": 8}
+
+    def held_by_any(model: str) -> int:
+        for replica in two.replicas:
+            replica.queue(Script([9707, 151645]))
+        assert post(two, "/v1/chat/completions", {"model": model, **request}, None).status_code == 200
+        return router.last.best
+    assert held_by_any("policy") == 0  # nothing cached yet
+    assert held_by_any("tiny-qwen3") == 0  # the same render without the adapter: other blocks
+    assert held_by_any("policy") >= 48  # the adapter's own blocks (whole 16-token chunks)
