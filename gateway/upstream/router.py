@@ -214,10 +214,13 @@ class Router:
         held = [view.held(keys) if view is not None else 0 for view in views]
         kv = [view.load.kv_usage if view is not None else 0.0 for view in views]
         tie = TIE_TOKENS // self.block_tokens
-        sticky = self._sessions.get(affinity) if affinity is not None else None
-        placing = len(keys) - max(held) > tie  # a new branch: more than `tie` of it is held nowhere
+        sticky = next((i for i, r in enumerate(candidates) if r.url == self._sessions.get(affinity or "")), None)
+        # A new branch: more than `tie` of it is held nowhere (a new group's prompt, a new session), unless
+        # it continues its session where its history is (a turn that adds a long tool output is no new branch).
+        continuing = sticky is not None and held[sticky] > tie and held[sticky] >= max(held) - tie
+        placing = len(keys) - max(held) > tie and not continuing
         replica, reason = routing.choose(candidates, held, loads, affinity, kv_usage=kv, tie=tie,
-                                         sticky=next((r for r in candidates if r.url == sticky), None),
+                                         sticky=candidates[sticky] if sticky is not None else None,
                                          placing=placing, placed=[view.placed if view else 0 for view in views],
                                          load_factor=self.load_factor)
         if affinity is not None:

@@ -132,6 +132,25 @@ def test_a_continuing_session_stays_where_its_prefix_is():
     assert router.stats.matched_tokens == sum(len(range(1000, 1000 + 20 * C)) + 2 * C * t for t in range(5))
 
 
+def test_a_session_turn_adding_a_long_tool_output_stays_where_its_history_is():
+    """A Codex turn often adds more than the tie (one 3 KB tool output is ~800 tokens): still the
+    session's continuation, not a new branch to place where the fewest were placed."""
+    router, replicas = Router(metrics_interval=0), nodes(2)
+    for r in replicas:
+        router.track(r.url)
+    history = list(range(1000, 1000 + 40 * C))
+    first = router.pick(replicas, "session-1", prompt_ids=history)
+    other = router.pick(replicas, "session-2", prompt_ids=list(range(5000, 5000 + 40 * C)))
+    assert other is not first  # new sessions spread: `first` now has no fewer placements than `other`
+    for turn in range(3):
+        history += [7, turn] * (25 * C)  # the answer, then an 800-token tool output
+        assert router.pick(replicas, "session-1", prompt_ids=history) is first
+    assert router.stats.decisions == {"placed": 2, "prefix": 3}
+    fresh = router.pick(replicas, "session-3", prompt_ids=history[: 40 * C] + [9] * (40 * C))
+    assert router.stats.decisions["placed"] == 3  # another session sharing a prefix is still a new branch
+    assert fresh in replicas
+
+
 turns = st.lists(st.tuples(st.integers(0, 3), st.lists(st.integers(0, 3), max_size=5 * C),
                            st.lists(st.integers(0, 3), max_size=2 * C)), min_size=1, max_size=14)
 
