@@ -82,7 +82,8 @@ def split(replicas, qwen_model_dir) -> Iterator[Gateway]:
     """The gateway with a prefill and a decode replica."""
     prefill, decode = replicas
     settings = Settings(model=str(qwen_model_dir), upstreams=[f"prefill={prefill.url}", f"decode={decode.url}"],
-                        pd_min_new_tokens=MIN_NEW, health_interval=0.5, health_backoff_max=2.0)
+                        pd_min_new_tokens=MIN_NEW, health_interval=0.5, health_backoff_max=2.0,
+                        pd_prefill_timeout=600.0)  # a loaded 2-core box may take long: these tests want the split
     runtime = build_runtime(settings)
     with running_gateway(settings, runtime) as url:
         yield Gateway(url, runtime)
