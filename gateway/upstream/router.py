@@ -214,7 +214,8 @@ class Router:
         held = [view.held(keys) if view is not None else 0 for view in views]
         kv = [view.load.kv_usage if view is not None else 0.0 for view in views]
         tie = TIE_TOKENS // self.block_tokens
-        sticky = next((i for i, r in enumerate(candidates) if r.url == self._sessions.get(affinity or "")), None)
+        last = self._sessions.get(affinity) if affinity is not None else None
+        sticky = next((i for i, r in enumerate(candidates) if r.url == last), None)
         # A new branch: more than `tie` of it is held nowhere (a new group's prompt, a new session), unless
         # it continues its session where its history is (a turn that adds a long tool output is no new branch).
         continuing = sticky is not None and held[sticky] > tie and held[sticky] >= max(held) - tie
