@@ -55,6 +55,8 @@ class TurnOutput:
             record.top_logprobs.extend(chunk.top_logprobs or [[] for _ in ids])
         if chunk.finish_reason is not None:
             record.finish_reason = chunk.finish_reason
+        if chunk.expanded_prompt is not None:
+            record.expanded(chunk.expanded_prompt, chunk.mm_placeholders)
         events = self._feed(ids)
         record.reasoning_tokens = self._parser.reasoning_tokens
         stops = self._stops

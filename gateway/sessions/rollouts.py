@@ -61,7 +61,9 @@ class RolloutTurn:
     client_ids_mismatch: str | None = None  # why the client's own ids were not used
     stop_reason: int | str | None = None  # the stop string that ended the generation, else `stop_token_id`
     # The prompt's images: content hash, data URL, its placeholder's offset in the rollout's (unexpanded)
-    # token sequence and the tokens the model saw for it (vLLM's expansion, as smart_resize counts it).
+    # token sequence and the tokens the model saw for it (vLLM's expansion, as smart_resize counts it;
+    # vLLM's own count where it reported its expansion). An image this call added to the sequence also
+    # has `expansion`: the ids vLLM's processor put in its placeholder's place (where reported).
     images: list[dict[str, Any]] | None = None
     tool_calls: list[dict[str, Any]] | None = None  # tools the gateway ran before this call (MCP): latency, error
     # Which weights produced the generation: {version, start, end} spans over the rollout's token indexes.
@@ -113,9 +115,28 @@ class Rollout:
             if not segments or turn.segment != len(segments) - 1:
                 segments.append({"start": turn.start, "end": turn.end, "first_turn": index})
             segments[-1]["end"] = turn.end
-        return {"object": "rollout", "id": self.id, "num_tokens": len(tokens), "token_ids": tokens.tolist(),
-                "loss_mask": list(self.mask), "logprobs": logprobs, "weight_versions": versions, "segments": segments,
+        ids = tokens.tolist()
+        return {"object": "rollout", "id": self.id, "num_tokens": len(tokens), "token_ids": ids,
+                "expanded_token_ids": _expanded(ids, self.turns), "loss_mask": list(self.mask), "logprobs": logprobs,
+                "weight_versions": versions, "segments": segments,
                 "turns": [turn.export(i) for i, turn in enumerate(self.turns)]}
+
+
+def _expanded(ids: list[int], turns: list[RolloutTurn]) -> list[int] | None:
+    """The rollout's tokens as the model saw them: each image placeholder replaced by the ids vLLM's
+    processor expanded it to. None without images, or when vLLM did not report an image's expansion."""
+    expansions: dict[int, list[int] | None] = {}
+    for turn in turns:
+        for image in turn.images or ():
+            if expansions.get(image["placeholder"]) is None:
+                expansions[image["placeholder"]] = image.get("expansion")
+    if not expansions or any(expansion is None for expansion in expansions.values()):
+        return None
+    out, after = [], 0
+    for at in sorted(expansions):
+        out += ids[after:at] + expansions[at]
+        after = at + 1
+    return out + ids[after:]
 
 
 @dataclass
@@ -337,7 +358,7 @@ def addition(pending: Pending, turn: TurnRecord, state: TokenState, *, continues
             mask_source="client" if mask is not None else "gateway", stop_token_id=turn.stop_token_id,
             replica=turn.replica, request_id=turn.request_id, sampling=_applied(turn.upstream_params),
             timing=_timing(turn), client_ids_mismatch=turn.client_ids_mismatch,
-            stop_reason=turn.stop_reason, images=_images(turn, offset), tool_calls=turn.tool_calls,
+            stop_reason=turn.stop_reason, images=_images(turn, offset, start), tool_calls=turn.tool_calls,
             weight_versions=_versions(turn, offset + len(turn.prompt_ids))))
 
 
@@ -350,11 +371,20 @@ def _versions(turn: TurnRecord, at: int) -> list[dict[str, Any]] | None:
             for span in turn.weight_versions if span["start"] < end]
 
 
-def _images(turn: TurnRecord, offset: int) -> list[dict[str, Any]] | None:
+def _images(turn: TurnRecord, offset: int, start: int) -> list[dict[str, Any]] | None:
+    """The prompt's images at their offsets in the rollout; those past `start` (the ones this call
+    added to the sequence) with vLLM's expansion where it reported one."""
     if not turn.images:
         return None
-    return [{"digest": image.digest, "url": image.url, "placeholder": offset + at, "tokens": tokens}
-            for image, (at, tokens) in zip(turn.images, turn.image_spans, strict=True)]
+    expansions = turn.image_expansions or [None] * len(turn.images)
+    images = []
+    for image, (at, tokens), expansion in zip(turn.images, turn.image_spans, expansions, strict=True):
+        entry = {"digest": image.digest, "url": image.url, "placeholder": offset + at,
+                 "tokens": tokens if expansion is None else len(expansion)}
+        if expansion is not None and at >= start:
+            entry["expansion"] = expansion
+        images.append(entry)
+    return images
 
 
 def _applied(params: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -59,6 +59,8 @@ class TurnRecord:
     images: list[Image] = field(default_factory=list)  # the prompt's images, one placeholder each, in order
     # Per image: where its placeholder is in `prompt_ids` and the tokens vLLM expands it to (counted here).
     image_spans: list[tuple[int, int]] = field(default_factory=list)
+    # Per image: the ids vLLM's processor put in its placeholder's place (`expanded`); None: not reported.
+    image_expansions: list[list[int]] | None = None
     # Tools the gateway ran between the previous generation and this one (remote MCP calls), whose
     # outputs this prompt added: server_label, name, seconds, error (None when it succeeded).
     tool_calls: list[dict[str, Any]] | None = None
@@ -85,6 +87,23 @@ class TurnRecord:
             spans[-1]["end"] = end
         else:
             spans.append({"version": version, "start": start, "end": end})
+
+    def expanded(self, prompt: list[int], placeholders: dict[str, list[dict]] | None) -> None:
+        """vLLM's prompt as its processor expanded the image placeholders, and where its image
+        ranges are (`mm_placeholders`): kept per image, as the ids that took its placeholder's place,
+        only when they account for all of vLLM's prompt (the rest is this prompt, token for token)."""
+        ranges = (placeholders or {}).get("image") or []
+        if len(ranges) != len(self.image_spans):
+            return
+        ours, expansions, cursor, after = self.prompt_ids, [], 0, 0  # cursor: in vLLM's prompt; after: in ours
+        for (at, _), placed in zip(self.image_spans, ranges, strict=True):
+            start, end = cursor + at - after, placed["offset"] + placed["length"]
+            if not start <= placed["offset"] or list(ours[after:at]) != prompt[cursor:start]:
+                return
+            expansions.append(prompt[start:end])
+            cursor, after = end, at + 1
+        if list(ours[after:]) == prompt[cursor:]:
+            self.image_expansions = expansions
 
     @property
     def turn_items(self) -> list[Item]:

@@ -22,10 +22,16 @@ class TokenChunk:
     # vLLM's `weight_versions` ({version, start, end} over output indexes), on the last chunk of
     # /inference/v1/generate only.
     weight_versions: list[dict] | None = None
+    # With images on /inference/v1/generate (asked with `return_token_ids`), on the first chunk: the
+    # prompt ids as vLLM's processor expanded the placeholders, and where (`mm_placeholders`).
+    expanded_prompt: list[int] | None = None
+    mm_placeholders: dict[str, list[dict]] | None = None
 
     def extend(self, later: TokenChunk) -> None:
         """Append the chunk that came after this one (several read at once are relayed as one)."""
         self.token_ids += later.token_ids
+        if later.expanded_prompt is not None:
+            self.expanded_prompt, self.mm_placeholders = later.expanded_prompt, later.mm_placeholders
         if later.logprobs is not None:
             if self.logprobs is None:
                 self.logprobs = []

@@ -18,7 +18,8 @@ import orjson
 from gateway.core.image import Image
 from gateway.upstream.chunks import TokenChunk, Usage
 
-__all__ = ["PATHS", "UpstreamAPI", "encode", "engine_request_id", "parse_choice", "parse_usage", "request_body"]
+__all__ = ["PATHS", "UpstreamAPI", "encode", "engine_request_id", "parse_choice", "parse_expansion", "parse_usage",
+           "request_body"]
 
 UpstreamAPI = Literal["generate", "completions"]
 
@@ -63,6 +64,7 @@ def request_body(
                 body[name] = params.pop(name)
         if images:
             body["content_parts"] = [{"type": "image_url", "url": image.url} for image in images]
+            body["return_token_ids"] = True  # the expanded prompt and `mm_placeholders`: a rollout keeps them
     else:
         body = {
             "model": model,
@@ -99,6 +101,14 @@ def parse_usage(payload: dict[str, Any]) -> Usage | None:
         completion_tokens=usage.get("completion_tokens", 0),
         cached_tokens=details.get("cached_tokens"),
     )
+
+
+def parse_expansion(payload: dict[str, Any], into: TokenChunk | None) -> TokenChunk:
+    """`into` (a chunk for none if None) with the expanded prompt ids and `mm_placeholders` of
+    generate's first event (`return_token_ids`)."""
+    chunk = into if into is not None else TokenChunk([])
+    chunk.expanded_prompt, chunk.mm_placeholders = payload["prompt_token_ids"], payload.get("mm_placeholders")
+    return chunk
 
 
 def parse_choice(api: UpstreamAPI, choice: dict[str, Any]) -> TokenChunk:

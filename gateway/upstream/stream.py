@@ -26,7 +26,7 @@ from gateway.core.errors import UpstreamFailed, shutting_down
 from gateway.core.push import Hold, Sink
 from gateway.upstream.chunks import TokenChunk, Usage
 from gateway.upstream.connection import Connection, IdleTimeout
-from gateway.upstream.protocol import UpstreamAPI, parse_choice, parse_usage
+from gateway.upstream.protocol import UpstreamAPI, parse_choice, parse_expansion, parse_usage
 
 __all__ = ["StreamMode", "UpstreamStream"]
 
@@ -270,6 +270,8 @@ class UpstreamStream:
                         merged.extend(parse_choice(api, choice))
                 if payload.get("usage"):
                     usage = parse_usage(payload)
+                if payload.get("prompt_token_ids") is not None:
+                    merged = parse_expansion(payload, merged)
         except (TypeError, KeyError, AttributeError, IndexError, ValueError):
             return self._decode_one_by_one(payloads)  # which one, and what preceded it
         return self._with(merged, usage), None
@@ -278,7 +280,8 @@ class UpstreamStream:
     def _one_plain_choice(event: dict) -> TokenChunk | None:
         """The chunk of an event with one choice, no logprobs, no usage and no error (else None)."""
         choices = event.get("choices")
-        if type(choices) is not list or len(choices) != 1 or "error" in event or event.get("usage"):
+        if type(choices) is not list or len(choices) != 1 or "error" in event or event.get("usage") or \
+                event.get("prompt_token_ids") is not None:
             return None
         choice = choices[0]
         if type(choice) is not dict or choice.get("logprobs") is not None:
@@ -307,6 +310,8 @@ class UpstreamStream:
                     else:
                         merged.extend(chunk)
                 usage = parse_usage(payload) or usage
+                if payload.get("prompt_token_ids") is not None:
+                    merged = parse_expansion(payload, merged)
             except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:  # orjson's errors too
                 self._fault = f"a malformed event: {exc!r}"
                 return self._with(merged, usage), UpstreamFailed(

@@ -224,6 +224,40 @@ def test_a_rollout_records_its_images_and_the_trainers_get_them(stack, fake, ans
     assert slime["multimodal_inputs"] == {"images": [BLUE, RED]}
 
 
+def test_a_rollout_exports_the_prompt_ids_as_vllm_expanded_them(stack, fake, answer):
+    """The gateway asks vLLM for its expanded prompt (`return_token_ids`) when it sends images: each
+    image's placeholder in the export becomes the ids vLLM put in its place, and counts as many tokens."""
+    fake.image_token_id = IMAGE_PAD
+    try:
+        fake.queue(Script(answer), Script(answer))
+        first = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": BLUE}},
+                                              {"type": "text", "text": "and?"}]}]
+        post(stack, "/v1/chat/completions", {"messages": first, "rollout_id": "mm-expanded", "stream": True})
+        post(stack, "/v1/chat/completions", {"messages": [*first, {"role": "assistant", "content": "A red square."}, {
+            "role": "user", "content": [{"type": "image_url", "image_url": {"url": RED}}]}], "rollout_id": "mm-expanded"})
+    finally:
+        fake.image_token_id = None
+    bodies = fake.bodies(GENERATE)
+    assert [body["return_token_ids"] for body in bodies] == [True, True]
+    rollout = httpx.get(stack.url + "/v1/rollouts/mm-expanded").json()
+    ids, at = rollout["token_ids"], [i["placeholder"] for i in rollout["turns"][1]["images"]]
+    assert ids[:len(bodies[1]["token_ids"])] == bodies[1]["token_ids"] and [ids[i] for i in at] == [IMAGE_PAD] * 2
+    assert rollout["expanded_token_ids"] == (ids[:at[0]] + [IMAGE_PAD] * EXPANDED + ids[at[0] + 1:at[1]]
+                                             + [IMAGE_PAD] * EXPANDED + ids[at[1] + 1:])
+    assert [[i["tokens"] for i in turn["images"]] for turn in rollout["turns"]] == [[EXPANDED], [EXPANDED] * 2]
+    # each image's expansion is kept once: by the call that added it to the sequence
+    assert [["expansion" in i for i in turn["images"]] for turn in rollout["turns"]] == [[True], [False, True]]
+
+
+def test_without_vllms_expansion_the_export_has_no_expanded_ids(stack, fake, answer):
+    """A replica that does not report it (an older vLLM): the rollout says so rather than guess."""
+    fake.queue(Script(answer))
+    post(stack, "/v1/chat/completions", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": BLUE}}]}], "rollout_id": "mm-unexpanded"})
+    rollout = httpx.get(stack.url + "/v1/rollouts/mm-unexpanded").json()
+    assert rollout["expanded_token_ids"] is None and "expansion" not in rollout["turns"][0]["images"][0]
+
+
 DROPS_IMAGES = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content is string %}{{ m.content }}"
                 "{% else %}{% for p in m.content %}{% if p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}"
                 "{% endif %}<|im_end|>\n{% endfor %}<|im_start|>assistant\n")

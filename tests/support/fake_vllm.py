@@ -92,6 +92,9 @@ class FakeVLLM:
     max_model_len: int = 32768
     enable_scale_out: bool = True  # False: /inference/* answers 403 like a stock replica without the flag
     image_tokens: int = 1  # what each `content_parts` image expands to in the prompt vLLM counts
+    # Set: with `return_token_ids`, generate reports its prompt with each of these placeholders repeated
+    # `image_tokens` times and their `mm_placeholders` (vLLM does, on the first event when streamed).
+    image_token_id: int | None = None
     healthy: bool = True
     health_checks: int = 0  # /health requests answered
     requests: list[Recorded] = field(default_factory=list)  # model calls (and aborts), not probes
@@ -185,12 +188,12 @@ class FakeVLLM:
         output = _Output(script, expanded, params.get("logprobs"), self.weight_version)
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            events = self._generate_events(request_id, output, include_usage)
+            events = self._generate_events(request_id, output, include_usage, self._expansion(body))
             return StreamingResponse(self._sse(request_id, script, events), media_type="text/event-stream")
         return JSONResponse({
             "request_id": request_id, "model": body.get("model"), "created": int(time.time()),
             "usage": output.usage(details=True), "prompt_logprobs": None, "prompt_token_id_logprobs": None,
-            "prompt_token_ids": None, "mm_placeholders": None, "metrics": None,
+            "prompt_token_ids": None, "mm_placeholders": None, "metrics": None, **self._expansion(body),
             "kv_transfer_params": self._transfer(body),
             "ec_transfer_params": None, "output_mode": "tokens",
             "choices": [output.generate_choice(0, len(script.token_ids), final=True)],
@@ -251,10 +254,25 @@ class FakeVLLM:
 
     # --- streaming -----------------------------------------------------------------------
 
-    def _generate_events(self, request_id: str, output: _Output, include_usage: bool) -> Iterator[dict]:
+    def _expansion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """generate's `prompt_token_ids` and `mm_placeholders` when asked for and configured ({} else)."""
+        if not body.get("return_token_ids") or self.image_token_id is None:
+            return {}
+        prompt: list[int] = []
+        ranges = []
+        for token in body.get("token_ids") or []:
+            if token == self.image_token_id:
+                ranges.append({"offset": len(prompt), "length": self.image_tokens})
+                prompt += [token] * self.image_tokens
+            else:
+                prompt.append(token)
+        return {"prompt_token_ids": prompt, "mm_placeholders": {"image": ranges} if ranges else None}
+
+    def _generate_events(self, request_id: str, output: _Output, include_usage: bool,
+                         expansion: dict[str, Any]) -> Iterator[dict]:
         for start, end, final in output.spans():
             yield {"request_id": request_id, "usage": None, "output_mode": "tokens",
-                   "choices": [output.generate_choice(start, end, final=final)]}
+                   "choices": [output.generate_choice(start, end, final=final)], **(expansion if start == 0 else {})}
         if include_usage:
             yield {"request_id": request_id, "usage": output.usage(details=False), "output_mode": "tokens",
                    "choices": []}
