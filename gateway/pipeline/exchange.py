@@ -19,11 +19,18 @@ Completions and Anthropic Messages alike:
    at once finds it; anything else is forgotten, so a retry finds everything as it was.
 5. The place at the gate is given back, the tokens of what ran counted against the tenant.
 
+The exchange is the stores' one door for what a turn leaves behind (scripts/check_stores.py
+holds everything under gateway/ to it): besides the commit and the forget of a turn it runs, a
+WebSocket lane whose response could not even be made is forgotten here (`forget`), a turn
+that generates nothing (`warm_up`) is remembered here, and a writer whose response is kept while
+it runs (`Kept`: a background response) has its state stored here: queued once admitted, in
+progress once started, then failed or cancelled (a completed one is the commit's).
+
 A response made of several generations is several turns inside one exchange. A writer that
 runs tools itself (`RunsTools`: remote MCP tools, gateway/adapters/mcp_tools.py) is asked after
-each generation; when it ran some and the response goes on, the next turn continues the exact
-ids of the one before plus the rendered outputs (gateway/pipeline/tool_loop.py), entered in the
-same block, and the last one is the one committed.
+each generation; when it ran some and the response goes on, the generation is recorded in its
+rollout, if any, and the next turn continues the exact ids of the one before plus the rendered
+outputs (gateway/pipeline/tool_loop.py), entered in the same block; the last one is the one committed.
 
 A writer's methods return what a transport's write does (`Hold`): None to go on, or an awaitable
 (a slow client's drain) to wait for before more.
@@ -44,10 +51,11 @@ from gateway.core.push import Hold, held
 from gateway.formats.base import ParseEvent
 from gateway.pipeline import session, tool_loop, trace
 from gateway.pipeline.gate import Pass
+from gateway.pipeline.request import Lane
 from gateway.pipeline.turn import Turn
 from gateway.tokenfix.record import TurnRecord
 
-__all__ = ["Quiet", "ToolsRan", "admit", "run", "run_samples"]
+__all__ = ["Kept", "Quiet", "ToolsRan", "admit", "forget", "run", "run_samples", "warm_up"]
 
 
 class Writer(Protocol):
@@ -91,10 +99,36 @@ class RunsTools(Protocol):
         (their events written); None when it made none."""
 
 
-async def admit(turn: Turn) -> Pass:
+@runtime_checkable
+class Kept(Protocol):
+    def state(self, *, cancelled: bool = False) -> dict[str, Any]:
+        """The Response object as it stands, as GET answers it while the response runs (a
+        background one): queued, in progress, failed once written so; `cancelled`: cancelled."""
+
+
+async def admit(turn: Turn, writer: Writer | None = None) -> Pass:
     """`turn`'s place at the gate, taken now: for work that answers before it runs (a background
-    response) and must be refused, if at all, before it answers. Hand it to `run`."""
-    return await turn.runtime.gate.enter(turn.request)
+    response) and must be refused, if at all, before it answers; a `Kept` writer's response is
+    stored as queued. Hand it to `run`."""
+    admitted = await turn.runtime.gate.enter(turn.request)
+    try:
+        await _keep(turn, writer)
+    except BaseException:
+        await admitted.leave(())
+        raise
+    return admitted
+
+
+async def warm_up(turn: Turn) -> int:
+    """A turn that generates nothing (WebSocket `generate: false`): its conversation remembered
+    for the next request (gateway/pipeline/session.py `warm_up`); the prompt's size."""
+    return await session.warm_up(turn.runtime, turn.request)
+
+
+def forget(lane: Lane) -> None:
+    """A WebSocket response on `lane` failed before or outside its turn (a continuation that cannot
+    be made, a crash): nothing may continue the lane's latest response (the spec's rule)."""
+    session.forget(lane)
 
 
 async def run(turn: Turn, writer: Writer, *, admitted: Pass | None = None) -> None:
@@ -117,6 +151,9 @@ async def run_samples(turns: Sequence[Turn], writers: Sequence[Writer], *, admit
     ran: list[TurnRecord] = [turn.record for turn in turns]
     try:
         await _run_admitted(turns, writers, ran)
+    except asyncio.CancelledError:
+        await _keep(turns[0], writers[0], cancelled=True)
+        raise
     finally:
         await admitted.leave(ran)
 
@@ -127,8 +164,7 @@ async def _run_admitted(turns: Sequence[Turn], writers: Sequence[Writer], ran: l
             try:
                 await started.enter_async_context(turn)
             except APIError as exc:
-                _forget(turn, exc)
-                await held(writer.failed(turn, exc))
+                await _failed(turn, writer, exc)
                 return
         ends = await _generate_all(turns, writers, started)
     for i, (writer, end) in enumerate(zip(writers, ends, strict=True)):
@@ -140,7 +176,7 @@ async def _run_admitted(turns: Sequence[Turn], writers: Sequence[Writer], ran: l
             with tracing.phase("gateway.commit"):
                 await session.commit(turn, end.answer, after=end.after)
         else:
-            session.forget(turn.request)
+            session.forget(turn.request.lane)
         await held(writer.ended(turn))
 
 
@@ -170,6 +206,7 @@ async def _generate(turn: Turn, writer: Writer, started: contextlib.AsyncExitSta
     after: Sequence[ToolOutput] = ()
     try:
         await held(writer.started(turn))
+        await _keep(turn, writer)
         while True:
             await turn.relay(writer.events)
             ran = await tools.run_tools(turn) if tools is not None else None
@@ -178,19 +215,27 @@ async def _generate(turn: Turn, writer: Writer, started: contextlib.AsyncExitSta
             if not ran.go_on:
                 after = ran.outputs
                 break
-            turn = await started.enter_async_context(await tool_loop.following(turn, ran.outputs, ran.tool_calls))
+            rollout = await session.commit_generation(turn)
+            turn = await started.enter_async_context(tool_loop.following(turn, ran.outputs, ran.tool_calls, rollout))
     except APIError as exc:
-        _forget(turn, exc)
-        await held(writer.failed(turn, exc))
+        await _failed(turn, writer, exc)
         return None
     return _End(turn, writer.answer(turn), after)
 
 
-def _forget(turn: Turn, exc: APIError) -> None:
-    """A failed turn leaves nothing behind; the request's trace says why (an error the writer
-    raises instead of writing is answered, and traced, as an HTTP error)."""
-    session.forget(turn.request)
+async def _failed(turn: Turn, writer: Writer, exc: APIError) -> None:
+    """A failed turn leaves nothing behind (of a kept response, its failure); the request's trace
+    says why (an error the writer raises instead of writing is answered, and traced, as an HTTP error)."""
+    session.forget(turn.request.lane)
     trace.failed(exc)
+    await held(writer.failed(turn, exc))
+    await _keep(turn, writer)
+
+
+async def _keep(turn: Turn, writer: Writer | None, *, cancelled: bool = False) -> None:
+    """A `Kept` writer's response stored as it stands (gateway/pipeline/session.py `store_snapshot`)."""
+    if isinstance(writer, Kept):
+        await session.store_snapshot(turn.runtime, turn.request, writer.state(cancelled=cancelled))
 
 
 class Quiet:

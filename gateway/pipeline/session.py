@@ -28,8 +28,12 @@ A turn that failed commits nothing — `forget` drops the lane's response, as th
 WebSocket spec wants — so a retry finds everything as it was.
 
 The stores are `runtime.store` (gateway/sessions/backend.py): in this process, or shared
-through Redis by every gateway process (`--state-url`); hence the awaits. This module is
-the only caller of either.
+through Redis by every gateway process (`--state-url`); hence the awaits. This module is their
+door: nothing else writes them (gateway/pipeline/conversations.py writes the conversations),
+and what a turn leaves behind — `commit`, `forget`, a tool loop's `commit_generation`, a
+`warm_up`, a background response's `store_snapshot` — is written only when the exchange
+(gateway/pipeline/exchange.py) calls; scripts/check_stores.py holds gateway/ to both rules.
+/metrics and /status read the stores' figures directly.
 
 Every key a client chooses (`prompt_cache_key`, `rollout_id`, a stored response's id) is
 the caller's tenant's (gateway/core/tenancy.py): it is stored and looked up here, and only
@@ -52,7 +56,7 @@ from gateway.core.tenancy import scoped, tenant_prefix
 from gateway.formats.base import Covered
 from gateway.formats.length import too_long
 from gateway.pipeline import conversations, trace
-from gateway.pipeline.request import TurnRequest
+from gateway.pipeline.request import Lane, TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
 from gateway.sessions.observer import FALLBACK
@@ -63,8 +67,8 @@ from gateway.tokenfix import client_ids
 from gateway.tokenfix.restore import restore, uncovered
 from gateway.tokenfix.state import TokenState
 
-__all__ = ["begin_rollout", "branch_id", "branch_rollout", "commit", "confirm", "delete_rollout", "delete_stored",
-           "export_rollout", "forget", "prepare", "previous_response", "prompt_ids", "recall", "rollout_summary",
+__all__ = ["begin_rollout", "branch_id", "branch_rollout", "commit", "commit_generation", "confirm", "delete_rollout",
+           "delete_stored", "export_rollout", "forget", "prepare", "previous_response", "prompt_ids", "recall", "rollout_summary",
            "store_snapshot", "stored", "warm_up"]
 
 log = logging.getLogger(__name__)
@@ -208,7 +212,8 @@ def _reasoned(items: Sequence[object]) -> bool:
 async def warm_up(runtime: Runtime, request: TurnRequest) -> int:
     """WebSocket `generate: false`: remember the conversation for the next request and
     generate nothing. Nothing new was generated, so the exact tokens to continue are still
-    the previous response's. Returns the prompt's size (rendered only to report it)."""
+    the previous response's. Returns the prompt's size (rendered only to report it).
+    gateway/pipeline/exchange.py is the one caller."""
     limit = runtime.pool.max_model_len
     if limit is not None and (bound := too_long(request.conversation, runtime.format.max_token_bytes, limit - 1)):
         raise context_length_exceeded(bound, limit, 1, at_least=True)  # before rendering it
@@ -230,10 +235,24 @@ async def _remember(runtime: Runtime, request: TurnRequest, response: CachedResp
         await runtime.store.put_response(dataclasses.replace(response, response_id=scoped(response.response_id)))
 
 
-def forget(request: TurnRequest) -> None:
-    """A turn failed: its lane's latest response is gone (a continuation must not build on it)."""
-    if request.lane is not None:
-        request.lane.cache.evict(request.lane.stream_id)
+def forget(lane: Lane | None) -> None:
+    """A turn on `lane` failed (or could not be made): the lane's latest response is gone (a
+    continuation must not build on it). gateway/pipeline/exchange.py is the one caller."""
+    if lane is not None:
+        lane.cache.evict(lane.stream_id)
+
+
+async def commit_generation(turn: Turn) -> Pending | None:
+    """A generation of a response that goes on after the gateway ran its tools: recorded as one
+    call of its rollout, before the next begins (the whole response is one trajectory); the
+    rollout's place for that next call, or None without a rollout. gateway/pipeline/exchange.py
+    is the one caller."""
+    runtime, record, rollout = turn.runtime, turn.record, turn.request.rollout
+    state = record.token_state(runtime.format.turn_terminators)  # None only for an unfinished turn
+    if rollout is None or state is None:
+        return rollout
+    await runtime.store.commit_rollout(rollout, record, state)
+    return await runtime.store.begin_rollout(rollout.rollout_id, None)
 
 
 async def previous_response(runtime: Runtime, response_id: str, cache: ResponseCache | None = None
@@ -252,7 +271,7 @@ async def stored(runtime: Runtime, response_id: str) -> CachedResponse | None:
 
 async def store_snapshot(runtime: Runtime, request: TurnRequest, response: dict[str, Any]) -> None:
     """A background response's state while it runs (or after it failed or was cancelled):
-    answered by GET, not continuable (no tokens)."""
+    answered by GET, not continuable (no tokens). gateway/pipeline/exchange.py is the one caller."""
     assert request.response_id is not None
     await runtime.store.put_response(CachedResponse(scoped(request.response_id), request.conversation, None,
                                                     response=response, inputs=len(request.conversation.items)))

@@ -6,10 +6,11 @@ tool outputs rendered: the previous turn's exact tokens are the prefix, the outp
 only new items (gateway/tokenfix/prompt.py splices them on), never a re-render of what the
 model wrote.
 
-With a `rollout_id`, each generation is one call of the rollout: the finished one is
-recorded before the next begins, so the whole response is one trajectory — the model's
-tokens trainable, the rendered tool outputs (a prompt delta) masked — and each turn
-carries the tool calls that preceded it (`tool_calls`: server, name, seconds, error).
+With a `rollout_id`, each generation is one call of the rollout: the exchange records the
+finished one (gateway/pipeline/session.py `commit_generation`) before the next begins, so
+the whole response is one trajectory — the model's tokens trainable, the rendered tool
+outputs (a prompt delta) masked — and each turn carries the tool calls that preceded it
+(`tool_calls`: server, name, seconds, error). Nothing here writes a store.
 """
 
 from __future__ import annotations
@@ -21,19 +22,18 @@ from typing import Any
 from gateway.core.conversation import ToolOutput
 from gateway.pipeline import trace
 from gateway.pipeline.turn import Turn
+from gateway.sessions.rollouts import Pending
 
 __all__ = ["following"]
 
 
-async def following(turn: Turn, outputs: Sequence[ToolOutput], tool_calls: list[dict[str, Any]]) -> Turn:
+def following(turn: Turn, outputs: Sequence[ToolOutput], tool_calls: list[dict[str, Any]],
+              rollout: Pending | None) -> Turn:
     """The next generation of `turn`'s response (not started): `turn`'s history, its output and
-    `outputs`, continuing its exact tokens."""
+    `outputs`, continuing its exact tokens; `rollout`: its place in the response's rollout (the
+    exchange committed `turn` there: gateway/pipeline/session.py `commit_generation`)."""
     runtime, record = turn.runtime, turn.record
     state = record.token_state(runtime.format.turn_terminators)  # None only for an unfinished turn
-    rollout = turn.request.rollout
-    if rollout is not None and state is not None:
-        await runtime.store.commit_rollout(rollout, record, state)
-        rollout = await runtime.store.begin_rollout(rollout.rollout_id, None)
     history = dataclasses.replace(record.conversation, items=[*record.conversation.items, *record.turn_items,
                                                               *outputs])
     # Everything that chose the first prompt's prefix is spent: this one continues `state`.

@@ -2,7 +2,8 @@
 
 `Store` is everything a later request may need — `prompt_cache_key` sessions, `store:
 true` responses, RL rollouts — behind one small async interface, so the session pipeline
-(gateway/pipeline/session.py, its only caller) never knows which backend it holds:
+(gateway/pipeline/session.py, the one module that writes it: scripts/check_stores.py) never
+knows which backend it holds:
 
 - `MemoryStore` (the default): this process's bounded in-memory stores;
 - `RedisStore` (gateway/sessions/redis_store.py, `--state-url`): shared by every gateway

@@ -28,7 +28,8 @@ from gateway.core.errors import APIError, shutting_down
 from gateway.core.ids import new_id
 from gateway.core.push import Hold, Sink
 from gateway.core.settings import Settings
-from gateway.pipeline import exchange, session, trace
+from gateway.pipeline import exchange, trace
+from gateway.pipeline.request import Lane
 from gateway.pipeline.runtime import Runtime
 from gateway.sessions.responses import ResponseCache
 from gateway.ws.error_events import connection_limit_reached, error_event, invalid_json, processing_error
@@ -133,7 +134,7 @@ class ResponsesSocket:
                 return  # the socket is closing (serve() cancels the rest); raised, it went unretrieved
             except Exception:
                 log.exception("websocket %s: a response failed", self.connection_id)
-                self.cache.evict(lane)  # the connection's cache: nothing may continue a broken turn
+                exchange.forget(Lane(self.cache, lane))  # nothing may continue a broken turn
                 await self._send_error(processing_error(), lane)
 
     async def _create(self, request: CreateRequest) -> None:
@@ -142,7 +143,7 @@ class ResponsesSocket:
             made = await from_socket(self.runtime, request.body, self.settings, cache=self.cache,
                                      stream_id=lane, connection_id=self.connection_id)
         except APIError as exc:  # a failed continuation: nothing may continue the lane's response (the spec's rule)
-            self.cache.evict(lane)
+            exchange.forget(Lane(self.cache, lane))
             await self._send_error(exc, lane)
             return
         if (turn_state := metadata_event(request.body)) is not None:  # Codex's: before the response's events
@@ -157,7 +158,7 @@ class ResponsesSocket:
 
     async def _warm_up(self, made: ResponseTurn, lane: str | None) -> None:
         """`generate: false`: remember the conversation for the next request, generate nothing."""
-        prompt_tokens = await session.warm_up(self.runtime, made.turn.request)
+        prompt_tokens = await exchange.warm_up(made.turn)
         usage = {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt_tokens}
         for event in [*made.writer.start(), made.writer.completed(usage)]:

@@ -110,8 +110,10 @@ def test_a_background_response_cancelled_while_its_state_is_stored_leaves_no_ope
             await store_snapshot(runtime_, request, response)
 
         monkeypatch.setattr(session, "store_snapshot", slow_snapshot)
-        admitted = await exchange.admit(made.turn)
-        task = asyncio.create_task(stored_responses._background(runtime, made, EventLog(), admitted))
+        output = stored_responses.Background(made)
+        output.log = EventLog()
+        admitted = await exchange.admit(made.turn, output)
+        task = asyncio.create_task(stored_responses._background(made, output, admitted))
         await writing.wait()
         assert made.turn._stream is not None and made.turn._stream.connection is not None  # generating
         task.cancel()

@@ -37,7 +37,7 @@ _COUNT_IGNORED = frozenset({"personality"})
 async def _create(request: Request, raw: bytes) -> Response:
     made = await from_http(request.app.state.runtime, raw, request.app.state.settings)
     if made.parsed.background:
-        return await run_in_background(request.app.state.runtime, made)
+        return await run_in_background(made)
     if made.parsed.stream:
         async def relay(sink: Sink[bytes]) -> None:
             await exchange.run(made.turn, made.output(sse_sink(sink)))

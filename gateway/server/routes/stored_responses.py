@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,14 +27,18 @@ from gateway.adapters.responses_turn import ResponseTurn
 from gateway.adapters.stored import input_items_page
 from gateway.core.errors import APIError
 from gateway.core.push import Hold
+from gateway.formats.base import ParseEvent
 from gateway.pipeline import exchange, session
+from gateway.pipeline.exchange import ToolsRan
 from gateway.pipeline.gate import Pass
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.turn import Turn
 from gateway.server.event_log import EventLog, EventLogs
 from gateway.server.http import JSONResponse, sse_response
 from gateway.sessions.responses import CachedResponse
 
-__all__ = ["cancel_response", "delete_response", "get_response", "list_input_items", "run_in_background"]
+__all__ = ["Background", "cancel_response", "delete_response", "get_response", "list_input_items",
+           "run_in_background"]
 
 _running: dict[str, asyncio.Task[None]] = {}  # background responses this process runs, by id
 _logs = EventLogs()  # their events, for streams that start or resume on them
@@ -94,20 +99,15 @@ async def cancel_response(request: Request) -> Response:
     return JSONResponse((await _found(request)).response)
 
 
-async def run_in_background(runtime: Runtime, made: ResponseTurn) -> Response:
+async def run_in_background(made: ResponseTurn) -> Response:
     """Start the turn as a task; answer the `queued` response now, or with `stream`, the
     events as they come (the client leaving does not stop the task). Its place at the gate is
     taken first (a 429 over a budget, before anything is stored) and held by the task."""
-    writer = made.writer
-    admitted = await exchange.admit(made.turn)
-    try:
-        await session.store_snapshot(runtime, made.turn.request, writer.response("queued"))
-    except BaseException:
-        await admitted.leave(())
-        raise
-    response_id = writer.response_id
-    log = _logs.open(response_id)
-    task = asyncio.create_task(_background(runtime, made, log, admitted))
+    output = Background(made)
+    admitted = await exchange.admit(made.turn, output)  # stored as queued
+    response_id = made.writer.response_id
+    log = output.log = _logs.open(response_id)
+    task = asyncio.create_task(_background(made, output, admitted))
     _running[response_id] = task
 
     def ended(_: asyncio.Task[None]) -> None:
@@ -120,32 +120,63 @@ async def run_in_background(runtime: Runtime, made: ResponseTurn) -> Response:
     task.add_done_callback(ended)
     if made.parsed.stream:
         return sse_response(log.follow)
-    return JSONResponse(writer.response("queued"))
+    return JSONResponse(made.writer.response("queued"))
 
 
-async def _background(runtime: Runtime, made: ResponseTurn, log: EventLog, admitted: Pass) -> None:
-    """The exchange, its events into `log`; the stored state follows it: `in_progress` once a
-    replica accepted the prompt, then the final response (a completed one is stored by the
-    exchange's commit), `failed` or `cancelled`."""
-    request, writer = made.turn.request, made.writer
+async def _background(made: ResponseTurn, output: Background, admitted: Pass) -> None:
+    """The exchange, its events into the response's log; the exchange stores its state as it goes
+    (`in_progress` once a replica accepted the prompt, then the final response, `failed` or `cancelled`)."""
+    with contextlib.suppress(asyncio.CancelledError):  # the exchange stored it as cancelled
+        await exchange.run(made.turn, output, admitted=admitted)
 
-    def logged(events: list[Event]) -> Hold:
-        log.add(events)
-        if events[0]["type"] == "response.created":  # started: still inside the turn, so a cancel here closes it
-            return session.store_snapshot(runtime, request, writer.response("in_progress"))
+
+class Background:
+    """The exchange's writer of a background response (an `exchange.Kept`): the Responses events,
+    into the response's log (`log`, opened once the response is admitted), and its state as GET
+    answers it while it runs. A failure before it started is a failed response too."""
+
+    def __init__(self, made: ResponseTurn) -> None:
+        self.writer = made.writer
+        self.log: EventLog | None = None
+        self.output = made.output(self._logged)
+        self.keeps = self.output.keeps
+        self._started = False
+
+    def _logged(self, events: list[Event]) -> Hold:
+        assert self.log is not None, "opened when admitted"
+        self.log.add(events)
         return None
 
-    output = made.output(logged)
-    try:
-        await exchange.run(made.turn, output, admitted=admitted)
-    except asyncio.CancelledError:
-        await session.store_snapshot(runtime, request, writer.response("cancelled"))
-        return
-    except APIError as exc:  # refused before it started
-        output.last = writer.failed(exc.code or "server_error", exc.message)
-        log.add([output.last])
-    if output.last is not None and output.last["type"] == "response.failed":
-        await session.store_snapshot(runtime, request, output.last["response"])
+    def state(self, *, cancelled: bool = False) -> dict[str, Any]:
+        last = self.output.last
+        if cancelled:
+            return self.writer.response("cancelled")
+        if last is not None and last["type"] == "response.failed":
+            return last["response"]
+        return self.writer.response("in_progress" if self._started else "queued")
+
+    def started(self, turn: Turn) -> Hold:
+        self._started = True
+        return self.output.started(turn)
+
+    def events(self, events: list[ParseEvent]) -> Hold:
+        return self.output.events(events)
+
+    async def run_tools(self, turn: Turn) -> ToolsRan | None:
+        return await self.output.run_tools(turn)
+
+    def answer(self, turn: Turn) -> dict[str, Any] | None:
+        return self.output.answer(turn)
+
+    def ended(self, turn: Turn) -> Hold:
+        return self.output.ended(turn)
+
+    def failed(self, turn: Turn, error: APIError) -> Hold:
+        try:
+            return self.output.failed(turn, error)
+        except APIError:  # refused before it started (answered as an HTTP error in the foreground)
+            self.output.last = self.writer.failed(error.code or "server_error", error.message)
+            return self._logged([self.output.last])
 
 
 async def _found(request: Request) -> CachedResponse:
