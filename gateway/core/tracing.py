@@ -1,4 +1,4 @@
-"""Traces (OpenTelemetry): the one tracer the gateway's spans come from, or none at all.
+"""Traces (OpenTelemetry): the one source the gateway's spans come from, or none at all.
 
 `tracer` is None unless this process exports traces (`--otlp-traces-endpoint`, or the standard
 OTEL_EXPORTER_OTLP_*ENDPOINT variables: gateway/server/tracing.py sets it up). Every helper
@@ -8,12 +8,19 @@ like the request id of gateway/core/logs.py: the request's span is current while
 is served, and every upstream request carries the current one as `traceparent`
 (`upstream_headers`), so the replica's own spans join the trace.
 
-A span costs the SDK tens of microseconds to make and as much again to encode for export, so a
-request makes two: its own and its generation's (the call a replica's spans hang under). Its
-phases (prepare, render, admission, commit) are not spans: each is a perf_counter pair summed
-into the request span's `<phase>.duration` attribute (seconds), set with the rest when it ends.
-A request the sampler leaves out (`is_recording()` false) builds no attribute at all. Work that
-is a call elsewhere (a prefill leg on another replica) is a child `span`.
+Every request is meant to be traced (full sampling costs a few percent: docs/observability.md),
+so a span is cheap to make. A request makes two: its own and its generation's (the call a
+replica's spans hang under). Its phases (prepare, render, admission, commit) are not spans: each
+is a perf_counter pair summed into the request span's `<phase>.duration` attribute (seconds).
+A span is a `Recording`: the SDK's sampler, ids, resource and span processors, without the SDK
+span's per-call costs (a lock, attribute limits and checks on every set, a second object made
+at the end). Its attributes go into a plain dict, set once as it ends; ended, it is handed as
+is (it is a ReadableSpan) to the provider's processors, and the batch processor's thread
+encodes it (gateway/server/otlp.py). The sampler decides once per request: a child of a
+recorded span here is recorded too (what every standard sampler decides for it). A request the
+sampler leaves out gets a non-recording span (its trace context still goes upstream, unsampled)
+and builds no attribute at all. Work that is a call elsewhere (a prefill leg on another replica)
+is a child `span`.
 
 Attribute names follow OpenTelemetry's GenAI semantic conventions (`gen_ai.*`). Prompt and
 output text is never put on a span unless `capture_content` is set (an explicit flag).
@@ -23,28 +30,130 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar, Token
+from types import TracebackType
 from typing import Any
 
 from opentelemetry import context, propagate, trace
 from opentelemetry.propagators.textmap import Getter
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import Span as SDKSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.util import types
 
-__all__ = ["Opened", "capture_content", "current", "end", "end_request", "log_ids", "phase", "propagation_headers",
-           "recording", "shutdown", "span", "start_request", "start_span", "tracer", "upstream_headers", "use"]
+__all__ = ["Opened", "Recording", "capture_content", "current", "end", "end_request", "log_ids", "phase",
+           "propagation_headers", "recording", "shutdown", "span", "start_request", "start_span", "tracer",
+           "upstream_headers", "use"]
 
 tracer: trace.Tracer | None = None  # None: traces are off
 capture_content = False  # prompt and output text on the spans (off: never)
 _provider: Any = None
+SCOPE = "vllm-agent-gateway"  # the spans' instrumentation scope
+_source: _Source | None = None
 
 
-def use(provider: trace.TracerProvider | None, *, content: bool = False) -> None:
-    """Make `provider` the source of the gateway's spans (None: traces off)."""
-    global tracer, capture_content, _provider
+class _Source:
+    """What every span takes from the provider: its sampler, ids, resource, scope, processors."""
+
+    __slots__ = ("ids", "processor", "resource", "sampler", "scope", "trace_headers")
+
+    def __init__(self, sdk_tracer: Any) -> None:
+        self.sampler, self.ids, self.resource = sdk_tracer.sampler, sdk_tracer.id_generator, sdk_tracer.resource
+        self.scope = InstrumentationScope(SCOPE)
+        self.processor = sdk_tracer.span_processor  # the SDK's fan-out to every processor the provider has
+        self.trace_headers = frozenset(name.encode("latin-1") for name in propagate.get_global_textmap().fields)
+
+
+def use(provider: TracerProvider | None, *, content: bool = False) -> None:
+    """Make `provider` (the SDK's) the source of the gateway's spans (None: traces off)."""
+    global tracer, capture_content, _provider, _source
     _provider = provider
-    tracer = provider.get_tracer("vllm-agent-gateway") if provider is not None else None
+    tracer = provider.get_tracer(SCOPE) if provider is not None else None
+    _source = _Source(tracer) if tracer is not None else None
     capture_content = content and provider is not None
+
+
+_UNSET = Status(StatusCode.UNSET)
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+class Recording(Span, ReadableSpan):
+    """A recorded span: the API's Span while it is open, the SDK's ReadableSpan once it ends
+    (what processors and exporters take). Attributes are the gateway's own str, bool, int, float
+    or tuples of them, set as they are (no limits, no per-value check)."""
+
+    def __init__(self, name: str, span_context: SpanContext, parent: SpanContext | None, kind: SpanKind,
+                 attributes: dict[str, Any], source: _Source) -> None:
+        self._name, self._context, self._parent, self._kind = name, span_context, parent, kind
+        self._attributes = attributes
+        self._events: list[Event] = []
+        self._links: list[trace.Link] = []
+        self._resource, self._instrumentation_scope, self._instrumentation_info = source.resource, source.scope, None
+        self._status = _UNSET
+        self._processor = source.processor
+        self._end_time: int | None = None
+        self._start_time = time.time_ns()
+
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        self._attributes[key] = value
+
+    def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
+        self._attributes.update(attributes)
+
+    def add_event(self, name: str, attributes: types.Attributes = None, timestamp: int | None = None) -> None:
+        self._events.append(Event(name, attributes, timestamp))
+
+    def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
+        if context.is_valid:
+            self._links.append(trace.Link(context, attributes))
+
+    record_exception = SDKSpan.record_exception  # the SDK's exception event (type, message, stack)
+
+    def update_name(self, name: str) -> None:
+        self._name = name
+
+    def is_recording(self) -> bool:
+        return self._end_time is None
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        """The SDK's rule: OK is final, UNSET changes nothing."""
+        if not isinstance(status, Status):
+            status = Status(status, description)
+        if self._status.status_code is not StatusCode.OK and status.status_code is not StatusCode.UNSET:
+            self._status = status
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._end_time is None:
+            self._end_time = end_time if end_time is not None else time.time_ns()
+            self._processor.on_end(self)
+
+
+def _open(name: str, kind: SpanKind, parent_context: context.Context | None, attributes: dict[str, Any]) -> Span:
+    """A span under the current one (or `parent_context`'s): a child of a recorded span here is
+    recorded; any other span asks the sampler, as the SDK's tracer does."""
+    source = _source
+    assert source is not None
+    parent = trace.get_current_span(parent_context)
+    parent_ids = parent.get_span_context()
+    span_id = source.ids.generate_span_id()
+    if type(parent) is Recording:  # the request's decision holds for its children
+        ids = SpanContext(parent_ids.trace_id, span_id, False, parent_ids.trace_flags, parent_ids.trace_state)
+        return Recording(name, ids, parent_ids, kind, attributes, source)
+    valid = parent_ids.is_valid
+    trace_id = parent_ids.trace_id if valid else source.ids.generate_trace_id()
+    decision = source.sampler.should_sample(parent_context, trace_id, name, kind)
+    ids = SpanContext(trace_id, span_id, False, _SAMPLED if decision.decision.is_sampled() else TraceFlags(0),
+                      decision.trace_state)
+    if not decision.decision.is_recording():
+        return NonRecordingSpan(ids)
+    if decision.attributes:
+        attributes = {**decision.attributes, **attributes}
+    return Recording(name, ids, parent_ids if valid else None, kind, attributes, source)
 
 
 class _HeaderList(Getter[Iterable[tuple[bytes, bytes]]]):
@@ -67,17 +176,18 @@ _phases: ContextVar[dict[str, float] | None] = ContextVar("phase_seconds", defau
 Opened = tuple[Span, object, Token]  # a request's span, its context token, its phase times' token
 
 
-def start_request(name: str, headers: Iterable[tuple[bytes, bytes]], attributes: Mapping[str, Any]) -> Opened | None:
+def start_request(name: str, headers: Sequence[tuple[bytes, bytes]], attributes: Mapping[str, Any]) -> Opened | None:
     """Open a request's span as a child of the caller's `traceparent` (if it sent one) and make
     it current; `end_request` closes it. None when traces are off."""
-    if tracer is None:
+    source = _source
+    if source is None:
         return None
-    parent = propagate.extract(list(headers), getter=_HEADERS)
-    span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER)
-    recording = span.is_recording()
-    if recording:
-        span.set_attributes(attributes)
-    return span, context.attach(trace.set_span_in_context(span, parent)), _phases.set({} if recording else None)
+    fields = source.trace_headers
+    parent = (propagate.extract(headers, getter=_HEADERS)
+              if any(header in fields for header, _ in headers) else context.Context())
+    span = _open(name, SpanKind.SERVER, parent, dict(attributes))
+    recorded = type(span) is Recording
+    return span, context.attach(trace.set_span_in_context(span, parent)), _phases.set({} if recorded else None)
 
 
 def end_request(opened: Opened, attributes: Mapping[str, Any] | None = None, error: str | None = None) -> None:
@@ -85,7 +195,10 @@ def end_request(opened: Opened, attributes: Mapping[str, Any] | None = None, err
     span, token, phases = opened
     times = _phases.get()
     if times is not None:
-        span.set_attributes({**(attributes or {}), **{name: round(seconds, 6) for name, seconds in times.items()}})
+        if attributes:
+            span.set_attributes(attributes)
+        for name, seconds in times.items():
+            span.set_attribute(name, round(seconds, 6))
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
     span.end()
@@ -130,9 +243,9 @@ def span(name: str, attributes: Mapping[str, Any] | None = None,
     """A child span of the current one around a block, for work whose own timing and place in
     the trace matter (a call to another replica, whose spans hang under it); an exception
     leaving it marks it failed. Nothing when traces are off or the request is not sampled."""
-    if tracer is None or _phases.get() is None:
+    if _source is None or _phases.get() is None:
         return _OFF
-    return tracer.start_as_current_span(name, kind=kind, attributes=attributes)
+    return _Current(_open(name, kind, None, dict(attributes or {})), end_on_exit=True)
 
 
 def start_span(name: str, kind: SpanKind = SpanKind.INTERNAL) -> Span | None:
@@ -140,14 +253,36 @@ def start_span(name: str, kind: SpanKind = SpanKind.INTERNAL) -> Span | None:
     open from its request to its last token): `current(span)` makes it the current one where
     its work happens, `end` closes it. None when traces are off. Its attributes are the
     caller's to set, when `span.is_recording()`."""
-    if tracer is None:
+    if _source is None:
         return None
-    return tracer.start_span(name, kind=kind)
+    return _open(name, kind, None, {})
+
+
+class _Current:
+    """`span` is the current span in the block, as the API's `use_span`: an exception leaving
+    it is recorded on the span and marks it failed."""
+
+    __slots__ = ("end_on_exit", "span", "token")
+
+    def __init__(self, span: Span, *, end_on_exit: bool = False) -> None:
+        self.span, self.end_on_exit = span, end_on_exit
+
+    def __enter__(self) -> Span:
+        self.token = context.attach(trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        context.detach(self.token)
+        if isinstance(exc, Exception) and self.span.is_recording():
+            self.span.record_exception(exc)
+            self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        if self.end_on_exit:
+            self.span.end()
 
 
 def current(span: Span | None) -> contextlib.AbstractContextManager[Any]:
     """`span` is the current span in the block (what `upstream_headers` sends on)."""
-    return _OFF if span is None else trace.use_span(span, end_on_exit=False)
+    return _OFF if span is None else _Current(span)
 
 
 def end(span: Span, attributes: Mapping[str, Any], error: str | None = None) -> None:

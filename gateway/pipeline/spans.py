@@ -3,17 +3,17 @@
 The names are the GenAI semantic conventions' (`gen_ai.*`): the operation, the model, the
 sampling parameters sent upstream, token usage, why it finished; TTFT under vLLM's own name
 for it (`gen_ai.latency.time_to_first_token`, seconds from the span's start). They are on the
-generation's span only, none repeated on the request's: each attribute costs the SDK a few
-microseconds to set and the exporter as much to encode, and none is built for a span the
-sampler left out.
-Read once, when a span ends, from the record the turn wrote anyway: nothing is counted per
-token for it. Prompt
-and output text only with `tracing.capture_content` (an explicit flag): then the history as
+generation's span only, none repeated on the request's: each attribute costs the exporter a
+microsecond or two to encode, and none is built for a span the sampler left out.
+Read once, when the span ends, from the record the turn wrote anyway, and set in one dict:
+nothing is counted per token for it. A list-valued attribute is a tuple (what the SDK stores
+and exporters expect). Prompt and output text only with `tracing.capture_content` (an explicit flag): then the history as
 `gen_ai.input.messages` and the generated ids decoded as `gen_ai.output.messages`.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -53,7 +53,7 @@ def request_attributes(record: TurnRecord) -> dict[str, Any]:
             attributes[attribute] = value
     stop = params.get("stop")
     if stop:
-        attributes["gen_ai.request.stop_sequences"] = [stop] if isinstance(stop, str) else [str(s) for s in stop]
+        attributes["gen_ai.request.stop_sequences"] = (stop,) if isinstance(stop, str) else tuple(str(s) for s in stop)
     return attributes
 
 
@@ -67,7 +67,7 @@ def result_attributes(record: TurnRecord, started: float) -> dict[str, Any]:
         if record.cached_tokens:
             attributes["gen_ai.usage.cache_read.input_tokens"] = record.cached_tokens
     if record.finish_reason is not None:
-        attributes["gen_ai.response.finish_reasons"] = [record.finish_reason]
+        attributes["gen_ai.response.finish_reasons"] = (record.finish_reason,)
     if record.first_token_at is not None:
         attributes["gen_ai.latency.time_to_first_token"] = round(record.first_token_at - started, 6)
     if record.spliced:
@@ -82,29 +82,24 @@ Generation = tuple[Span, float]  # a generation's span and the time.perf_counter
 
 def open_generation(record: TurnRecord) -> Generation | None:
     """The span of one generation (`chat MODEL`, a client span: the call to a replica), opened
-    as its prompt goes upstream; None when traces are off."""
+    as its prompt goes upstream; None when traces are off. Its attributes are all set as it ends."""
     span = tracing.start_span(f"{OPERATION} {record.model}", SpanKind.CLIENT)
     if span is None:
         return None
-    if span.is_recording():
-        span.set_attributes(request_attributes(record))
     return span, time.perf_counter()
 
 
 def end_generation(generation: Generation, record: TurnRecord, chat_format: ChatFormat) -> None:
-    """End it with what the record says: the replica, usage, TTFT, how it finished."""
+    """End it with what the record says: what was asked, the replica, usage, TTFT, how it finished."""
     span, started = generation
     if not span.is_recording():  # sampled out: nothing to say
         span.end()
         return
-    attributes = result_attributes(record, started)
+    attributes = request_attributes(record) | result_attributes(record, started)
     if tracing.capture_content:
         attributes |= content_attributes(record, chat_format)
     if record.replica is not None:
-        url = urlsplit(record.replica)
-        attributes["server.address"] = url.hostname or ""
-        if url.port is not None:
-            attributes["server.port"] = url.port
+        attributes |= server_attributes(record.replica)
     error = None
     if record.replica is None:
         error = "no replica accepted the prompt"
@@ -113,6 +108,13 @@ def end_generation(generation: Generation, record: TurnRecord, chat_format: Chat
     if record.ended_early is not None:
         attributes["gateway.ended_early"] = record.ended_early
     tracing.end(span, attributes, error)
+
+
+@functools.lru_cache(maxsize=256)
+def server_attributes(replica: str) -> dict[str, Any]:
+    """`server.address` and `server.port` of a replica's URL (a few, each parsed once)."""
+    url = urlsplit(replica)
+    return {"server.address": url.hostname or ""} | ({"server.port": url.port} if url.port is not None else {})
 
 
 def content_attributes(record: TurnRecord, chat_format: ChatFormat) -> dict[str, str]:
