@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,6 +72,14 @@ def otlp_sink() -> Iterator[dict[str, Any]]:
         server.server_close()
 
 
+# The batch exporter's delay in every gateway measured (all sides alike), and the wait after the
+# warm-up and after the timed requests: past it, every span of the warm-up was exported before
+# the timed window and every span of the window within it, so the window's CPU is its own
+# spans' whole cost (made, encoded, sent) and nothing else's.
+EXPORT_DELAY_MS = 500
+SETTLE_S = 3 * EXPORT_DELAY_MS / 1000
+
+
 def _cpu_ms_per_request(upstream: procs.Process, body: str, requests: int, extra: list[str],
                         profile: Path | None = None) -> tuple[float, float]:
     """(gateway CPU ms per request, output tokens per request) over `requests` after a warm-up;
@@ -78,9 +87,11 @@ def _cpu_ms_per_request(upstream: procs.Process, body: str, requests: int, extra
     model = qwen()
     with procs.gateway(upstream.url, str(model.model_dir), model.chat_format, extra=extra) as gateway:
         _measure(gateway.port, "/v1/responses", body, GATEWAY_MARKER, max(5, requests // 10), 100_000, "words")
+        time.sleep(SETTLE_S)
         with _sampled(gateway.pid, profile):
             before = gateway.cpu_seconds()
             done = _measure(gateway.port, "/v1/responses", body, GATEWAY_MARKER, requests, 200_000, "words")
+            time.sleep(SETTLE_S)
             cpu = gateway.cpu_seconds() - before
     return cpu * 1000 / len(done), statistics.mean(r["tokens"] for r in done)
 
@@ -130,6 +141,7 @@ def side(state: str, ratio: float, short: procs.Process, long: procs.Process, si
     """One run of `state`: "off", "on" (every request traced) or "sampled" (a `ratio` of them)."""
     extra = ["--otlp-traces-endpoint", sink["endpoint"]] if state in ("on", "sampled") else []
     sampler = {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(ratio)} if state == "sampled" else {}
+    sampler["OTEL_BSP_SCHEDULE_DELAY"] = str(EXPORT_DELAY_MS)
     saved = {key: os.environ.get(key) for key in sampler}
     os.environ.update(sampler)  # the gateway inherits it
     root = procs.ROOT
@@ -184,7 +196,6 @@ def span_cost(iterations: int = 2000) -> dict[str, float]:
     request's and its generation's, with the gateway's attribute sets and its phases timed)
     made through gateway/core/tracing.py and exported by OTLP/HTTP to the sink, timed by process
     CPU time (the exporter's thread included, flushed at the end)."""
-    import time
 
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
