@@ -154,7 +154,7 @@ class MessagesRequest:
     sampling: SamplingOptions
     model: str
     stream: bool
-    session: str | None  # the session key exact tokens are kept under
+    session_key: str | None  # the session exact tokens are kept under
     show_thinking: bool = True  # `thinking.display: "omitted"`: the text goes in the signature only
     generated: list[tuple[Reasoning, array]] = field(default_factory=list)
     return_token_ids: bool = False  # the message carries its exact ids, logprobs and weight versions

@@ -71,7 +71,8 @@ async def from_socket(runtime: Runtime, body: dict[str, Any], settings: Settings
     response, and the connection's turns share a replica."""
     parsed, sources = await _continued(runtime, body, cache)
     rollout = await begin_rollout(runtime, body)
-    request = _turn_request(parsed, rollout=rollout, lane=Lane(cache, stream_id), affinity=connection_id, **sources)
+    request = _turn_request(parsed, rollout=rollout, lane=Lane(cache, stream_id),
+                            connection_id=connection_id, **sources)
     return await _prepared(runtime, request, parsed, settings, body)
 
 
@@ -87,7 +88,7 @@ async def _prepared(runtime: Runtime, request: TurnRequest, parsed: ResponsesReq
 
 def _turn_request(parsed: ResponsesRequest, **sources: Any) -> TurnRequest:
     return TurnRequest(parsed.conversation, parsed.sampling, response_id=new_id("resp"),
-                       cache_key=parsed.prompt_cache_key, generated=parsed.generated, store=parsed.store,
+                       session_key=parsed.prompt_cache_key, generated=parsed.generated, store=parsed.store,
                        spans=parsed.text_logprobs, truncate=parsed.truncate, **sources)
 
 

@@ -6,7 +6,9 @@ The body is vLLM's to check (a replica answers what is wrong with it, and the cl
 that answer); the gateway reads only what it acts on: the model, whether it streams, the
 prompt's ids (for routing and the rollout), and its own fields, which it takes out before
 forwarding — `rollout_id` names the rollout the call is recorded in (else the `X-Session-ID`
-header, SkyRL's); the session key routes the call to the replica holding its cache.
+header, SkyRL's); the body's `session_id` is its session key, which (after the rollout) routes
+the call to the replica holding its cache. The turn is prepared as every API's
+(gateway/pipeline/session.py `prepare`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class TokenInRequest:
     stream: bool
     prompt_ids: list[int] | None  # the prompt, when it is one list of ids
     rollout_id: str | None
-    affinity: str | None
+    session_key: str | None  # the body's `session_id`: same session, same replica
 
 
 def parse_token_in(body: Any, path: str, *, model: str, session: str | None) -> TokenInRequest:
@@ -51,9 +53,8 @@ def parse_token_in(body: Any, path: str, *, model: str, session: str | None) -> 
         raise invalid_request("A call recorded in a rollout has one prompt (text or ids), not a batch.",
                               param="prompt", code="invalid_value")
     forward = {key: value for key, value in body.items() if key not in _GATEWAY_FIELDS}
-    affinity = rollout_id or expect(body.get("session_id"), str, "session_id")
     return TokenInRequest(body=forward, model=name, stream=body.get("stream") is True, prompt_ids=prompt_ids,
-                          rollout_id=rollout_id, affinity=affinity)
+                          rollout_id=rollout_id, session_key=expect(body.get("session_id"), str, "session_id"))
 
 
 class EventsWriter:

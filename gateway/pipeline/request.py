@@ -1,7 +1,7 @@
 """A turn as every API asks for it: the canonical request an adapter hands the session module.
 
-The adapters (Responses over HTTP, SSE and WebSocket, Chat Completions) turn their API's
-body into this: the conversation and sampling, plus every source of exact earlier tokens
+The adapters (Responses over HTTP, SSE and WebSocket, Chat Completions, Messages, token-in)
+turn their API's body into this: the conversation and sampling, plus every source of exact earlier tokens
 the request names. gateway/pipeline/session.py chooses among them; nothing below changes it.
 """
 
@@ -20,7 +20,7 @@ from gateway.sessions.session_store import ResentPrefix
 from gateway.tokenfix.restore import Generated
 from gateway.tokenfix.state import TokenState
 
-__all__ = ["InConversation", "Lane", "Recognised", "TurnRequest"]
+__all__ = ["InConversation", "Lane", "Recognised", "TokenIn", "TurnRequest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +52,22 @@ class InConversation:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenIn:
+    """A token-in call (`/v1/completions`, `/inference/v1/generate`): the client's own body."""
+
+    path: str
+    body: dict[str, Any]  # as it goes to the replica (less the gateway's own fields)
+    prompt_ids: Sequence[int] | None  # its prompt when it is ids (text is tokenized by the replica)
+
+
+@dataclass(frozen=True, slots=True)
 class TurnRequest:
     conversation: Conversation
     sampling: SamplingOptions
     response_id: str | None = None  # the id the answer goes out under (Responses)
-    cache_key: str | None = None  # `prompt_cache_key`: the session this turn continues and updates
+    # The session this turn continues and updates, one name from the edge down: `prompt_cache_key`
+    # (Responses, Chat), Claude Code's session id (Messages), a token-in call's `session_id`.
+    session_key: str | None = None
     previous: CachedResponse | None = None  # what `previous_response_id` named
     in_conversation: InConversation | None = None  # the `conversation` it runs in, appended to after it
     rollout: Pending | None = None  # the RL rollout this call is recorded in
@@ -67,7 +78,7 @@ class TurnRequest:
     resent: Callable[[], ResentPrefix | None] | None = None
     store: bool = False  # `store: true`: keep the response for `previous_response_id`
     lane: Lane | None = None  # WebSocket: the lane whose latest response this becomes
-    affinity: str | None = None  # replica affinity when nothing above names one (a connection id)
+    connection_id: str | None = None  # WebSocket: its turns share a replica when nothing above names one
     # The request's max_tokens is a cap the context window may lower (Anthropic's, which Claude Code
     # sets to 32000 whatever the model), not a demand that fails when the prompt leaves less room.
     max_tokens_cap: bool = False
@@ -75,3 +86,4 @@ class TurnRequest:
     truncate: bool = False  # `truncation: "auto"`: drop the oldest exchanges of a history too long to fit
     sample: int = 0  # sample i > 0 of `n` (Chat Completions) leaves only its rollout branch behind
     adapter: str | None = None  # the LoRA adapter `model` names: only the replicas holding it serve the turn
+    token_in: TokenIn | None = None  # a token-in call: passed through, not rendered (gateway/pipeline/token_turn.py)

@@ -3,8 +3,11 @@
 Every transport — POST /v1/responses (JSON and SSE), WebSocket mode, Chat Completions —
 and the benchmarks go through here; none of them touches a store.
 
-`prepare(runtime, request)` chooses the exact earlier tokens the prompt continues, in
-this order (the first that applies):
+`prepare(runtime, request)` makes every API's turn, token-in's too (which continues nothing:
+the client sends its own prompt, gateway/pipeline/token_turn.py): the same replica affinity
+(the rollout's, else the session key's, else the connection's) and the same rollout recording.
+For a rendered turn it chooses the exact earlier tokens the prompt continues, in this order
+(the first that applies):
 1. ids the client sent on its last assistant message (`prompt_token_ids` +
    `generation_token_ids`, NeMo-RL's convention): the client's word is the most specific,
    once checked against the history they claim to cover (gateway/tokenfix/client_ids.py;
@@ -58,6 +61,7 @@ from gateway.formats.length import too_long
 from gateway.pipeline import conversations, trace
 from gateway.pipeline.request import Lane, TurnRequest
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.token_turn import TokenTurn
 from gateway.pipeline.turn import Turn
 from gateway.sessions.observer import FALLBACK
 from gateway.sessions.responses import CachedResponse, ResponseCache
@@ -83,6 +87,10 @@ async def prepare(runtime: Runtime, request: TurnRequest) -> Turn:
 
 
 async def _prepare(runtime: Runtime, request: TurnRequest) -> Turn:
+    if request.token_in is not None:  # nothing to continue: the client sends its own prompt
+        token_turn = TokenTurn(runtime, request, affinity=_affinity(request))
+        trace.attach(token_turn.record)
+        return token_turn
     FALLBACK.set(None)
     rejected = None  # why the client's own ids do not cover the history (then the prompt is rendered in full)
     client = request.client_prefix if not _own(request) else None  # the rollout's own state checks itself
@@ -96,14 +104,19 @@ async def _prepare(runtime: Runtime, request: TurnRequest) -> Turn:
     sampling = request.sampling
     if request.rollout is not None and sampling.logprobs is None:
         sampling = dataclasses.replace(sampling, logprobs=0)  # trajectories carry the sampled tokens' logprobs
-    rollout = request.rollout
-    rollout_id = (rollout.fork_from or rollout.rollout_id) if rollout is not None else None  # branches: one replica
-    turn = Turn(runtime, request, sampling=sampling, prefix=prefix, covered=covered,
-                affinity=rollout_id or request.cache_key or request.affinity)
+    turn = Turn(runtime, request, sampling=sampling, prefix=prefix, covered=covered, affinity=_affinity(request))
     turn.record.degraded = degraded  # the shared store may hold exact tokens it could not give
     turn.record.client_ids_mismatch = rejected
     trace.attach(turn.record)
     return turn
+
+
+def _affinity(request: TurnRequest) -> str | None:
+    """The key a turn's replica is chosen by: its rollout's (a branch's parent's: all samples on one
+    replica), else its session's, else its WebSocket connection's."""
+    rollout = request.rollout
+    rollout_id = (rollout.fork_from or rollout.rollout_id) if rollout is not None else None
+    return rollout_id or request.session_key or request.connection_id
 
 
 async def prompt_ids(runtime: Runtime, request: TurnRequest) -> Sequence[int]:
@@ -153,7 +166,7 @@ async def _prefix(runtime: Runtime, request: TurnRequest, client: TokenState | N
         return request.rollout.prefix, None
     if request.recognised is not None:
         return request.recognised.state, request.recognised.covered
-    session = await recall(runtime, request.cache_key) if request.cache_key else None
+    session = await recall(runtime, request.session_key) if request.session_key else None
     return (session.state if session is not None else None), None
 
 
@@ -170,7 +183,7 @@ async def commit(turn: Turn, response: dict[str, Any] | None = None, *, after: S
         if request.rollout is not None:
             await runtime.store.commit_rollout(request.rollout, record, state)
         state = None
-        request = dataclasses.replace(request, cache_key=None, rollout=None)
+        request = dataclasses.replace(request, session_key=None, rollout=None)
     if request.sample > 0:
         if request.rollout is not None and state is not None:
             await runtime.store.commit_rollout(request.rollout, record, state)
@@ -178,10 +191,10 @@ async def commit(turn: Turn, response: dict[str, Any] | None = None, *, after: S
     if state is not None and request.response_id is not None and _reasoned(record.output_items):
         # for the reasoning blobs that name the turn
         await runtime.store.put_session(scoped(TURN_IDS + request.response_id), Session(state))
-    if request.cache_key and state is not None:
+    if request.session_key and state is not None:
         resent = request.recognised.resent if request.recognised is not None else (
             request.resent() if request.resent is not None else None)
-        await runtime.store.put_session(scoped(request.cache_key), Session(state, resent), record)
+        await runtime.store.put_session(scoped(request.session_key), Session(state, resent), record)
     if request.rollout is not None and state is not None:
         await runtime.store.commit_rollout(request.rollout, record, state)
     if request.in_conversation is not None:

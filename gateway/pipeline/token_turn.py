@@ -18,7 +18,6 @@ of `n`), its prompt ids and generated ids exactly as they went and came.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -40,10 +39,10 @@ _ID_FIELDS = ("token_ids", "prompt_token_ids")
 
 
 class TokenTurn(Turn):
-    def __init__(self, runtime: Runtime, request: TurnRequest, *, path: str, body: dict[str, Any],
-                 prompt_ids: Sequence[int] | None, affinity: str | None) -> None:
-        """`body`: the client's request as it goes upstream (less the gateway's own fields);
-        `prompt_ids`: its prompt when it is ids (text is tokenized by the replica)."""
+    def __init__(self, runtime: Runtime, request: TurnRequest, *, affinity: str | None) -> None:
+        """Made by gateway/pipeline/session.py `prepare` for a request with `token_in`."""
+        assert request.token_in is not None, "a token-in request"
+        path, body, prompt_ids = request.token_in.path, request.token_in.body, request.token_in.prompt_ids
         wants_logprobs = body.get("logprobs") is not None if path == COMPLETIONS else \
             (body.get("sampling_params") or {}).get("logprobs") is not None
         super().__init__(runtime, request, sampling=SamplingOptions(logprobs=0 if wants_logprobs else None),

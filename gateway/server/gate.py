@@ -50,7 +50,7 @@ class ServerGate:
         self.limits = limits
 
     async def enter(self, request: TurnRequest) -> Pass:
-        session = request.cache_key or request.affinity or ""
+        session = request.session_key or request.connection_id or ""
         await self.admission.enter(session, request.sampling.tier)
         tenant = tenancy.current.get()
         if tenant is not None:

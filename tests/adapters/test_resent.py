@@ -134,7 +134,7 @@ async def prepared(gateway: Runtime, parsed, resent: Resent | None = None) -> Tu
     """The record of the turn the pipeline makes for `parsed` (recognised from its bytes, or
     the ordinary way), its prompt rendered and one stop token generated."""
     recognised = Recognised(resent.state, resent.covered, resent.prefix) if resent is not None else None
-    turn = await session.prepare(gateway, TurnRequest(parsed.conversation, SamplingOptions(), cache_key=KEY,
+    turn = await session.prepare(gateway, TurnRequest(parsed.conversation, SamplingOptions(), session_key=KEY,
                                                       recognised=recognised))
     await turn.render()
     turn.record.output_ids, turn.record.finish_reason = [gateway.format.stop_token_ids[0]], "stop"

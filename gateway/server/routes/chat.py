@@ -38,7 +38,7 @@ async def _complete(request: Request, raw: bytes) -> Response:
     rollouts = [rollout] * parsed.n
     if rollout is not None and parsed.n > 1:  # each sample its own rollout, sharing the prompt
         rollouts = [await session.branch_rollout(runtime, rollout, rollout_id, i) for i in range(parsed.n)]
-    first = TurnRequest(parsed.conversation, parsed.sampling, cache_key=parsed.prompt_cache_key,
+    first = TurnRequest(parsed.conversation, parsed.sampling, session_key=parsed.prompt_cache_key,
                         rollout=rollouts[0], client_prefix=parsed.client_prefix, adapter=adapter,
                         spans=parsed.stream and (parsed.logprobs or parsed.return_token_ids))  # per chunk
     # Sample i > 0 leaves only its rollout branch behind: the session continues the first choice.

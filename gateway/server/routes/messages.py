@@ -55,7 +55,7 @@ async def _turn(request: Request, raw: bytes, count_only: bool = False) -> tuple
                                     agent_header=request.headers.get(AGENT_HEADER), count_only=count_only)
     adapter = check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
     return parsed, await session.prepare(runtime, TurnRequest(parsed.conversation, parsed.sampling,
-                                                              cache_key=parsed.session, generated=parsed.generated,
+                                                              session_key=parsed.session_key, generated=parsed.generated,
                                                               max_tokens_cap=True, adapter=adapter))
 
 

@@ -15,9 +15,9 @@ from gateway.adapters.validation import check_model, parse_json
 from gateway.core.conversation import Conversation
 from gateway.core.push import Sink
 from gateway.core.sampling import SamplingOptions
-from gateway.pipeline import exchange, trace
-from gateway.pipeline.request import TurnRequest
-from gateway.pipeline.token_turn import COMPLETIONS, GENERATE, TokenTurn
+from gateway.pipeline import exchange, session
+from gateway.pipeline.request import TokenIn, TurnRequest
+from gateway.pipeline.token_turn import COMPLETIONS, GENERATE
 from gateway.server.http import model_route, sse_response
 
 __all__ = ["create_completion", "generate"]
@@ -31,10 +31,9 @@ async def _forward(path: str, request: Request, raw: bytes) -> Response:
                             session=request.headers.get(SESSION_HEADER))
     adapter = check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
     rollout = await begin_rollout(runtime, {"rollout_id": parsed.rollout_id}) if parsed.rollout_id else None
-    asked = TurnRequest(Conversation(items=[]), SamplingOptions(), rollout=rollout, adapter=adapter)
-    turn = TokenTurn(runtime, asked, path=path, body=parsed.body, prompt_ids=parsed.prompt_ids,
-                     affinity=parsed.affinity)
-    trace.attach(turn.record)
+    asked = TurnRequest(Conversation(items=[]), SamplingOptions(), session_key=parsed.session_key, rollout=rollout,
+                        adapter=adapter, token_in=TokenIn(path, parsed.body, parsed.prompt_ids))
+    turn = await session.prepare(runtime, asked)
     if parsed.stream:
         async def relay(emit: Sink[bytes]) -> None:
             await exchange.run(turn, EventsWriter(emit))

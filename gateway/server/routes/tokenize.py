@@ -39,7 +39,7 @@ async def tokenize(request: Request) -> Response:
     check_model(runtime.model_name, chat.model)
     rollout = await begin_rollout(runtime, {"rollout_id": parsed.rollout_id}) if parsed.rollout_id else None
     ids = list(await session.prompt_ids(runtime, TurnRequest(
-        chat.conversation, chat.sampling, cache_key=chat.prompt_cache_key, rollout=rollout,
+        chat.conversation, chat.sampling, session_key=chat.prompt_cache_key, rollout=rollout,
         client_prefix=chat.client_prefix)))
     answer: dict[str, Any] = {"count": len(ids), "max_model_len": runtime.pool.max_model_len, "tokens": ids}
     if parsed.token_strs:
