@@ -43,7 +43,13 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
 
 
 def add_gateway_args(parser: argparse.ArgumentParser) -> None:
-    """The gateway's own serving flags (shared by `serve` and `launch`)."""
+    """The gateway's own serving flags (shared by `serve` and `launch`), group by group."""
+    for add in (_serving_flags, _routing_flags, _split_flags, _outliers_flags, _images_flags, _mcp_flags,
+                _keys_flags, _control_flags, _traces_flags, _logs_flags):
+        add(parser)
+
+
+def _serving_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", default=_env("tokenizer"), help="tokenizer dir, if not the model's")
     parser.add_argument("--served-model-name", default=_env("served_model_name"),
                         help="the model name clients send (default: the upstream's or --model)")
@@ -58,11 +64,8 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                         default=_env("reasoning_parser", "auto"), help="vLLM's name of the reasoning parser")
     parser.add_argument("--tool-call-parser", "--tool-parser", dest="tool_parser", choices=families.tool_parser_names(),
                         default=_env("tool_call_parser", None) or _env("tool_parser", "auto"),
-                        help="vLLM's name of the tool-call parser: hermes (Qwen2.5/Qwen3 JSON), qwen3_coder or "
-                             "qwen3_xml (Qwen3.5/3.6, Qwen3-Coder XML), glm45 or glm47 (GLM-4.5 to GLM-5), deepseek_v31 "
-                             "(DeepSeek-V3.1), deepseek_v32 / deepseek_v4 (DeepSeek-V3.2 / V4 DSML), minimax_m2 "
-                             "(MiniMax-M2), kimi_k2 (Kimi-K2), gemma4 (Gemma 4), llama3_json (Llama 3.1-3.3), "
-                             "mistral (Mistral's own format); auto reads the chat template")
+                        help="vLLM's name of the tool-call parser (each family's in docs/models.md); "
+                             "auto reads the chat template")
     parser.add_argument("--max-websocket-connections", type=int,
                         default=_env("max_websocket_connections", "100"),
                         help="open WebSocket connections on /v1/responses beyond which new ones are refused")
@@ -92,6 +95,9 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resolve-interval", type=float, default=_env("resolve_interval", "10"),
                         help="seconds between DNS lookups of an --upstream hostname (a headless Service: one "
                              "replica per address); 0 resolves once")
+
+
+def _routing_flags(parser: argparse.ArgumentParser) -> None:
     routing = parser.add_argument_group(
         "routing", "which replica gets a prompt: by default the one whose KV cache holds the longest prefix of it, "
         "within a load bound (docs/routing.md)")
@@ -115,6 +121,9 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                          default=_env("replica_metrics_interval", "1"),
                          help="seconds between reads of each replica's /metrics (queue, KV usage and capacity); "
                               "0: never")
+
+
+def _split_flags(parser: argparse.ArgumentParser) -> None:
     split = parser.add_argument_group(
         "disaggregation", "prefill/decode disaggregation over vLLM's NixlConnector, with replicas declared "
         "--upstream prefill=URL / decode=URL (docs/disaggregation.md)")
@@ -139,6 +148,9 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                         default=_env("upstream_header_timeout", "30"),
                         help="seconds a replica may take to accept a generation (its response headers); "
                              "beyond, the replica is suspected and another one tried")
+
+
+def _outliers_flags(parser: argparse.ArgumentParser) -> None:
     outliers = parser.add_argument_group(
         "outlier detection", "when a failing replica leaves the pool (Envoy's outlier detection); when every "
         "replica is out, requests go to the ejected ones anyway (panic routing) rather than all getting 503")
@@ -152,6 +164,9 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-write-timeout", type=float, default=_env("client_write_timeout", "60"),
                         help="seconds a WebSocket event may wait on a client that does not read; beyond, its "
                              "responses fail, their generations are aborted and the connection is closed")
+
+
+def _images_flags(parser: argparse.ArgumentParser) -> None:
     images = parser.add_argument_group("images", "what a request may attach for a vision model (config.json "
                                        "with a vision_config); a text-only model refuses images")
     images.add_argument("--max-image-bytes", type=int, default=int(_env("max_image_bytes", str(20 * 1024 * 1024))),
@@ -172,6 +187,9 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=_env("workers", "1"),
                         help="gateway processes on the port, sharing --state-url (without one, a private "
                              "redis-server on a unix socket when installed)")
+
+
+def _mcp_flags(parser: argparse.ArgumentParser) -> None:
     mcp = parser.add_argument_group(
         "remote MCP tools", 'tools {"type": "mcp", "server_url": …} in a Responses request: the gateway lists and '
         "calls them itself, between generations of one response")
@@ -186,6 +204,9 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                      help="largest MCP call output shown to the model; a larger one fails the call")
     mcp.add_argument("--mcp-max-calls", type=int, default=_env("mcp_max_calls", "16"),
                      help="MCP calls one response may make when its request sets no max_tool_calls")
+
+
+def _keys_flags(parser: argparse.ArgumentParser) -> None:
     keys = parser.add_argument_group(
         "API keys and tenants", "with any key, every model and state endpoint needs one (Authorization: Bearer "
         "or x-api-key) and each key's tenant sees only its own state; without one, the gateway is open")
@@ -208,6 +229,9 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
     keys.add_argument("--tenant-limits", default=_env("tenant_limits"),
                       help="file of per-tenant limits, one line each: TENANT concurrent=N tokens_per_minute=N "
                            "('*' for every tenant not named)")
+
+
+def _control_flags(parser: argparse.ArgumentParser) -> None:
     control = parser.add_argument_group(
         "the fleet's control plane", "vLLM's RL and dev endpoints (pause/resume, weight transfer, versions, cache "
         "resets, collective_rpc) sent to every replica at once (docs/rl.md); the replicas need VLLM_SERVER_DEV_MODE=1")
@@ -222,6 +246,9 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                               "reuses KV blocks of earlier weights")
     control.add_argument("--update-barrier-timeout", type=float, default=_env("update_barrier_timeout", "120"),
                          help="seconds a new generation waits while the fleet is paused before a 503 fleet_paused")
+
+
+def _traces_flags(parser: argparse.ArgumentParser) -> None:
     traces = parser.add_argument_group(
         "traces", "OpenTelemetry: one span per request (per response.create on a WebSocket) with child spans per "
         "phase, continuing the caller's traceparent and passed on to vLLM; the standard OTEL_* variables apply")
@@ -233,6 +260,9 @@ def add_gateway_args(parser: argparse.ArgumentParser) -> None:
                         default=(_env("otlp_traces_capture_content") or "").lower() in ("1", "true"),
                         help="put prompt and output text on the spans (default: never; also "
                              "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)")
+
+
+def _logs_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default=_env("log_level", "info"))
     parser.add_argument("--log-format", choices=FORMATS, default=_env("log_format", "text"),
                         help="text lines, or JSON lines (timestamp, level, logger, message, request_id, ...)")
