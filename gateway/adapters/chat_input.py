@@ -12,8 +12,9 @@ from gateway.adapters.images import chat_image
 from gateway.adapters.request_schema import ChatBody, ChatImagePart, ChatMessage, Content, validate
 from gateway.adapters.responses_input import content_part, content_text
 from gateway.adapters.sampling_fields import parse_sampling
+from gateway.adapters.tool_schema import ChatFunctionTool
 from gateway.adapters.validation import expect
-from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput, with_parts
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput, with_parts
 from gateway.core.errors import invalid_request
 from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
@@ -58,7 +59,7 @@ def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest
     instructions = None
     if items and isinstance(items[0], Message) and items[0].role in ("system", "developer"):
         instructions = items.pop(0).text
-    tools = [t for i, raw in enumerate(chat.tools or []) if (t := _tool(raw, f"tools[{i}]")) is not None]
+    tools = [function_tool(tool.function) for tool in chat.tools or () if isinstance(tool, ChatFunctionTool)]
     tool_choice, allowed = output_fields.tool_choice(body.get("tool_choice"))
     if tool_choice == "none":
         tools = []
@@ -161,12 +162,3 @@ def _content(content: Content, param: str) -> list[str | Image]:
         return [content]
     return [chat_image(part, f"{param}[{j}]") if isinstance(part, ChatImagePart)
             else content_part(part, f"{param}[{j}]", images=False) for j, part in enumerate(content)]
-
-
-def _tool(raw: Any, param: str) -> Tool | None:
-    """A Chat Completions tool: functions only (Codex's tool shapes come over Responses; others are dropped)."""
-    raw = expect(raw, dict, param, optional=False)
-    if raw.get("type") != "function":
-        log.debug("dropping tool of type %r (%s)", raw.get("type"), param)
-        return None
-    return function_tool(raw, param)

@@ -20,7 +20,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.adapters.validation import expect
+from gateway.adapters.tool_schema import (
+    CustomTool,
+    FunctionSpec,
+    FunctionTool,
+    GrammarFormat,
+    NamespaceTool,
+    ResponsesTool,
+)
 from gateway.core.conversation import Tool, ToolGrammar
 from gateway.formats.hf_constraints import CUSTOM_INPUT
 
@@ -47,53 +54,38 @@ def flat_name(namespace: str | None, name: str) -> str:
     return f"{namespace}{NAMESPACE_SEPARATOR}{name}" if namespace else name
 
 
-def offered_tools(raw: Any, param: str) -> list[Tool]:
-    """The functions one request tool becomes (none for hosted tools)."""
-    raw = expect(raw, dict, param, optional=False)
-    kind = raw.get("type")
-    if kind == "function":
-        return [function_tool(raw, param)]
-    if kind == "namespace":
-        namespace = expect(raw.get("name"), str, f"{param}.name", optional=False)
-        inner = expect(raw.get("tools"), list, f"{param}.tools") or []
-        tools = []
-        for j, sub in enumerate(inner):
-            tools += offered_tools(sub, f"{param}.tools[{j}]")
-        for tool in tools:
-            tool.name = flat_name(namespace, tool.name)
+def offered_tools(tool: ResponsesTool) -> list[Tool]:
+    """The functions one request tool becomes (none for hosted tools; an MCP server's are listed
+    later, gateway/adapters/mcp_tools.py)."""
+    if isinstance(tool, FunctionTool):
+        return [function_tool(tool)]
+    if isinstance(tool, NamespaceTool):
+        tools = [offered for inner in tool.tools for offered in offered_tools(inner)]
+        for offered in tools:
+            offered.name = flat_name(tool.name, offered.name)
         return tools
-    if kind == "custom":
-        return [custom_tool(raw, param)]
-    log.debug("dropping tool of type %r (%s)", kind, param)
+    if isinstance(tool, CustomTool):
+        return [custom_tool(tool)]
+    log.debug("not offering a tool of type %r", tool.type)
     return []
 
 
-def function_tool(raw: dict[str, Any], param: str) -> Tool:
-    spec = raw.get("function") if isinstance(raw.get("function"), dict) else raw  # chat-style nesting
-    return Tool(
-        name=expect(spec.get("name"), str, f"{param}.name", optional=False),
-        description=expect(spec.get("description"), str, f"{param}.description") or "",
-        parameters=expect(spec.get("parameters"), dict, f"{param}.parameters") or {"type": "object",
-                                                                                    "properties": {}},
-        strict=spec.get("strict"),
-    )
+def function_tool(spec: FunctionTool | FunctionSpec) -> Tool:
+    return Tool(name=spec.name, description=spec.description or "",
+                parameters=spec.parameters or {"type": "object", "properties": {}}, strict=spec.strict)
 
 
-def custom_tool(raw: dict[str, Any], param: str) -> Tool:
+def custom_tool(tool: CustomTool) -> Tool:
     """A freeform tool as a function of one string; its grammar goes in the description,
-    the only place the model can read it."""
-    description = expect(raw.get("description"), str, f"{param}.description") or ""
-    fmt = expect(raw.get("format"), dict, f"{param}.format") or {}
-    if fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str):
-        description += (f"\n\nThe `{CUSTOM_ARGUMENT}` argument must match this {fmt.get('syntax', '')} "
-                        f"grammar:\n{fmt['definition']}")
+    the only place the model can read it, and is enforced as the model writes the string."""
+    description, grammar = tool.description or "", None
+    if isinstance(tool.format, GrammarFormat):
+        description += (f"\n\nThe `{CUSTOM_ARGUMENT}` argument must match this {tool.format.syntax} "
+                        f"grammar:\n{tool.format.definition}")
+        grammar = ToolGrammar(tool.format.syntax, tool.format.definition)
     parameters = {"type": "object", "properties": {CUSTOM_ARGUMENT: {"type": "string"}},
                   "required": [CUSTOM_ARGUMENT]}
-    grammar = None
-    if fmt.get("type") == "grammar" and fmt.get("syntax") in ("lark", "regex") and isinstance(fmt.get("definition"), str):
-        grammar = ToolGrammar(fmt["syntax"], fmt["definition"])
-    return Tool(name=expect(raw.get("name"), str, f"{param}.name", optional=False),
-                description=description, parameters=parameters, grammar=grammar)
+    return Tool(name=tool.name, description=description, parameters=parameters, grammar=grammar)
 
 
 def routes(raw_tools: Any) -> dict[str, Route]:

@@ -23,11 +23,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from gateway.adapters.request_schema import InputItem, McpApprovalResponseItem, McpCallItem, McpListToolsItem
-from gateway.adapters.validation import expect
+from gateway.adapters.tool_schema import ApprovalFilter, McpServerTool, McpToolFilter, ResponsesTool
 from gateway.core.conversation import Conversation, Item, Tool, ToolCall, ToolOutput
 from gateway.core.errors import invalid_request
 from gateway.core.ids import new_id
@@ -112,34 +112,32 @@ class McpPlan:
     calls_before: list[tuple[HostedTool, McpResult]] = field(default_factory=list)  # approved calls run for it
 
 
-def servers(raw_tools: Sequence[Any], settings: Settings) -> dict[str, HostedServer]:
-    """The request's MCP servers by label; 400 for a malformed one or a URL outside the allowlist."""
+def servers(tools: Sequence[ResponsesTool], settings: Settings) -> dict[str, HostedServer]:
+    """The request's MCP servers by label; 400 for a label or URL the gateway does not take."""
     found: dict[str, HostedServer] = {}
-    for i, raw in enumerate(raw_tools):
-        if not isinstance(raw, dict) or raw.get("type") != "mcp":
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, McpServerTool):
             continue
-        param = f"tools[{i}]"
-        label = expect(raw.get("server_label"), str, f"{param}.server_label", optional=False)
+        param, label = f"tools[{i}]", tool.server_label
         if not _LABEL.fullmatch(label) or SEPARATOR in label:
             raise invalid_request(f"Invalid '{param}.server_label': 1-64 letters, digits, '_' or '-' (not '__').",
                                   param=f"{param}.server_label", code="invalid_value")
         if label in found:
             raise invalid_request(f"Duplicate MCP server_label {label!r}.", param=f"{param}.server_label",
                                   code="invalid_value")
-        if raw.get("connector_id") is not None or raw.get("tunnel_id") is not None:
+        if tool.connector_id is not None or tool.tunnel_id is not None:
             raise invalid_request("MCP connectors and tunnels are OpenAI's own; give a 'server_url'.",
                                   param=param, code="unsupported_value")
-        url = expect(raw.get("server_url"), str, f"{param}.server_url", optional=False)
-        _check_allowed(url, settings.mcp_allowed_urls, f"{param}.server_url")
-        headers = expect(raw.get("headers"), dict, f"{param}.headers") or {}
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
-            raise invalid_request(f"'{param}.headers' must map strings to strings.", param=f"{param}.headers")
-        if (token := expect(raw.get("authorization"), str, f"{param}.authorization")) is not None:
-            headers = {**headers, "Authorization": f"Bearer {token}"}
-        always, never, default = _approval(raw.get("require_approval"), f"{param}.require_approval")
-        description = expect(raw.get("server_description"), str, f"{param}.server_description")
-        found[label] = HostedServer(McpServer(label, url, headers, description),
-                                    _filter(raw.get("allowed_tools"), f"{param}.allowed_tools"), always, never, default)
+        if tool.server_url is None:
+            raise invalid_request(f"Missing required parameter: '{param}.server_url'.", param=f"{param}.server_url",
+                                  code="missing_required_parameter")
+        _check_allowed(tool.server_url, settings.mcp_allowed_urls, f"{param}.server_url")
+        headers = tool.headers or {}
+        if tool.authorization is not None:
+            headers = {**headers, "Authorization": f"Bearer {tool.authorization}"}
+        always, never, default = _approval(tool.require_approval)
+        found[label] = HostedServer(McpServer(label, tool.server_url, headers, tool.server_description),
+                                    _filter(tool.allowed_tools), always, never, default)
     return found
 
 
@@ -188,7 +186,7 @@ def input_items(item: McpListToolsItem | McpCallItem | McpApprovalResponseItem) 
             ToolOutput(call_id=call_id, output=output or "", name=name)]
 
 
-async def plan(raw_tools: Sequence[Any], approvals: Sequence[Approval], conversation: Conversation,
+async def plan(raw_tools: Sequence[ResponsesTool], approvals: Sequence[Approval], conversation: Conversation,
                listed: dict[str, list[McpTool]], settings: Settings, max_tool_calls: int | None) -> McpPlan | None:
     """The MCP side of a response, before it starts: its servers admitted, their listings
     reused or fetched (the tools offered in `conversation`), and the calls the input approves
@@ -297,25 +295,21 @@ def _under(target: Any, prefix: Any) -> bool:
         target.path.startswith(prefix.path)))
 
 
-def _approval(raw: Any, param: str) -> tuple[_Filter | None, _Filter | None, bool]:
+def _approval(raw: Literal["always", "never"] | ApprovalFilter | None) -> tuple[_Filter | None, _Filter | None, bool]:
     """(always, never, the rest) of `require_approval`."""
     if raw is None or raw == "always":
         return None, None, True
     if raw == "never":
         return None, None, False
-    found = expect(raw, dict, param)
-    return _filter(found.get("always"), f"{param}.always"), _filter(found.get("never"), f"{param}.never"), True
+    return _filter(raw.always), _filter(raw.never), True
 
 
-def _filter(raw: Any, param: str) -> _Filter | None:
+def _filter(raw: list[str] | McpToolFilter | None) -> _Filter | None:
     if raw is None:
         return None
     if isinstance(raw, list):
-        return _Filter(frozenset(expect(name, str, f"{param}[]", optional=False) for name in raw))
-    found = expect(raw, dict, param, optional=False)
-    names = expect(found.get("tool_names"), list, f"{param}.tool_names")
-    return _Filter(frozenset(names) if names is not None else None,
-                   expect(found.get("read_only"), bool, f"{param}.read_only"))
+        return _Filter(frozenset(raw))
+    return _Filter(frozenset(raw.tool_names) if raw.tool_names is not None else None, raw.read_only)
 
 
 def _error_text(error: Any) -> str | None:

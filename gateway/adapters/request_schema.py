@@ -1,12 +1,12 @@
 """The accepted request shapes, as typed models: every body is checked once, where its adapter
 receives it, and the code below trusts what passed.
 
-Models are strict (no "5" for 5, no true for 1) and the top level takes no parameter it does
-not know: OpenAI's own, vLLM's extra sampling fields the gateway forwards, and the gateway's
-RL fields. Sampling values are range-checked as vLLM's `SamplingParams` does, so a replica
-never answers a 400 for a value the gateway let through. Free-form objects the gateway echoes
-or renders (metadata, tools, text, ...) are bounded in depth: the response's JSON encoder and
-the template's escape walk both stop at a few hundred levels.
+Models are strict (no "5" for 5, no true for 1; gateway/adapters/schema_base.py) and the top
+level takes no parameter it does not know: OpenAI's own, vLLM's extra sampling fields the
+gateway forwards, and the gateway's RL fields. Sampling values are range-checked as vLLM's
+`SamplingParams` does, so a replica never answers a 400 for a value the gateway let through.
+Free-form objects the gateway echoes or renders (metadata, a tool's parameters, text, ...) are
+bounded in depth. `tools` and `tool_choice` are in gateway/adapters/tool_schema.py.
 
 A pydantic error becomes one OpenAI-shaped 400 whose `param` is the path in the body
 (`input[3].content`): union members and item tags, which pydantic puts in its error
@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
+from gateway.adapters.schema_base import Model, Obj, Objs
+from gateway.adapters.tool_schema import ChatTool, ChatToolChoice, FunctionSpec, ResponsesTool, ToolChoice
 from gateway.adapters.validation import type_name
 from gateway.core.errors import APIError, invalid_request
 
@@ -54,28 +55,8 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=BaseModel)
-MAX_DEPTH = 128  # nesting of a free-form object; orjson encodes at most 254 (the response adds a few)
 INT64 = 2**63
 TOKEN_ID_LIMIT = 2**31  # token ids travel as int32
-
-
-def _bounded(value: Any) -> Any:
-    """Free-form JSON no deeper than MAX_DEPTH. orjson's encoder (C, ~100x faster than a walk in
-    Python, and it never recurses in Python) refuses more than 254 levels: the value, put inside
-    254 - MAX_DEPTH arrays, encodes exactly when it is no deeper than MAX_DEPTH."""
-    wrapped = value
-    for _ in range(_WRAPS):
-        wrapped = [wrapped]
-    try:
-        orjson.dumps(wrapped)
-    except orjson.JSONEncodeError:
-        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
-    return value
-
-
-_WRAPS = 254 - MAX_DEPTH
-Obj = Annotated[dict[str, Any], AfterValidator(_bounded)]
-Objs = Annotated[list[dict[str, Any]], AfterValidator(_bounded)]  # checked whole: one encode, not one per element
 Temperature = Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
 TopP = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 Penalty = Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)]
@@ -83,10 +64,6 @@ TokenIds = list[Annotated[int, Field(ge=0, lt=TOKEN_ID_LIMIT)]]
 Mask = list[Annotated[int, Field(ge=0, le=1)]]
 ROLLOUT_ID = r"^[A-Za-z0-9_.:-]{1,256}$"  # the one rule for a rollout id, wherever one comes from
 RolloutId = Annotated[str, Field(pattern=ROLLOUT_ID)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow")  # items carry ids, status, ... the gateway ignores
 
 
 class _Body(BaseModel):
@@ -99,8 +76,6 @@ class _Body(BaseModel):
     temperature: Temperature | None = None
     top_p: TopP | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
-    tools: Objs | None = None
-    tool_choice: str | Obj | None = None
     parallel_tool_calls: bool | None = None
     metadata: Obj | None = None
     store: bool | None = None
@@ -128,15 +103,15 @@ class _Body(BaseModel):
 # chat_input.py, mcp_tools.py): each model holds the fields they use, and the rules the
 # schema cannot say (a call_id no call made, an image where none is taken) stay there.
 
-class TextPart(_Model):
+class TextPart(Model):
     text: str
 
 
-class RefusalPart(_Model):
+class RefusalPart(Model):
     refusal: str | None = None
 
 
-class ImagePart(_Model):
+class ImagePart(Model):
     """Responses' `input_image` (a data URL, or a `file_id` the gateway refuses)."""
 
     type: Literal["input_image"]
@@ -144,18 +119,18 @@ class ImagePart(_Model):
     file_id: str | None = None
 
 
-class _ImageUrl(_Model):
+class _ImageUrl(Model):
     url: str
 
 
-class ChatImagePart(_Model):
+class ChatImagePart(Model):
     """Chat Completions' `image_url` part: `{"url": …}`, or the URL itself."""
 
     type: Literal["image_url"]
     image_url: str | _ImageUrl | None = None
 
 
-class OtherPart(_Model):
+class OtherPart(Model):
     """Media the adapters refuse with a clear message (files, audio) and unknown types (likewise)."""
 
     type: str | None = None
@@ -176,61 +151,61 @@ Part = Annotated[Annotated[TextPart, Tag("text")] | Annotated[RefusalPart, Tag("
 Content = str | list[Part]
 
 
-class MessageItem(_Model):
+class MessageItem(Model):
     role: Literal["user", "assistant", "system", "developer"]
     content: Content
     phase: str | None = None
 
 
-class ReasoningItem(_Model):
+class ReasoningItem(Model):
     content: list[Part] | None = None
     encrypted_content: str | None = None
     summary: list[Part] | None = None
 
 
-class FunctionCallItem(_Model):
+class FunctionCallItem(Model):
     call_id: str
     name: str
     arguments: str
     namespace: str | None = None
 
 
-class CustomToolCallItem(_Model):
+class CustomToolCallItem(Model):
     call_id: str
     name: str
     input: str
 
 
-class ToolOutputItem(_Model):
+class ToolOutputItem(Model):
     """`function_call_output` and `custom_tool_call_output`."""
 
     call_id: str
     output: str | list[Part] | TextPart
 
 
-class LocalShellCallItem(_Model):
+class LocalShellCallItem(Model):
     call_id: str | None = None  # older payloads name the call by `id` alone
     id: str | None = None
     action: Obj
 
 
-class LocalShellOutputItem(_Model):
+class LocalShellOutputItem(Model):
     call_id: str | None = None
     id: str | None = None
     output: str | list[Part] | TextPart
 
 
-class CompactionItem(_Model):
+class CompactionItem(Model):
     encrypted_content: str
 
 
-class McpListToolsItem(_Model):
+class McpListToolsItem(Model):
     server_label: str
     tools: Objs
     error: str | Obj | None = None
 
 
-class McpCallItem(_Model):
+class McpCallItem(Model):
     """An `mcp_call`, or an `mcp_approval_request` (no output or error)."""
 
     type: Literal["mcp_call", "mcp_approval_request"]
@@ -242,13 +217,13 @@ class McpCallItem(_Model):
     error: str | Obj | None = None
 
 
-class McpApprovalResponseItem(_Model):
+class McpApprovalResponseItem(Model):
     approval_request_id: str
     approve: bool
     reason: str | None = None
 
 
-class OtherItem(_Model):
+class OtherItem(Model):
     """`item_reference` (refused: no items are stored) and `compaction_trigger` (taken off the end)."""
 
     type: Literal["item_reference", "compaction_trigger"]
@@ -284,7 +259,7 @@ InputItem = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[Reasoni
                                     custom_error_message="unsupported input item type")]
 
 
-class _ReasoningOptions(_Model):
+class _ReasoningOptions(Model):
     effort: str | None = None
     summary: str | None = None
 
@@ -293,6 +268,8 @@ class ResponsesBody(_Body):
     """POST /v1/responses, and `response.create` without its transport fields."""
 
     input: str | list[InputItem]
+    tools: list[ResponsesTool] | None = None
+    tool_choice: ToolChoice | None = None
     instructions: str | None = None
     previous_response_id: str | None = None
     max_output_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -310,17 +287,17 @@ class ResponsesBody(_Body):
 
 # -- Chat Completions ---------------------------------------------------------------------
 
-class ChatFunction(_Model):
+class ChatFunction(Model):
     name: str
     arguments: str
 
 
-class ChatToolCall(_Model):
+class ChatToolCall(Model):
     id: str
     function: ChatFunction
 
 
-class ChatMessage(_Model):
+class ChatMessage(Model):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Content | None = None
     name: str | None = None
@@ -336,6 +313,8 @@ class ChatBody(_Body):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage]
+    tools: list[ChatTool] | None = None
+    tool_choice: ChatToolChoice | None = None
     n: Annotated[int, Field(ge=1, le=16)] | None = None
     stop: str | list[str] | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -351,7 +330,7 @@ class ChatBody(_Body):
     web_search_options: Obj | None = None
     verbosity: str | None = None
     function_call: str | Obj | None = None
-    functions: Objs | None = None
+    functions: list[FunctionSpec] | None = None
     # vLLM's extra fields (gateway/adapters/vllm_fields.py)
     return_tokens_as_token_ids: bool | None = None
     skip_special_tokens: bool | None = None
@@ -378,7 +357,7 @@ class TokenizeBody(_VLLMBody):
 
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
-    tools: Objs | None = None
+    tools: list[ChatTool] | None = None
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
     add_special_tokens: bool | None = None
@@ -419,7 +398,8 @@ def validate_items(raw: Any, param: str) -> list[InputItem]:
 
 
 _WANTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number", "bool_type": "a boolean",
-           "list_type": "an array", "dict_type": "an object", "model_type": "an object", "literal_error": None}
+           "list_type": "an array", "dict_type": "an object", "model_type": "an object", "literal_error": None,
+           "object_type": "an object", "string_or_object": "a string or an object"}  # the last two: by_type's
 
 
 def _api_error(errors: list[Any], body: Any, field: str | None = None) -> APIError:

@@ -39,6 +39,7 @@ from gateway.adapters.request_schema import (
     validate,
 )
 from gateway.adapters.sampling_fields import parse_sampling
+from gateway.adapters.tool_schema import FunctionTool, McpServerTool, ResponsesTool
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput, with_parts
 from gateway.core.errors import invalid_request
 from gateway.core.image import Image
@@ -64,7 +65,7 @@ class ResponsesRequest:
     background: bool = False  # run as a task, answer `queued` now (gateway/server/routes/stored_responses.py)
     truncate: bool = False  # `truncation: "auto"`: the oldest exchanges go when the history does not fit
     compact: bool = False  # the input ended with a compaction_trigger (gateway/adapters/compaction.py)
-    tools: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[ResponsesTool] = field(default_factory=list)
     # Reasoning items whose blob holds the ids their turn generated (for gateway/tokenfix/restore.py).
     generated: list[tuple[Reasoning, array | str]] = field(default_factory=list)
     # Remote MCP tools (gateway/adapters/mcp_tools.py): listings the context holds, by server label…
@@ -88,7 +89,7 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     if instructions is None:
         instructions = _take_leading_instructions(items)
     raw_tools = request.tools or []
-    tools = [tool for i, raw in enumerate(raw_tools) for tool in offered_tools(raw, f"tools[{i}]")]
+    tools = [offered for tool in raw_tools for offered in offered_tools(tool)]
     tool_choice, allowed = output_fields.tool_choice(body.get("tool_choice"))
     if tool_choice == "none":
         tools = []
@@ -109,7 +110,7 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     store = body.get("store", True) is not False
     echo = {
         "instructions": instructions if body.get("instructions") is not None else None,
-        "tools": [_echoed_tool(raw) for raw in raw_tools],
+        "tools": [_echoed_tool(tool) for tool in raw_tools],
         "tool_choice": body.get("tool_choice", "auto"),
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "temperature": sampling.temperature,
@@ -150,13 +151,15 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     )
 
 
-def _echoed_tool(raw: Any) -> Any:
-    """A function tool as the Response object shows it: `strict` and `parameters` always there."""
-    if isinstance(raw, dict) and raw.get("type") == "function":
-        return {**raw, "strict": raw.get("strict"), "parameters": raw.get("parameters")}
-    if isinstance(raw, dict) and raw.get("type") == "mcp":
-        return mcp_tools.echoed(raw)
-    return raw
+def _echoed_tool(tool: ResponsesTool) -> dict[str, Any]:
+    """A tool as the client sent it, as the Response object shows it: a function's `strict` and
+    `parameters` always there, an MCP server's credentials never."""
+    shown = tool.model_dump(exclude_unset=True)
+    if isinstance(tool, FunctionTool):
+        return {**shown, "strict": tool.strict, "parameters": tool.parameters}
+    if isinstance(tool, McpServerTool):
+        return mcp_tools.echoed(shown)
+    return shown
 
 
 def input_items(found: str | Sequence[InputItem], earlier_calls: Mapping[str, str],

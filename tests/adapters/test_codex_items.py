@@ -22,7 +22,7 @@ def test_every_http_capture_parses(name):
     body = codex_body(name)
     parsed = parse_request(body)
     assert parsed.conversation.items
-    assert parsed.tools == body.get("tools", [])  # echoed untouched
+    assert parsed.echo["tools"] == body.get("tools", [])  # echoed untouched
 
 
 def test_custom_tool_and_its_call_and_output():
