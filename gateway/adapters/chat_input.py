@@ -60,7 +60,7 @@ def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest
     if items and isinstance(items[0], Message) and items[0].role in ("system", "developer"):
         instructions = items.pop(0).text
     tools = [function_tool(tool.function) for tool in chat.tools or () if isinstance(tool, ChatFunctionTool)]
-    tool_choice, allowed = output_fields.tool_choice(body.get("tool_choice"))
+    tool_choice, allowed = output_fields.tool_choice(chat.tool_choice)
     if tool_choice == "none":
         tools = []
     n = chat.n or 1

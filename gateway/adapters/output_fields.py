@@ -13,40 +13,54 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.adapters.tool_schema import (
+    AllowedToolsChoice,
+    ChatAllowedToolsChoice,
+    ChatNamedChoice,
+    ChatToolChoice,
+    NamedChoice,
+    ToolChoice,
+)
 from gateway.adapters.validation import expect, expect_range, invalid_request
 from gateway.core.sampling import OutputConstraint
 
 __all__ = ["output_constraint", "tool_choice"]
 
 
-def tool_choice(raw: Any) -> tuple[str, tuple[str, ...] | None]:
-    """(auto | none | required | a function's name, the allowed names or None). Both APIs'
-    shapes: `{"type": "function", "name": …}` (Responses), `{"type": "function", "function":
-    {"name": …}}` (Chat), a custom tool's `{"type": "custom", "name": …}`, `{"type": "allowed_tools", "mode": …, "tools": [...]}` (both; Chat
-    nests it under `allowed_tools`)."""
-    if raw is None:
+def tool_choice(choice: ToolChoice | ChatToolChoice | None) -> tuple[str, tuple[str, ...] | None]:
+    """(auto | none | required | a tool's name, the allowed names or None), from either API's
+    shape (gateway/adapters/tool_schema.py)."""
+    if choice is None:
         return "auto", None
-    if isinstance(raw, str):
-        if raw not in ("auto", "none", "required"):
-            raise invalid_request(f"Invalid value for 'tool_choice': {raw!r}; expected 'auto', 'none', "
-                                  f"'required' or a function.", param="tool_choice")
-        return raw, None
-    if isinstance(raw, dict) and raw.get("type") in ("function", "custom"):
-        name = raw.get("name") if "name" in raw else (raw.get(raw["type"]) or {}).get("name")
-        if isinstance(name, str) and name:
-            return name, None
-    if isinstance(raw, dict) and raw.get("type") == "allowed_tools":
-        spec = raw.get("allowed_tools") if isinstance(raw.get("allowed_tools"), dict) else raw
-        mode = spec.get("mode", "auto")
-        tools = spec.get("tools")
-        if mode in ("auto", "required") and isinstance(tools, list) and tools:
-            names = [tool.get("name") if "name" in tool else (tool.get("function") or {}).get("name")
-                     for tool in tools if isinstance(tool, dict)]
-            if len(names) == len(tools) and all(isinstance(name, str) for name in names):
-                return mode, tuple(names)
-        raise invalid_request("'tool_choice.tools' must list function tools by name, with 'mode' 'auto' or "
-                              "'required'.", param="tool_choice")
-    raise invalid_request("Invalid value for 'tool_choice'.", param="tool_choice")
+    if isinstance(choice, str):
+        return choice, None
+    if isinstance(choice, NamedChoice):
+        return choice.name, None
+    if isinstance(choice, ChatNamedChoice):
+        named = choice.function if choice.type == "function" else choice.custom
+        if named is None:
+            raise invalid_request(f"Missing required parameter: 'tool_choice.{choice.type}'.",
+                                  param=f"tool_choice.{choice.type}", code="missing_required_parameter")
+        return named.name, None
+    if isinstance(choice, AllowedToolsChoice):
+        return choice.mode, _allowed([tool.name for tool in choice.tools], "tool_choice.tools")
+    if isinstance(choice, ChatAllowedToolsChoice):
+        spec = choice.allowed_tools
+        names = [named.name if (named := tool.function or tool.custom) is not None else None for tool in spec.tools]
+        return spec.mode, _allowed(names, "tool_choice.allowed_tools.tools")
+    raise invalid_request(f"'tool_choice' names a {choice.type!r} tool, which this gateway does not offer the "
+                          f"model; choose a function or custom tool by name (an MCP server's tool is the function "
+                          f"'<server_label>__<name>').", param="tool_choice.type", code="unsupported_value")
+
+
+def _allowed(names: list[str | None], param: str) -> tuple[str, ...]:
+    for i, name in enumerate(names):
+        if name is None:
+            raise invalid_request(f"'{param}[{i}]' must name a function or custom tool.", param=f"{param}[{i}]",
+                                  code="invalid_value")
+    if not names:
+        raise invalid_request(f"'{param}' must list at least one tool.", param=param, code="invalid_value")
+    return tuple(name for name in names if name is not None)
 
 
 def output_constraint(body: dict[str, Any], choice: str, allowed: tuple[str, ...] | None, *,

@@ -90,7 +90,7 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
         instructions = _take_leading_instructions(items)
     raw_tools = request.tools or []
     tools = [offered for tool in raw_tools for offered in offered_tools(tool)]
-    tool_choice, allowed = output_fields.tool_choice(body.get("tool_choice"))
+    tool_choice, allowed = output_fields.tool_choice(request.tool_choice)
     if tool_choice == "none":
         tools = []
     effort = request.reasoning.effort if request.reasoning is not None else None

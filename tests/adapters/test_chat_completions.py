@@ -80,6 +80,13 @@ def test_history_with_tool_results_renders_like_the_template(stack, tokenizer):
     ({"model": "tiny-qwen3", "messages": [{"role": "user", "content": "x"}], "n": 17, "stream": True}, "n"),
     ({"model": "tiny-qwen3", "messages": [{"role": "tool", "tool_call_id": "nope", "content": "x"}]},
      "messages[0].tool_call_id"),
+    ({"model": "tiny-qwen3", "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function"}},
+     "tool_choice.function"),
+    ({"model": "tiny-qwen3", "messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools[0].function.name"),
+    ({"model": "tiny-qwen3", "messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "custom", "custom": {"name": "p", "format": {"type": "grammar", "grammar": {
+          "syntax": "lark"}}}}]}, "tools[0].custom.format.grammar.definition"),
 ])
 def test_bad_chat_requests(stack, body, param):
     url = stack.url
