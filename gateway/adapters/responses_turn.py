@@ -1,7 +1,7 @@
 """A `response.create` as a turn: the one builder POST /v1/responses and WebSocket mode share.
 
-The body names where the turn's exact earlier tokens are (gateway/pipeline/session.py chooses
-among them): a full history resent under its `prompt_cache_key` (recognised from the raw
+The body names where the turn's exact earlier tokens are (the exchange prepares the turn:
+gateway/pipeline/session.py chooses among them): a full history resent under its `prompt_cache_key` (recognised from the raw
 bytes, over HTTP), a `conversation`, the response `previous_response_id` names (the socket's
 latest, else a `store: true` one), a rollout. The transports differ only in what they pass: HTTP its raw
 body, a socket its parsed frame, cache and lane.
@@ -18,14 +18,14 @@ from gateway.adapters.resent import Resent, parse_resent, resent_key, resent_pre
 from gateway.adapters.responses import CompactionEvents, ResponseEvents, new_writer, plan_hosted
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest, parse_request
-from gateway.adapters.rollout_fields import begin_rollout
+from gateway.adapters.rollout_fields import rollout_call
 from gateway.adapters.validation import check_model, expect, parse_json
 from gateway.core.errors import invalid_request
 from gateway.core.ids import new_id
 from gateway.core.push import Sink
 from gateway.core.settings import Settings
-from gateway.pipeline import session
-from gateway.pipeline.request import Lane, Recognised, TurnRequest
+from gateway.pipeline import exchange, session
+from gateway.pipeline.request import Lane, Recognised, RolloutCall, TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
 from gateway.sessions.responses import CachedResponse, ResponseCache
@@ -53,16 +53,16 @@ async def from_http(runtime: Runtime, raw: bytes, settings: Settings) -> Respons
     if resent is not None:  # never one with MCP tools (gateway/adapters/resent.py)
         parsed = resent.parsed
         request = _turn_request(parsed, recognised=Recognised(resent.state, resent.covered, resent.prefix))
-        return await _prepared(runtime, request, parsed, settings)
+        return await _prepared(runtime, request, parsed, settings, None)
     body = parse_json(raw)
     if not isinstance(body, dict):
         parse_request(body)  # its 400
         raise TypeError("parse_request takes only an object")
     parsed, sources = await _continued(runtime, body, None)
-    rollout = await begin_rollout(runtime, body)
+    rollout = rollout_call(body)
     index = partial(resent_prefix, raw, body, parsed) if not any(sources.values()) and rollout is None else None
-    request = _turn_request(parsed, rollout=rollout, resent=index, **sources)
-    return await _prepared(runtime, request, parsed, settings, body)
+    request = _turn_request(parsed, resent=index, **sources)
+    return await _prepared(runtime, request, parsed, settings, rollout, body)
 
 
 async def from_socket(runtime: Runtime, body: dict[str, Any], settings: Settings, *, cache: ResponseCache,
@@ -70,20 +70,19 @@ async def from_socket(runtime: Runtime, body: dict[str, Any], settings: Settings
     """The turn of a WebSocket `response.create` on lane `stream_id`: it becomes the lane's latest
     response, and the connection's turns share a replica."""
     parsed, sources = await _continued(runtime, body, cache)
-    rollout = await begin_rollout(runtime, body)
-    request = _turn_request(parsed, rollout=rollout, lane=Lane(cache, stream_id),
-                            connection_id=connection_id, **sources)
-    return await _prepared(runtime, request, parsed, settings, body)
+    request = _turn_request(parsed, lane=Lane(cache, stream_id), connection_id=connection_id, **sources)
+    return await _prepared(runtime, request, parsed, settings, rollout_call(body), body)
 
 
 async def _prepared(runtime: Runtime, request: TurnRequest, parsed: ResponsesRequest, settings: Settings,
-                    body: dict[str, Any] | None = None) -> ResponseTurn:
-    """The turn, once its model is known and its remote MCP tools admitted and listed."""
+                    rollout: RolloutCall | None, body: dict[str, Any] | None = None) -> ResponseTurn:
+    """The turn, once its model is known and its remote MCP tools admitted and listed, as the
+    exchange prepares it."""
     adapter = check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
     if body is not None:
         await plan_hosted(parsed, body, settings)
     writer = new_writer(runtime, request.response_id or new_id("resp"), parsed, settings.responses_spec)
-    return ResponseTurn(await session.prepare(runtime, replace(request, adapter=adapter)), writer, parsed)
+    return ResponseTurn(await exchange.prepare(runtime, replace(request, adapter=adapter), rollout), writer, parsed)
 
 
 def _turn_request(parsed: ResponsesRequest, **sources: Any) -> TurnRequest:

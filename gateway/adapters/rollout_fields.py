@@ -15,17 +15,16 @@ from typing import Any
 from gateway.adapters.request_schema import ROLLOUT_ID
 from gateway.adapters.validation import expect
 from gateway.core.errors import invalid_request
-from gateway.pipeline import session
-from gateway.pipeline.runtime import Runtime
-from gateway.sessions.rollouts import Pending
+from gateway.pipeline.request import RolloutCall
 
-__all__ = ["begin_rollout"]
+__all__ = ["rollout_call"]
 
 _ROLLOUT_ID = re.compile(ROLLOUT_ID)
 
 
-async def begin_rollout(runtime: Runtime, body: dict[str, Any]) -> Pending | None:
-    """The call's place in its rollout, or None without `rollout_id`; 410 if the rollout is gone."""
+def rollout_call(body: dict[str, Any]) -> RolloutCall | None:
+    """The rollout the call is recorded in, or None without `rollout_id` (the exchange takes its place
+    there: gateway/pipeline/exchange.py `prepare`)."""
     rollout_id = expect(body.get("rollout_id"), str, "rollout_id")
     mask = expect(body.get("response_mask"), list, "response_mask")
     if rollout_id is None:
@@ -36,5 +35,5 @@ async def begin_rollout(runtime: Runtime, body: dict[str, Any]) -> Pending | Non
     if not _ROLLOUT_ID.match(rollout_id):  # a header's (X-Session-ID); a body's passed its schema
         raise invalid_request("Invalid 'rollout_id': expected 1-256 characters of A-Z, a-z, 0-9, '_', '.', ':', "
                               "'-'.", param="rollout_id", code="invalid_value")
-    return await session.begin_rollout(runtime, rollout_id, mask)
+    return RolloutCall(rollout_id, mask)
 

@@ -25,7 +25,7 @@ from gateway.pipeline.exchange import Quiet
 from gateway.pipeline.token_turn import COMPLETIONS, GENERATE
 from gateway.pipeline.turn import Turn
 
-__all__ = ["BodyWriter", "EventsWriter", "parse_token_in"]
+__all__ = ["BodyWriter", "EventsWriter", "TokenInRequest", "parse_token_in"]
 
 _GATEWAY_FIELDS = ("rollout_id",)
 

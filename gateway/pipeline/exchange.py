@@ -1,9 +1,12 @@
 """One exchange owns a turn: start → relay → commit or forget, written once for every API.
 
-Routes and the WebSocket are thin: they parse a request into a `Turn` (gateway/pipeline/session.py
-`prepare`) and hand it, with a `Writer`, to `run`. Everything else about a turn's life happens
-here, in one order, for Responses (HTTP JSON, SSE, WebSocket, background, compaction), Chat
-Completions and Anthropic Messages alike:
+Routes and the WebSocket are thin: they parse a request and hand it to its API's builder
+(gateway/adapters/responses_turn.py, gateway/adapters/turns.py), which makes it a `TurnRequest`
+and has it prepared here (`prepare`: the call's place in its rollout, each sample's branch of it,
+the exact tokens the prompt continues and the replica affinity: gateway/pipeline/session.py); the
+turn and a `Writer` then go to `run`. Everything else about a turn's life happens here, in one
+order, for Responses (HTTP JSON, SSE, WebSocket, background, compaction), Chat Completions,
+Anthropic Messages and token-in alike:
 
 0. The gate (gateway/pipeline/gate.py): a place in the server's budget of requests in flight and
    in its tenant's limits, before anything is rendered or sent; a 429 otherwise, answered by the
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -51,11 +55,13 @@ from gateway.core.push import Hold, held
 from gateway.formats.base import ParseEvent
 from gateway.pipeline import session, tool_loop, trace
 from gateway.pipeline.gate import Pass
-from gateway.pipeline.request import Lane
+from gateway.pipeline.request import Lane, RolloutCall, TurnRequest
+from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
 from gateway.tokenfix.record import TurnRecord
 
-__all__ = ["Kept", "Quiet", "ToolsRan", "admit", "forget", "run", "run_samples", "warm_up"]
+__all__ = ["Kept", "Quiet", "ToolsRan", "admit", "forget", "prepare", "prepare_samples", "run", "run_samples",
+           "warm_up"]
 
 
 class Writer(Protocol):
@@ -104,6 +110,23 @@ class Kept(Protocol):
     def state(self, *, cancelled: bool = False) -> dict[str, Any]:
         """The Response object as it stands, as GET answers it while the response runs (a
         background one): queued, in progress, failed once written so; `cancelled`: cancelled."""
+
+
+async def prepare(runtime: Runtime, request: TurnRequest, rollout: RolloutCall | None = None) -> Turn:
+    """The turn for `request` (not started), its call taken in `rollout`'s trajectory if it names one."""
+    return (await prepare_samples(runtime, request, rollout, n=1))[0]
+
+
+async def prepare_samples(runtime: Runtime, request: TurnRequest, rollout: RolloutCall | None, *, n: int
+                          ) -> list[Turn]:
+    """The `n` turns of one prompt (Chat Completions' `n`), each sample recorded in its own branch of
+    `rollout`; sample i > 0 leaves only that branch behind (the session continues the first)."""
+    pending = await session.begin_rollout(runtime, rollout.rollout_id, rollout.response_mask) if rollout else None
+    rollouts = [pending] * n
+    if rollout is not None and pending is not None and n > 1:  # each sample its own rollout, sharing the prompt
+        rollouts = [await session.branch_rollout(runtime, pending, rollout.rollout_id, i) for i in range(n)]
+    return [await session.prepare(runtime, dataclasses.replace(request, rollout=each, sample=i))
+            for i, each in enumerate(rollouts)]
 
 
 async def admit(turn: Turn, writer: Writer | None = None) -> Pass:

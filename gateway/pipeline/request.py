@@ -20,7 +20,7 @@ from gateway.sessions.session_store import ResentPrefix
 from gateway.tokenfix.restore import Generated
 from gateway.tokenfix.state import TokenState
 
-__all__ = ["InConversation", "Lane", "Recognised", "TokenIn", "TurnRequest"]
+__all__ = ["InConversation", "Lane", "Recognised", "RolloutCall", "TokenIn", "TurnRequest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,15 @@ class InConversation:
     tokens: TokenState | None  # the conversation's exact tokens, continued by this turn
     history_len: int  # the conversation's items come first in the turn's; the rest are new
     items: list[dict[str, Any]]  # this request's input items as the conversation keeps them
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutCall:
+    """The rollout a request names (`rollout_id`, `response_mask`): the exchange takes the call's
+    place in it when it prepares the turn (gateway/pipeline/session.py `begin_rollout`)."""
+
+    rollout_id: str  # as the client names it
+    response_mask: list[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """POST /v1/chat/completions over the same exchange as the Responses API.
 
-The prompt continues from exact earlier tokens when it can (gateway/pipeline/session.py):
+The route parses the body and hands it to its builder (gateway/adapters/turns.py), which the
+exchange prepares; the prompt continues from exact earlier tokens when it can (gateway/pipeline/session.py):
 ids the client put on the last assistant message, else the `rollout_id`'s trajectory,
 else the `prompt_cache_key` session. A call with `rollout_id` is recorded in that rollout
 once it finishes; with `n` > 1, each sample in its own branch of it.
@@ -8,7 +9,6 @@ once it finishes; with `n` > 1, each sample in its own branch of it.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -17,12 +17,11 @@ from starlette.responses import Response
 
 from gateway.adapters.chat_input import parse_chat_request, unwrap_extra_body
 from gateway.adapters.chat_output import ChatChunks, completion, completions, samples_ending
-from gateway.adapters.rollout_fields import begin_rollout
-from gateway.adapters.validation import check_model, parse_json
+from gateway.adapters.turns import chat_turns
+from gateway.adapters.validation import parse_json
 from gateway.core.ids import new_id
 from gateway.core.push import Sink, held
 from gateway.pipeline import exchange, session, trace
-from gateway.pipeline.request import TurnRequest
 from gateway.server.http import JSONResponse, model_route, sse_response
 
 __all__ = ["create_chat_completion"]
@@ -32,18 +31,8 @@ async def _complete(request: Request, raw: bytes) -> Response:
     runtime = request.app.state.runtime
     body: Any = unwrap_extra_body(parse_json(raw))
     parsed = parse_chat_request(body, tokens_as_ids=runtime.tokens_as_ids)
-    adapter = check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
-    rollout = await begin_rollout(runtime, body)
+    turns = await chat_turns(runtime, body, parsed)
     rollout_id = body.get("rollout_id")
-    rollouts = [rollout] * parsed.n
-    if rollout is not None and parsed.n > 1:  # each sample its own rollout, sharing the prompt
-        rollouts = [await session.branch_rollout(runtime, rollout, rollout_id, i) for i in range(parsed.n)]
-    first = TurnRequest(parsed.conversation, parsed.sampling, session_key=parsed.prompt_cache_key,
-                        rollout=rollouts[0], client_prefix=parsed.client_prefix, adapter=adapter,
-                        spans=parsed.stream and (parsed.logprobs or parsed.return_token_ids))  # per chunk
-    # Sample i > 0 leaves only its rollout branch behind: the session continues the first choice.
-    turns = [await session.prepare(runtime, dataclasses.replace(first, rollout=each, sample=i))
-             for i, each in enumerate(rollouts)]
     head = {"id": new_id("chatcmpl"), "created": int(time.time()), "model": parsed.model}
     if body.get("service_tier") is not None:  # OpenAI's rule: the tier that served it, once one was asked for
         head["service_tier"] = parsed.sampling.tier

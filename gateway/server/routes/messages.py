@@ -14,11 +14,11 @@ from starlette.responses import Response
 
 from gateway.adapters.anthropic_input import MessagesRequest, parse_messages_request
 from gateway.adapters.anthropic_output import MessageEvents, message
-from gateway.adapters.validation import check_model, parse_json
+from gateway.adapters.turns import message_turn
+from gateway.adapters.validation import parse_json
 from gateway.core.ids import new_id
 from gateway.core.push import Sink
-from gateway.pipeline import exchange, session, trace
-from gateway.pipeline.request import TurnRequest
+from gateway.pipeline import exchange, trace
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
 from gateway.server.http import JSONResponse, model_route, sse_response
@@ -53,10 +53,7 @@ async def _turn(request: Request, raw: bytes, count_only: bool = False) -> tuple
     runtime: Runtime = request.app.state.runtime
     parsed = parse_messages_request(parse_json(raw), session_header=request.headers.get(SESSION_HEADER),
                                     agent_header=request.headers.get(AGENT_HEADER), count_only=count_only)
-    adapter = check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
-    return parsed, await session.prepare(runtime, TurnRequest(parsed.conversation, parsed.sampling,
-                                                              session_key=parsed.session_key, generated=parsed.generated,
-                                                              max_tokens_cap=True, adapter=adapter))
+    return parsed, await message_turn(runtime, parsed)
 
 
 create_message = model_route(_create)

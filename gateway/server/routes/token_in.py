@@ -9,14 +9,11 @@ from functools import partial
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.rollout_fields import begin_rollout
 from gateway.adapters.token_in import BodyWriter, EventsWriter, parse_token_in
-from gateway.adapters.validation import check_model, parse_json
-from gateway.core.conversation import Conversation
+from gateway.adapters.turns import token_in_turn
+from gateway.adapters.validation import parse_json
 from gateway.core.push import Sink
-from gateway.core.sampling import SamplingOptions
-from gateway.pipeline import exchange, session
-from gateway.pipeline.request import TokenIn, TurnRequest
+from gateway.pipeline import exchange
 from gateway.pipeline.token_turn import COMPLETIONS, GENERATE
 from gateway.server.http import model_route, sse_response
 
@@ -29,11 +26,7 @@ async def _forward(path: str, request: Request, raw: bytes) -> Response:
     runtime = request.app.state.runtime
     parsed = parse_token_in(parse_json(raw), path, model=runtime.model_name,
                             session=request.headers.get(SESSION_HEADER))
-    adapter = check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
-    rollout = await begin_rollout(runtime, {"rollout_id": parsed.rollout_id}) if parsed.rollout_id else None
-    asked = TurnRequest(Conversation(items=[]), SamplingOptions(), session_key=parsed.session_key, rollout=rollout,
-                        adapter=adapter, token_in=TokenIn(path, parsed.body, parsed.prompt_ids))
-    turn = await session.prepare(runtime, asked)
+    turn = await token_in_turn(runtime, parsed, path)
     if parsed.stream:
         async def relay(emit: Sink[bytes]) -> None:
             await exchange.run(turn, EventsWriter(emit))

@@ -15,7 +15,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.rollout_fields import begin_rollout
+from gateway.adapters.rollout_fields import rollout_call
 from gateway.adapters.tokenize import parse_detokenize, parse_tokenize
 from gateway.adapters.validation import check_model
 from gateway.core.errors import APIError, UpstreamUnavailable
@@ -37,7 +37,8 @@ async def tokenize(request: Request) -> Response:
     chat = parsed.chat
     assert chat is not None
     check_model(runtime.model_name, chat.model)
-    rollout = await begin_rollout(runtime, {"rollout_id": parsed.rollout_id}) if parsed.rollout_id else None
+    call = rollout_call({"rollout_id": parsed.rollout_id}) if parsed.rollout_id else None
+    rollout = await session.begin_rollout(runtime, call.rollout_id, None) if call is not None else None
     ids = list(await session.prompt_ids(runtime, TurnRequest(
         chat.conversation, chat.sampling, session_key=chat.prompt_cache_key, rollout=rollout,
         client_prefix=chat.client_prefix)))
