@@ -9,6 +9,7 @@ be pushed from the pool or the caches.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -27,8 +28,10 @@ from starlette.responses import Response
 
 from gateway.server.recent import Recent
 from gateway.sessions.observer import StoreObserver
+from gateway.sessions.session_store import SessionStore
 from gateway.upstream.disaggregation import PREFILL_BUCKETS, SplitStats
 from gateway.upstream.outlier import EJECTION_KINDS
+from gateway.upstream.pool import Pool
 from gateway.upstream.router import MATCH_BUCKETS, Router
 
 __all__ = ["Metrics", "metrics_endpoint"]
@@ -150,73 +153,86 @@ class LiveCollector(Collector):
         runtime = getattr(self.state, "runtime", None)
         if runtime is None:  # before startup
             return
-        healthy = GaugeMetricFamily("gateway_replica_healthy", "1 while the replica takes requests", labels=["replica"])
-        inflight = GaugeMetricFamily("gateway_replica_inflight", "Generations streaming from the replica",
-                                     labels=["replica"])
-        ejections = CounterMetricFamily("gateway_replica_ejections", "Times the replica was ejected, by why: "
-                                        "consecutive_failures, failure_rate, unreachable, stalled, health_check",
-                                        labels=["replica", "reason"])
-        ejection_time = GaugeMetricFamily("gateway_replica_ejection_seconds", "How long the replica's last "
-                                          "ejection holds it out at least (grows with repeated ejections)",
-                                          labels=["replica"])
-        for replica in runtime.pool.replicas:
-            healthy.add_metric([replica.url], 1 if replica.healthy else 0)
-            inflight.add_metric([replica.url], replica.inflight)
-            ejection_time.add_metric([replica.url], replica.outlier.last_ejection_time)
-            counts = replica.outlier.ejections
-            for reason in dict.fromkeys([*EJECTION_KINDS, *counts]):  # every kind from the start, at 0
-                ejections.add_metric([replica.url, reason], counts.get(reason, 0))
-        yield from (healthy, inflight, ejections, ejection_time)
-        outliers = runtime.pool.outliers
-        yield CounterMetricFamily("gateway_replica_ejections_overflow", "Ejections not made because "
-                                  "--outlier-max-ejection-percent of the pool was out already", value=outliers.overflow)
-        yield CounterMetricFamily("gateway_panic_routes", "Requests routed to an ejected replica because none "
-                                  "was routable (panic mode)", value=outliers.panic_routes)
+        yield from _replicas(runtime.pool)
         yield from _routing(runtime.pool.router)
         yield from _disaggregation(runtime.pool.split_stats)
-        sessions = runtime.store.sessions
-        stats = sessions.stats
-        yield CounterMetricFamily("gateway_session_cache_hits", "Session lookups (prompt_cache_key) that found "
-                                  "exact tokens", value=stats.hits)
-        yield CounterMetricFamily("gateway_session_cache_misses", "Session lookups that found nothing usable",
-                                  value=stats.misses)
-        evictions = CounterMetricFamily("gateway_session_cache_evictions", "Sessions dropped, by reason",
-                                        labels=["reason"])
-        evictions.add_metric(["capacity"], stats.evicted)
-        evictions.add_metric(["expired"], stats.expired)
-        yield evictions
-        yield GaugeMetricFamily("gateway_session_cache_sessions", "Sessions held", value=len(sessions))
+        yield from _sessions(runtime.store.sessions)
         shared = getattr(self.state, "shared_figures", None)  # --state-url: read by metrics_endpoint
         if shared is not None:
-            yield GaugeMetricFamily("gateway_state_store_memory_bytes", "Memory the shared store (Redis) uses, "
-                                    "all its keys", value=shared["memory_bytes"])
-            yield GaugeMetricFamily("gateway_state_store_maxmemory_bytes", "The shared store's maxmemory (0: none)",
-                                    value=shared["maxmemory_bytes"])
-            yield GaugeMetricFamily("gateway_state_store_keys", "Keys in the shared store's database (sessions, "
-                                    "stored responses, rollouts of every process, several keys each)",
-                                    value=shared["keys"])
-            yield CounterMetricFamily("gateway_state_store_evicted_keys", "Keys the shared store evicted for "
-                                      "maxmemory (its own counter, since it started)", value=shared["evicted_keys"])
-            yield CounterMetricFamily("gateway_state_store_expired_keys", "Keys the shared store expired (its own "
-                                      "counter, since it started)", value=shared["expired_keys"])
-            memory = GaugeMetricFamily("gateway_state_store_node_memory_bytes", "Memory each store node (a "
-                                       "cluster's master) uses", labels=["node"])
-            keys = GaugeMetricFamily("gateway_state_store_node_keys", "Keys on each store node (how the sessions "
-                                     "spread over a cluster's masters)", labels=["node"])
-            for node, figures in shared["nodes"].items():
-                memory.add_metric([node], figures["memory_bytes"])
-                keys.add_metric([node], figures["keys"])
-            yield from (memory, keys)
-        rollouts = runtime.store.rollouts.summary()
-        yield GaugeMetricFamily("gateway_rollouts", "RL rollouts held", value=rollouts["rollouts"])
-        yield GaugeMetricFamily("gateway_rollout_tokens", "Tokens held by RL rollouts", value=rollouts["tokens"])
-        yield CounterMetricFamily("gateway_rollout_turns", "Calls recorded in RL rollouts", value=rollouts["turns"])
-        removals = CounterMetricFamily("gateway_rollout_removals", "RL rollouts dropped, by reason",
-                                       labels=["reason"])
-        removals.add_metric(["capacity"], rollouts["evicted"])
-        removals.add_metric(["expired"], rollouts["expired"])
-        removals.add_metric(["deleted"], rollouts["deleted"])
-        yield removals
+            yield from _shared_store(shared)
+        yield from _rollouts(runtime.store.rollouts.summary())
+
+
+def _replicas(pool: Pool) -> Iterator[Metric]:
+    healthy = GaugeMetricFamily("gateway_replica_healthy", "1 while the replica takes requests", labels=["replica"])
+    inflight = GaugeMetricFamily("gateway_replica_inflight", "Generations streaming from the replica",
+                                 labels=["replica"])
+    ejections = CounterMetricFamily("gateway_replica_ejections", "Times the replica was ejected, by why: "
+                                    "consecutive_failures, failure_rate, unreachable, stalled, health_check",
+                                    labels=["replica", "reason"])
+    ejection_time = GaugeMetricFamily("gateway_replica_ejection_seconds", "How long the replica's last "
+                                      "ejection holds it out at least (grows with repeated ejections)",
+                                      labels=["replica"])
+    for replica in pool.replicas:
+        healthy.add_metric([replica.url], 1 if replica.healthy else 0)
+        inflight.add_metric([replica.url], replica.inflight)
+        ejection_time.add_metric([replica.url], replica.outlier.last_ejection_time)
+        counts = replica.outlier.ejections
+        for reason in dict.fromkeys([*EJECTION_KINDS, *counts]):  # every kind from the start, at 0
+            ejections.add_metric([replica.url, reason], counts.get(reason, 0))
+    yield from (healthy, inflight, ejections, ejection_time)
+    yield CounterMetricFamily("gateway_replica_ejections_overflow", "Ejections not made because "
+                              "--outlier-max-ejection-percent of the pool was out already", value=pool.outliers.overflow)
+    yield CounterMetricFamily("gateway_panic_routes", "Requests routed to an ejected replica because none "
+                              "was routable (panic mode)", value=pool.outliers.panic_routes)
+
+
+def _sessions(sessions: SessionStore) -> Iterator[Metric]:
+    stats = sessions.stats
+    yield CounterMetricFamily("gateway_session_cache_hits", "Session lookups (prompt_cache_key) that found "
+                              "exact tokens", value=stats.hits)
+    yield CounterMetricFamily("gateway_session_cache_misses", "Session lookups that found nothing usable",
+                              value=stats.misses)
+    evictions = CounterMetricFamily("gateway_session_cache_evictions", "Sessions dropped, by reason",
+                                    labels=["reason"])
+    evictions.add_metric(["capacity"], stats.evicted)
+    evictions.add_metric(["expired"], stats.expired)
+    yield evictions
+    yield GaugeMetricFamily("gateway_session_cache_sessions", "Sessions held", value=len(sessions))
+
+
+def _shared_store(shared: dict[str, Any]) -> Iterator[Metric]:
+    yield GaugeMetricFamily("gateway_state_store_memory_bytes", "Memory the shared store (Redis) uses, "
+                            "all its keys", value=shared["memory_bytes"])
+    yield GaugeMetricFamily("gateway_state_store_maxmemory_bytes", "The shared store's maxmemory (0: none)",
+                            value=shared["maxmemory_bytes"])
+    yield GaugeMetricFamily("gateway_state_store_keys", "Keys in the shared store's database (sessions, "
+                            "stored responses, rollouts of every process, several keys each)",
+                            value=shared["keys"])
+    yield CounterMetricFamily("gateway_state_store_evicted_keys", "Keys the shared store evicted for "
+                              "maxmemory (its own counter, since it started)", value=shared["evicted_keys"])
+    yield CounterMetricFamily("gateway_state_store_expired_keys", "Keys the shared store expired (its own "
+                              "counter, since it started)", value=shared["expired_keys"])
+    memory = GaugeMetricFamily("gateway_state_store_node_memory_bytes", "Memory each store node (a "
+                               "cluster's master) uses", labels=["node"])
+    keys = GaugeMetricFamily("gateway_state_store_node_keys", "Keys on each store node (how the sessions "
+                             "spread over a cluster's masters)", labels=["node"])
+    for node, figures in shared["nodes"].items():
+        memory.add_metric([node], figures["memory_bytes"])
+        keys.add_metric([node], figures["keys"])
+    yield from (memory, keys)
+
+
+def _rollouts(rollouts: dict[str, int]) -> Iterator[Metric]:
+    yield GaugeMetricFamily("gateway_rollouts", "RL rollouts held", value=rollouts["rollouts"])
+    yield GaugeMetricFamily("gateway_rollout_tokens", "Tokens held by RL rollouts", value=rollouts["tokens"])
+    yield CounterMetricFamily("gateway_rollout_turns", "Calls recorded in RL rollouts", value=rollouts["turns"])
+    removals = CounterMetricFamily("gateway_rollout_removals", "RL rollouts dropped, by reason",
+                                   labels=["reason"])
+    removals.add_metric(["capacity"], rollouts["evicted"])
+    removals.add_metric(["expired"], rollouts["expired"])
+    removals.add_metric(["deleted"], rollouts["deleted"])
+    yield removals
 
 
 async def metrics_endpoint(request: Request) -> Response:
