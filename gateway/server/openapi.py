@@ -73,96 +73,124 @@ _PAGE = [{"name": name, "in": "query", "required": False, "schema": schema} for 
 
 @functools.cache
 def description() -> dict[str, Any]:
-    response = {"allOf": [_ref("Response"), {"type": "object", "properties": _RESPONSE_EXTENSIONS}]}
-    chat_message_ids = {"prompt_token_ids": _IDS, "generation_token_ids": _IDS}
     return {
         "openapi": "3.1.0",
         "info": {"title": "vllm-agent-gateway", "version": "1",
                  "description": "OpenAI Responses and Chat Completions in front of stock vLLM, at the token "
                                 "level. Bodies are OpenAI's; the extensions are described here."},
-        "paths": {
-            "/v1/responses": {"post": {
-                "summary": "Create a response (JSON, SSE stream, or background)",
-                "requestBody": _body("CreateResponse", _EXTENSIONS),
-                "responses": _ok(response)}},
-            "/v1/responses/compact": {"post": {
-                "summary": "Compact a history: its user messages and one compaction item (the model's summary)",
-                "requestBody": _body("CompactResponseMethodPublicBody", {}), "responses": _ok(_ref("CompactResource"))}},
-            "/v1/responses/input_tokens": {"post": {
-                "summary": "The length of the prompt a response to this body would send (a session's exact "
-                           "tokens spliced in, images as vLLM expands them): OpenAI's TokenCountsBody → "
-                           "TokenCountsResource, with `prompt_cache_key`",
-                "responses": _ok({"type": "object", "properties": {
-                    "object": {"const": "response.input_tokens"}, "input_tokens": {"type": "integer"}}})}},
-            "/v1/responses/{response_id}": {
-                "get": {"summary": "A stored response; with stream=true, a background response's events "
-                                   "(after `starting_after`) as an SSE stream", "parameters": [*_ID, *[
-                    {"name": name, "in": "query", "required": False, "schema": schema} for name, schema in (
-                        ("stream", {"type": "boolean"}), ("starting_after", {"type": "integer", "minimum": 0}))]],
-                        "responses": _ok(response)},
-                "delete": {"summary": "Delete a stored response", "parameters": _ID,
-                           "responses": _ok({"type": "object"})}},
-            "/v1/responses/{response_id}/input_items": {"get": {
-                "summary": "A stored response's input items", "parameters": [*_ID, *_PAGE],
-                "responses": _ok(_ref("ResponseItemList"))}},
-            "/v1/responses/{response_id}/cancel": {"post": {
-                "summary": "Cancel a background response", "parameters": _ID, "responses": _ok(response)}},
-            "/v1/conversations": {"post": {"summary": "Create a conversation (OpenAI's Conversations API)",
-                                           "responses": _ok({"type": "object"})}},
-            "/v1/conversations/{conversation_id}": {
-                "get": {"summary": "A conversation", "parameters": _CONVERSATION, "responses": _ok({"type": "object"})},
-                "post": {"summary": "Update a conversation's metadata", "parameters": _CONVERSATION,
-                         "responses": _ok({"type": "object"})},
-                "delete": {"summary": "Delete a conversation", "parameters": _CONVERSATION,
-                           "responses": _ok({"type": "object"})}},
-            "/v1/conversations/{conversation_id}/items": {
-                "get": {"summary": "A conversation's items", "parameters": [*_CONVERSATION, *_PAGE],
-                        "responses": _ok({"type": "object"})},
-                "post": {"summary": "Add items (at most 20)", "parameters": _CONVERSATION,
-                         "responses": _ok({"type": "object"})}},
-            "/v1/conversations/{conversation_id}/items/{item_id}": {
-                "get": {"summary": "One item", "parameters": _ITEM, "responses": _ok({"type": "object"})},
-                "delete": {"summary": "Delete an item (the next prompt is rendered in full)", "parameters": _ITEM,
-                           "responses": _ok({"type": "object"})}},
-            "/v1/chat/completions": {"post": {
-                "summary": "Create a chat completion",
-                "requestBody": _body("CreateChatCompletionRequest", {
-                    **_EXTENSIONS, **_VLLM_CHAT, "messages": {"type": "array", "items": {"type": "object",
-                                                                             "properties": chat_message_ids}}}),
-                "responses": _ok({"allOf": [_ref("CreateChatCompletionResponse"), {"type": "object", "properties": {
-                    "prompt_token_ids": _IDS, "choices": {"type": "array", "items": {
-                        "type": "object", "properties": {
-                            "token_ids": _IDS, "stop_reason": {"type": ["integer", "string", "null"]},
-                            "rollout_id": {"type": "string", "description": "With n > 1 and a rollout_id: "
-                                           "the rollout branch this sample is recorded in"}}}}}}]})}},
-            "/tokenize": {"post": {
-                "summary": "vLLM's /tokenize: a conversation's prompt as the gateway sends it (exact ids spliced "
-                           "in), or a text prompt's ids", "requestBody": _VLLM_BODY,
-                "responses": _ok({"type": "object", "properties": {
-                    "count": {"type": "integer"}, "max_model_len": {"type": ["integer", "null"]}, "tokens": _IDS,
-                    "token_strs": {"type": "array", "items": {"type": "string"}}}})}},
-            "/detokenize": {"post": {"summary": "vLLM's /detokenize", "requestBody": _VLLM_BODY,
-                                     "responses": _ok({"type": "object", "properties": {"prompt": {"type": "string"}}})}},
-            "/v1/completions": {"post": {
-                "summary": "vLLM's Completions (text or token-id prompts), passed through to a replica; "
-                           "`rollout_id` or the X-Session-ID header records it in that rollout",
-                "requestBody": _VLLM_BODY, "responses": _ok({"type": "object"})}},
-            "/inference/v1/generate": {"post": {
-                "summary": "vLLM's token-in generate, passed through to a replica; `rollout_id` or the "
-                           "X-Session-ID header records it in that rollout",
-                "requestBody": _VLLM_BODY, "responses": _ok({"type": "object"})}},
-            "/v1/models": {"get": {"summary": "The served model", "responses": _ok(_ref("ListModelsResponse"))}},
-            "/v1/rollouts": {"get": {"summary": "Rollout store counters", "responses": _ok({"type": "object"})}},
-            "/v1/rollouts/{rollout_id}": {
-                "get": {"summary": "Export a rollout's exact trajectory", "parameters": _ROLLOUT,
-                        "responses": _ok({"type": "object"})},
-                "delete": {"summary": "Free a rollout", "parameters": _ROLLOUT, "responses": _ok({"type": "object"})}},
-            "/health": {"get": {"summary": "Replica states", "responses": _ok({"type": "object"})}},
-            "/ready": {"get": {"summary": "Readiness probe", "responses": _ok({"type": "object"})}},
-            "/live": {"get": {"summary": "Liveness probe", "responses": _ok({"type": "object"})}},
-        },
+        "paths": {**_responses_paths(), **_conversation_paths(), **_chat_paths(), **_vllm_paths(), **_ops_paths()},
     }
 
+
+def _responses_paths() -> dict[str, Any]:
+    """The Responses API and its extensions."""
+    response = {"allOf": [_ref("Response"), {"type": "object", "properties": _RESPONSE_EXTENSIONS}]}
+    return {
+        "/v1/responses": {"post": {
+            "summary": "Create a response (JSON, SSE stream, or background)",
+            "requestBody": _body("CreateResponse", _EXTENSIONS),
+            "responses": _ok(response)}},
+        "/v1/responses/compact": {"post": {
+            "summary": "Compact a history: its user messages and one compaction item (the model's summary)",
+            "requestBody": _body("CompactResponseMethodPublicBody", {}), "responses": _ok(_ref("CompactResource"))}},
+        "/v1/responses/input_tokens": {"post": {
+            "summary": "The length of the prompt a response to this body would send (a session's exact "
+                       "tokens spliced in, images as vLLM expands them): OpenAI's TokenCountsBody → "
+                       "TokenCountsResource, with `prompt_cache_key`",
+            "responses": _ok({"type": "object", "properties": {
+                "object": {"const": "response.input_tokens"}, "input_tokens": {"type": "integer"}}})}},
+        "/v1/responses/{response_id}": {
+            "get": {"summary": "A stored response; with stream=true, a background response's events "
+                               "(after `starting_after`) as an SSE stream", "parameters": [*_ID, *[
+                {"name": name, "in": "query", "required": False, "schema": schema} for name, schema in (
+                    ("stream", {"type": "boolean"}), ("starting_after", {"type": "integer", "minimum": 0}))]],
+                    "responses": _ok(response)},
+            "delete": {"summary": "Delete a stored response", "parameters": _ID,
+                       "responses": _ok({"type": "object"})}},
+        "/v1/responses/{response_id}/input_items": {"get": {
+            "summary": "A stored response's input items", "parameters": [*_ID, *_PAGE],
+            "responses": _ok(_ref("ResponseItemList"))}},
+        "/v1/responses/{response_id}/cancel": {"post": {
+            "summary": "Cancel a background response", "parameters": _ID, "responses": _ok(response)}},
+    }
+
+
+def _conversation_paths() -> dict[str, Any]:
+    """OpenAI's Conversations API."""
+    return {
+        "/v1/conversations": {"post": {"summary": "Create a conversation (OpenAI's Conversations API)",
+                                       "responses": _ok({"type": "object"})}},
+        "/v1/conversations/{conversation_id}": {
+            "get": {"summary": "A conversation", "parameters": _CONVERSATION, "responses": _ok({"type": "object"})},
+            "post": {"summary": "Update a conversation's metadata", "parameters": _CONVERSATION,
+                     "responses": _ok({"type": "object"})},
+            "delete": {"summary": "Delete a conversation", "parameters": _CONVERSATION,
+                       "responses": _ok({"type": "object"})}},
+        "/v1/conversations/{conversation_id}/items": {
+            "get": {"summary": "A conversation's items", "parameters": [*_CONVERSATION, *_PAGE],
+                    "responses": _ok({"type": "object"})},
+            "post": {"summary": "Add items (at most 20)", "parameters": _CONVERSATION,
+                     "responses": _ok({"type": "object"})}},
+        "/v1/conversations/{conversation_id}/items/{item_id}": {
+            "get": {"summary": "One item", "parameters": _ITEM, "responses": _ok({"type": "object"})},
+            "delete": {"summary": "Delete an item (the next prompt is rendered in full)", "parameters": _ITEM,
+                       "responses": _ok({"type": "object"})}},
+    }
+
+
+def _chat_paths() -> dict[str, Any]:
+    """Chat Completions with the token-id extensions."""
+    chat_message_ids = {"prompt_token_ids": _IDS, "generation_token_ids": _IDS}
+    return {
+        "/v1/chat/completions": {"post": {
+            "summary": "Create a chat completion",
+            "requestBody": _body("CreateChatCompletionRequest", {
+                **_EXTENSIONS, **_VLLM_CHAT, "messages": {"type": "array", "items": {"type": "object",
+                                                                         "properties": chat_message_ids}}}),
+            "responses": _ok({"allOf": [_ref("CreateChatCompletionResponse"), {"type": "object", "properties": {
+                "prompt_token_ids": _IDS, "choices": {"type": "array", "items": {
+                    "type": "object", "properties": {
+                        "token_ids": _IDS, "stop_reason": {"type": ["integer", "string", "null"]},
+                        "rollout_id": {"type": "string", "description": "With n > 1 and a rollout_id: "
+                                       "the rollout branch this sample is recorded in"}}}}}}]})}},
+    }
+
+
+def _vllm_paths() -> dict[str, Any]:
+    """vLLM's own endpoints the gateway serves."""
+    return {
+        "/tokenize": {"post": {
+            "summary": "vLLM's /tokenize: a conversation's prompt as the gateway sends it (exact ids spliced "
+                       "in), or a text prompt's ids", "requestBody": _VLLM_BODY,
+            "responses": _ok({"type": "object", "properties": {
+                "count": {"type": "integer"}, "max_model_len": {"type": ["integer", "null"]}, "tokens": _IDS,
+                "token_strs": {"type": "array", "items": {"type": "string"}}}})}},
+        "/detokenize": {"post": {"summary": "vLLM's /detokenize", "requestBody": _VLLM_BODY,
+                                 "responses": _ok({"type": "object", "properties": {"prompt": {"type": "string"}}})}},
+        "/v1/completions": {"post": {
+            "summary": "vLLM's Completions (text or token-id prompts), passed through to a replica; "
+                       "`rollout_id` or the X-Session-ID header records it in that rollout",
+            "requestBody": _VLLM_BODY, "responses": _ok({"type": "object"})}},
+        "/inference/v1/generate": {"post": {
+            "summary": "vLLM's token-in generate, passed through to a replica; `rollout_id` or the "
+                       "X-Session-ID header records it in that rollout",
+            "requestBody": _VLLM_BODY, "responses": _ok({"type": "object"})}},
+    }
+
+
+def _ops_paths() -> dict[str, Any]:
+    """Models, rollouts and probes."""
+    return {
+        "/v1/models": {"get": {"summary": "The served model", "responses": _ok(_ref("ListModelsResponse"))}},
+        "/v1/rollouts": {"get": {"summary": "Rollout store counters", "responses": _ok({"type": "object"})}},
+        "/v1/rollouts/{rollout_id}": {
+            "get": {"summary": "Export a rollout's exact trajectory", "parameters": _ROLLOUT,
+                    "responses": _ok({"type": "object"})},
+            "delete": {"summary": "Free a rollout", "parameters": _ROLLOUT, "responses": _ok({"type": "object"})}},
+        "/health": {"get": {"summary": "Replica states", "responses": _ok({"type": "object"})}},
+        "/ready": {"get": {"summary": "Readiness probe", "responses": _ok({"type": "object"})}},
+        "/live": {"get": {"summary": "Liveness probe", "responses": _ok({"type": "object"})}},
+    }
 
 async def openapi_endpoint(request: Request) -> Response:
     return JSONResponse(description())
