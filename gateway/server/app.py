@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from gateway.adapters import reasoning_blob
 from gateway.adapters.codex_catalog import codex_model_info
@@ -148,6 +149,30 @@ async def ready(request: Request) -> Response:
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
+    handlers = {APIError: api_error_handler, HTTPException: http_error_handler}
+    drain = Drain(settings.drain_timeout)
+    admission = Admission(settings.max_concurrent_requests, settings.max_queued_requests)
+    keys, tenant_limits = KeyRing.load(settings), TenantLimits.load(settings)
+    warn_if_open(keys, settings.host)
+    if settings.server_dev_mode and not keys.enabled:
+        log.warning("--server-dev-mode without API keys: anyone who reaches the gateway may pause every replica and "
+                    "load weights into it (set --admin-key)")
+    app = Starlette(routes=_routes(), exception_handlers=handlers, lifespan=_lifespan(settings, runtime),
+                    middleware=[Middleware(AuthMiddleware, keys=keys),  # refused before anything else is taken
+                                Middleware(DrainMiddleware, drain=drain)])
+    app.state.settings = settings
+    app.state.drain = drain
+    app.state.admission = admission  # the exchange's gate takes every generation's slot from it
+    reasoning_blob.use_secret(settings.reasoning_secret)
+    app.state.ws_connections = 0  # open WebSocket connections, against settings.max_websocket_connections
+    app.state.metrics = tenant_limits.metrics = Metrics(app.state)
+    app.state.tenant_limits = tenant_limits
+    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: drain refusals are counted too
+    return app
+
+
+def _lifespan(settings: Settings, runtime: Runtime | None) -> Callable[[Starlette], AbstractAsyncContextManager[None]]:
+    """Start the runtime (pool, fleet, traces) with the app; close it all on shutdown."""
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.runtime = runtime or build_runtime(settings, app.state.metrics.store)
@@ -170,7 +195,12 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
             if traces:
                 stop_tracing()  # the spans still buffered are exported
 
-    routes = [
+    return lifespan
+
+
+def _routes() -> list[BaseRoute]:
+    """Every path the gateway serves (tests/server/test_gate.py enumerates the generating ones)."""
+    return [
         Route("/v1/responses", create_response, methods=["POST"]),
         Route("/v1/responses/compact", compact_response, methods=["POST"]),
         Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
@@ -209,23 +239,3 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         Route("/status.js", status_script, methods=["GET"]),
         Route("/status.json", status_json, methods=["GET"]),
     ]
-    handlers = {APIError: api_error_handler, HTTPException: http_error_handler}
-    drain = Drain(settings.drain_timeout)
-    admission = Admission(settings.max_concurrent_requests, settings.max_queued_requests)
-    keys, tenant_limits = KeyRing.load(settings), TenantLimits.load(settings)
-    warn_if_open(keys, settings.host)
-    if settings.server_dev_mode and not keys.enabled:
-        log.warning("--server-dev-mode without API keys: anyone who reaches the gateway may pause every replica and "
-                    "load weights into it (set --admin-key)")
-    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan,
-                    middleware=[Middleware(AuthMiddleware, keys=keys),  # refused before anything else is taken
-                                Middleware(DrainMiddleware, drain=drain)])
-    app.state.settings = settings
-    app.state.drain = drain
-    app.state.admission = admission  # the exchange's gate takes every generation's slot from it
-    reasoning_blob.use_secret(settings.reasoning_secret)
-    app.state.ws_connections = 0  # open WebSocket connections, against settings.max_websocket_connections
-    app.state.metrics = tenant_limits.metrics = Metrics(app.state)
-    app.state.tenant_limits = tenant_limits
-    app.add_middleware(ObserveMiddleware, metrics=app.state.metrics)  # outermost: drain refusals are counted too
-    return app
