@@ -7,7 +7,8 @@ environment: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL / OTEL_EXPORTER_OTLP_PROTOCOL (`
 the default, or `grpc`), …_HEADERS, …_TIMEOUT, …_COMPRESSION, …_CERTIFICATE, OTEL_SERVICE_NAME
 (default `vllm-gateway`), OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER / _ARG, OTEL_BSP_*,
 OTEL_PROPAGATORS; OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turn them off.
-Spans are exported in batches from the SDK's own thread, never on the event loop.
+Spans are exported in batches from the SDK's own thread, never on the event loop, encoded by
+gateway/server/otlp.py (the same OTLP message as the exporters' own encoder, a few times faster).
 """
 
 from __future__ import annotations
@@ -59,13 +60,11 @@ def start(settings: Settings) -> bool:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    if protocol() == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
+    from gateway.server import otlp
+
     # An explicit endpoint is used as given; the generic one is left to the exporter (it adds the path).
     explicit = settings.otlp_traces_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    exporter = OTLPSpanExporter(endpoint=explicit) if explicit else OTLPSpanExporter()
+    exporter = otlp.span_exporter(protocol(), explicit)
     resource = Resource.create()
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
