@@ -8,7 +8,9 @@ prompt's ids (for routing and the rollout), and its own fields, which it takes o
 forwarding — `rollout_id` names the rollout the call is recorded in (else the `X-Session-ID`
 header, SkyRL's); the body's `session_id` is its session key, which (after the rollout) routes
 the call to the replica holding its cache. The turn is prepared as every API's
-(gateway/pipeline/session.py `prepare`).
+(gateway/pipeline/session.py `prepare`). `partial_rollout` asks for (true) or declines (false)
+the resumption of a generation the fleet's abort pause cuts (gateway/pipeline/partial_rollout.py;
+`--partial-rollouts` makes it the default).
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from gateway.adapters.validation import expect
 from gateway.core.errors import APIError, invalid_request
 from gateway.core.push import Hold, Sink
 from gateway.pipeline.exchange import Quiet
+from gateway.pipeline.partial_rollout import refusal
 from gateway.pipeline.token_turn import COMPLETIONS, GENERATE
 from gateway.pipeline.turn import Turn
 
-__all__ = ["BodyWriter", "EventsWriter", "TokenInRequest", "parse_token_in"]
+__all__ = ["BodyWriter", "EventsWriter", "TokenInRequest", "parse_token_in", "resumable"]
 
-_GATEWAY_FIELDS = ("rollout_id",)
+_GATEWAY_FIELDS = ("rollout_id", "partial_rollout")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,7 @@ class TokenInRequest:
     prompt_ids: list[int] | None  # the prompt, when it is one list of ids
     rollout_id: str | None
     session_key: str | None  # the body's `session_id`: same session, same replica
+    partial_rollout: bool | None = None  # the client's opt-in (True), opt-out (False), or the gateway's default
 
 
 def parse_token_in(body: Any, path: str, *, model: str, session: str | None) -> TokenInRequest:
@@ -54,7 +58,28 @@ def parse_token_in(body: Any, path: str, *, model: str, session: str | None) -> 
                               param="prompt", code="invalid_value")
     forward = {key: value for key, value in body.items() if key not in _GATEWAY_FIELDS}
     return TokenInRequest(body=forward, model=name, stream=body.get("stream") is True, prompt_ids=prompt_ids,
-                          rollout_id=rollout_id, session_key=expect(body.get("session_id"), str, "session_id"))
+                          rollout_id=rollout_id, session_key=expect(body.get("session_id"), str, "session_id"),
+                          partial_rollout=expect(body.get("partial_rollout"), bool, "partial_rollout"))
+
+def resumable(request: TokenInRequest, path: str, *, default: bool) -> bool:
+    """Whether a generation the fleet's abort pause cuts is resumed (`default`: --partial-rollouts).
+    Asked for and impossible to do exactly: a 400 saying why; only defaulted to: vLLM's abort."""
+    asked = request.partial_rollout
+    if asked is False or (asked is None and not default):
+        return False
+    if path != GENERATE:
+        why: tuple[str, str] | None = ("partial_rollout", (f"it is served on {GENERATE} only ({path} answers "
+                                                           "text, whose detokenization cannot be spliced exactly)"))
+    else:
+        why = refusal(request.body) if request.prompt_ids is not None else ("token_ids", "the prompt is not token ids")
+    if why is None:
+        return True
+    if asked:
+        param, reason = why
+        raise invalid_request(f"This generation cannot be resumed exactly after an abort pause "
+                              f"('partial_rollout': true): '{param}': {reason}.", param=param,
+                              code="partial_rollout_unsupported")
+    return False
 
 
 class EventsWriter:

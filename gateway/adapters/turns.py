@@ -15,7 +15,7 @@ from typing import Any
 from gateway.adapters.anthropic_input import MessagesRequest
 from gateway.adapters.chat_input import ChatRequest
 from gateway.adapters.rollout_fields import rollout_call
-from gateway.adapters.token_in import TokenInRequest
+from gateway.adapters.token_in import TokenInRequest, resumable
 from gateway.adapters.validation import check_model
 from gateway.core.conversation import Conversation
 from gateway.core.sampling import SamplingOptions
@@ -50,9 +50,10 @@ async def token_in_turn(runtime: Runtime, parsed: TokenInRequest, path: str) -> 
     """A token-in call's turn (`path`: /v1/completions or /inference/v1/generate): passed through,
     routed and recorded as every turn."""
     adapter = check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
+    resume = resumable(parsed, path, default=runtime.partial_rollouts)
     rollout = rollout_call({"rollout_id": parsed.rollout_id}) if parsed.rollout_id else None
     request = TurnRequest(Conversation(items=[]), SamplingOptions(), session_key=parsed.session_key, adapter=adapter,
-                          token_in=TokenIn(path, parsed.body, parsed.prompt_ids))
+                          token_in=TokenIn(path, parsed.body, parsed.prompt_ids, resumable=resume))
     return await exchange.prepare(runtime, request, rollout)
 
 

@@ -86,6 +86,7 @@ class Settings:
     control_timeout: float = 300.0  # seconds a replica may take to answer one control call
     update_barrier_timeout: float = 120.0  # seconds a new generation waits for a paused fleet to resume
     cache_salt_by_weight_version: bool = False  # a generation without cache_salt gets its replica's weight version
+    partial_rollouts: bool = False  # generate calls an abort pause cuts are resumed after /resume (when exact)
 
     @property
     def model_name(self) -> str:

@@ -244,6 +244,10 @@ def _control_flags(parser: argparse.ArgumentParser) -> None:
                          default=_env("cache_salt_by_weight_version") == "1",
                          help="a generation without a cache_salt gets its replica's weight version as one: no prompt "
                               "reuses KV blocks of earlier weights")
+    control.add_argument("--partial-rollouts", action="store_true", default=_env("partial_rollouts") == "1",
+                         help="a /inference/v1/generate call that an abort pause cuts is resumed after /resume from its "
+                              "prompt plus its tokens so far, one answer to the client (when that is exact; a request's "
+                              "partial_rollout field overrides)")
     control.add_argument("--update-barrier-timeout", type=float, default=_env("update_barrier_timeout", "120"),
                          help="seconds a new generation waits while the fleet is paused before a 503 fleet_paused")
 
@@ -333,6 +337,7 @@ def settings_from_args(args: argparse.Namespace, *, model: str, upstreams: list[
         otlp_traces_capture_content=args.otlp_traces_capture_content,
         server_dev_mode=args.server_dev_mode, control_timeout=args.control_timeout,
         update_barrier_timeout=args.update_barrier_timeout, cache_salt_by_weight_version=args.cache_salt_by_weight_version,
+        partial_rollouts=args.partial_rollouts,
     )
 
 

@@ -67,6 +67,9 @@ class TokenIn:
     path: str
     body: dict[str, Any]  # as it goes to the replica (less the gateway's own fields)
     prompt_ids: Sequence[int] | None  # its prompt when it is ids (text is tokenized by the replica)
+    # Resumed after the fleet's abort pause, spliced into one answer (a partial rollout: the
+    # adapter checked that it can be done exactly; gateway/pipeline/partial_rollout.py).
+    resumable: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,9 @@ class Runtime:
     # --cache-salt-by-weight-version: a generation without a `cache_salt` gets its replica's weight version
     # as one, so no prompt reuses KV blocks computed by earlier weights (prime-rl's and SkyRL's practice).
     salt_by_version: bool = False
+    # --partial-rollouts: a generate call the fleet's abort pause cuts is resumed after the resume
+    # when that can be done exactly (gateway/pipeline/partial_rollout.py); a request may say otherwise.
+    partial_rollouts: bool = False
 
     @property
     def stop_token_ids(self) -> list[int]:

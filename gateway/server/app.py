@@ -99,6 +99,7 @@ def build_runtime(settings: Settings, observer: StoreObserver | None = None) -> 
                                 load_factor=settings.routing_load_factor, kv_events=settings.kv_events,
                                 metrics_interval=settings.replica_metrics_interval)),
         tokens_as_ids=settings.return_tokens_as_token_ids, salt_by_version=settings.cache_salt_by_weight_version,
+        partial_rollouts=settings.partial_rollouts,
         tool_grammars=settings.tool_grammars,
         store=open_store(settings.state_url, sessions, responses, rollouts, observer=observer,
                          key_prefix=settings.state_key_prefix),

@@ -8,7 +8,9 @@ from the pause until every replica has answered its resume, and then lets them a
 replica gets traffic between its own resume and the fleet's. A wait is bounded (`timeout`),
 then answered 503 `fleet_paused` with Retry-After: a retryable error, not a hung client.
 Generations already on a replica are not held here: a `keep` pause freezes them in vLLM, and
-they go on after the resume.
+they go on after the resume; an `abort` pause ends them, and `aborts` counts such pauses, so a
+generation that ended with "abort" knows whether the fleet cut it (to be resumed:
+gateway/pipeline/partial_rollout.py) or something else did.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class Barrier:
         self.timeout = timeout
         self.reason: str | None = None  # why it is closed ("paused", "sleeping"); None: open
         self.waiting = 0  # generations held now
+        self.aborts = 0  # pauses (and sleeps) so far that ended the generations running on the replicas
         self._opened = asyncio.Event()
         self._opened.set()
 
@@ -34,8 +37,10 @@ class Barrier:
     def closed(self) -> bool:
         return self.reason is not None
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, *, aborting: bool = False) -> None:
+        """`aborting`: the replicas end what they are running (vLLM's `mode=abort`)."""
         self.reason = reason
+        self.aborts += aborting
         self._opened.clear()
 
     def open(self) -> None:

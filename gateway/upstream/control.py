@@ -130,7 +130,7 @@ class Fleet:
     async def pause(self, params: dict[str, str]) -> dict[str, Any]:
         """vLLM's `/pause` on every replica; new generations wait at the barrier from now until
         `resume`. `abort`/`wait` with `clear_cache` (vLLM's default) empty the replicas' caches."""
-        self.pool.barrier.close("paused")
+        self.pool.barrier.close("paused", aborting=params.get("mode", "abort") == "abort")
         answers = await self.call("POST", "/pause", params=params, retry=True)
         if params.get("mode", "abort") != "keep" and params.get("clear_cache", "true").lower() != "false":
             self._cleared([a for a in answers if a.ok])
@@ -152,7 +152,7 @@ class Fleet:
 
     async def sleep(self, params: dict[str, str]) -> dict[str, Any]:
         """vLLM's `/sleep?level=`: the barrier closes; level 1 and 2 drop the replicas' KV caches."""
-        self.pool.barrier.close("sleeping")
+        self.pool.barrier.close("sleeping", aborting=params.get("mode", "abort") == "abort")
         answers = await self.call("POST", "/sleep", params=params)
         if params.get("level", "1") != "0":
             self._cleared([a for a in answers if a.ok])
@@ -203,7 +203,9 @@ class Fleet:
     async def abort_requests(self, path: str, request_ids: Sequence[str]) -> dict[str, Any]:
         """`/abort_requests` (or generate's `/inference/v1/abort_requests`): each id to the replica
         whose stream carries it, an id the gateway does not know to every replica, none: all of
-        everything. Ids may be the gateway's (`gw-…`) or the engine's (`generate-tokens-gw-…`)."""
+        everything. Ids may be the gateway's (`gw-…`) or the engine's (`generate-tokens-gw-…`).
+        A generation aborted so is `cancelled`: not resumed as a partial rollout."""
+        self._cancel(request_ids)
         if not request_ids:
             answers = await self.call("POST", path, body={"request_ids": []})
             self.ensure("abort_requests", answers)
@@ -218,6 +220,13 @@ class Fleet:
                                          for r, ids in by_replica.items()))
         self.ensure("abort_requests", answers)
         return {"status": "aborted", "aborted": len(request_ids)}
+
+    def _cancel(self, request_ids: Sequence[str]) -> None:
+        wanted = {_gateway_id(request_id) for request_id in request_ids}
+        for replica in self.members:
+            for stream in replica.streams:
+                if not wanted or stream.request_id in wanted:
+                    stream.cancelled = True
 
     # --- weights ---------------------------------------------------------------------------
 

@@ -63,6 +63,7 @@ class UpstreamStream:
         self.request_id = request_id
         self.mode = mode
         self.status: int | None = None
+        self.cancelled = False  # aborted by name (the fleet's /abort_requests): not to be resumed
         self.connection: Connection | None = None  # None once the response ended or was dropped
         self._answer: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
         self._error_body: list[bytes] = []  # a non-200 answer's body

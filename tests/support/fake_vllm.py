@@ -49,7 +49,8 @@ class Script:
     `drop_after` cuts the connection after that many chunks, as a replica that died would.
     `header_delay` waits that long before answering at all (a replica stalled before its headers);
     `headers_until` then holds the answer until the test sets the event;
-    `stall_after` stops sending after that many chunks until the client leaves (stalled mid-stream);
+    `stall_after` stops sending after that many chunks until the client leaves (stalled mid-stream),
+    or with `stall_until` until the test sets that event (a generation the test cuts at a known token);
     `malformed_after` sends a payload that is not JSON after that many chunks.
     """
 
@@ -69,6 +70,7 @@ class Script:
     header_delay: float = 0.0
     headers_until: threading.Event | None = None
     stall_after: int | None = None
+    stall_until: threading.Event | None = None
     malformed_after: int | None = None
 
 
@@ -306,7 +308,9 @@ class FakeVLLM:
                     raise ConnectionDropped  # uvicorn closes the socket mid-body
                 if index == script.malformed_after:
                     yield b"data: {not json\n\n"
-                if index == script.stall_after:
+                if index == script.stall_after and script.stall_until is not None:
+                    await asyncio.to_thread(script.stall_until.wait, 60)
+                elif index == script.stall_after:
                     await asyncio.Event().wait()  # until the client disconnects and Starlette cancels us
                 if index and script.delay:
                     await asyncio.sleep(script.delay)
