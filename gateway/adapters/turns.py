@@ -31,10 +31,11 @@ async def chat_turns(runtime: Runtime, body: dict[str, Any], parsed: ChatRequest
     """A Chat Completions request's `n` turns (one prompt; with a `rollout_id`, each sample in its
     own branch of the rollout)."""
     adapter = check_model(runtime.model_name, parsed.model, runtime.pool.adapters)
+    rollout = rollout_call(body)
     request = TurnRequest(parsed.conversation, parsed.sampling, session_key=parsed.prompt_cache_key,
                           client_prefix=parsed.client_prefix, adapter=adapter,
                           spans=parsed.stream and (parsed.logprobs or parsed.return_token_ids))  # per chunk
-    return await exchange.prepare_samples(runtime, request, rollout_call(body), n=parsed.n)
+    return await exchange.prepare_samples(runtime, request, rollout, n=parsed.n)
 
 
 async def message_turn(runtime: Runtime, parsed: MessagesRequest) -> Turn:

@@ -145,3 +145,26 @@ def test_a_client_that_leaves_aborts_the_generation(stack, fake, tokenizer):
 def test_another_model_is_a_404(stack, fake):
     response = httpx.post(stack.url + COMPLETIONS, json={"model": "other", "prompt": [1, 2]}, timeout=30)
     assert response.status_code == 404 and response.json()["error"]["param"] == "model"
+
+
+def test_a_token_in_session_and_a_chat_session_of_one_key_share_a_replica(stack, fake, tokenizer):
+    """Token-in is prepared as every API's turn: its `session_id` is the session key a Chat call's
+    `prompt_cache_key` is, so the same key lands on the same replica whichever API sends it."""
+    generated = [*ids(tokenizer, "ok"), IM_END]
+    homes = set()
+    for i in range(8):
+        key = f"shared-session-{i}"
+        for each in stack.fakes:
+            each.queue(Script(generated), Script(generated))
+        httpx.post(stack.url + COMPLETIONS, timeout=30, json={**trl_payload(ids(tokenizer, f"{i}+{i}=")),
+                                                                "session_id": key}).raise_for_status()
+        token_in = next(each for each in stack.fakes if each.requests and each.requests[-1].path == COMPLETIONS)
+        httpx.post(stack.url + "/v1/chat/completions", timeout=30, json={
+            "model": "tiny-qwen3", "messages": [{"role": "user", "content": f"{i} and {i}?"}], "max_tokens": 4,
+            "prompt_cache_key": key}).raise_for_status()
+        chat = next(each for each in stack.fakes if each.requests and each.requests[-1].path != COMPLETIONS)
+        assert chat is token_in, key
+        homes.add(chat.url)
+        for each in stack.fakes:
+            each.reset()
+    assert len(homes) == 2  # the keys spread over both replicas: agreeing is not an accident of one home
