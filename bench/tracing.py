@@ -1,17 +1,19 @@
 """What traces cost the gateway: CPU per request and per token, traces off against on.
 
-`python -m bench.tracing [--pairs 4] [--requests 300]`: a fresh gateway per side and per
-stream length, pinned to its own core, serves sequential streamed Responses requests from the
-instant token server (16-token and 1,016-token answers); its CPU time over the timed requests
-(after a warm-up) divided by their count is the CPU per request, and the difference between
-the long and the short answers' per 1,000 tokens the CPU per token. "On" exports every span by
-OTLP/HTTP to a sink in this process (`--otlp-traces-endpoint`: the SDK's batch exporter runs in
-the gateway, so its cost is counted); the sink counts the spans it got. `--ratio R` adds a
-third side: on, with OTEL_TRACES_SAMPLER=traceidratio (a fraction R of the requests traced);
-`--before DIR` another: the gateway from DIR, a checkout of the code before traces existed
-(`git archive COMMIT | tar -x -C DIR`), to hold "off" against it.
-Sides are interleaved (off, on, …, then the reverse order) so the shared machine's drift hits
-them alike; every run is printed.
+`python -m bench.tracing [--rounds 5] [--requests 600]`: each round starts a gateway per side,
+all pinned to one core, in front of the instant token server (16-token answers); they serve
+sequential streamed Responses requests in blocks taken in turn (the order reversed every block,
+and every round), so the shared machine's drift hits every side alike. A gateway's CPU time
+(its /proc stat: every thread, the batch exporter's included) from a settled start to a settled
+end (EXPORT_DELAY_MS) over its requests is its CPU per request; the same again against
+1,016-token answers gives the CPU per token (the difference per 1,000 tokens). "On" exports
+every span by OTLP/HTTP to a sink in this process (`--otlp-traces-endpoint`); the sink counts
+the spans it got. Reported per side: min / median / max over the rounds, and each round's
+traced side over its own "off" side. `--ratio R` adds a side: on, with
+OTEL_TRACES_SAMPLER=traceidratio (a fraction R of the requests traced); `--old DIR` one: the
+gateway from DIR (`git archive COMMIT | tar -x -C DIR`), traced, to hold a change against
+the code before it; `--before DIR` one: the gateway from DIR without traces (a checkout from
+before traces existed, to hold "off" against it).
 
 `--profile FILE`: py-spy (`pip install py-spy`) samples each "on" gateway over its timed short
 requests; the stacks are written to FILE (py-spy's raw format, merged over the runs) and the
@@ -32,7 +34,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -80,20 +82,69 @@ EXPORT_DELAY_MS = 500
 SETTLE_S = 3 * EXPORT_DELAY_MS / 1000
 
 
-def _cpu_ms_per_request(upstream: procs.Process, body: str, requests: int, extra: list[str],
-                        profile: Path | None = None) -> tuple[float, float]:
-    """(gateway CPU ms per request, output tokens per request) over `requests` after a warm-up;
-    `profile`: py-spy's stacks of the gateway over them are appended there."""
+@contextmanager
+def _gateways(states: list[str], upstream: procs.Process, sink: dict[str, Any], ratio: float,
+              code: dict[str, Path]) -> Iterator[dict[str, procs.Process]]:
+    """A gateway per side, all up at once: "off", "on" (every request traced), "sampled" (a
+    `ratio` of them), "old" (traced, the code from code["old"]), "before" (the code from
+    code["before"], no traces)."""
     model = qwen()
-    with procs.gateway(upstream.url, str(model.model_dir), model.chat_format, extra=extra) as gateway:
-        _measure(gateway.port, "/v1/responses", body, GATEWAY_MARKER, max(5, requests // 10), 100_000, "words")
+    with ExitStack() as stack:
+        gateways = {}
+        for state in states:
+            traced = state in ("on", "sampled", "old")
+            extra = ["--otlp-traces-endpoint", sink["endpoint"]] if traced else []
+            env = {"OTEL_BSP_SCHEDULE_DELAY": str(EXPORT_DELAY_MS)}
+            if state == "sampled":
+                env |= {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(ratio)}
+            saved, root = {key: os.environ.get(key) for key in env}, procs.ROOT
+            os.environ.update(env)  # the gateway inherits it
+            procs.ROOT = code.get(state, root)  # the gateway process runs that checkout (its cwd and PYTHONPATH)
+            try:
+                gateways[state] = stack.enter_context(
+                    procs.gateway(upstream.url, str(model.model_dir), model.chat_format, extra=extra))
+            finally:
+                procs.ROOT = root
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+        yield gateways
+
+
+def _round(states: list[str], upstream: procs.Process, requests: int, blocks: int, sink: dict[str, Any],
+           ratio: float, code: dict[str, Path], profile: Path | None = None) -> dict[str, tuple[float, float]]:
+    """Side → (gateway CPU ms per request, output tokens per request): the sides' gateways serve
+    `requests` each in `blocks` taken in turn (the order reversed every block), so the shared
+    machine's drift hits them alike; each one's CPU is read from a settled start to a settled end.
+    `profile`: py-spy's stacks of the "on" (and "old") gateway over it are appended there
+    (`_profile_of`)."""
+    model = qwen()
+    body, _ = _bodies(str(model.model_dir), model.name, tagged=True)
+    done: dict[str, list[dict]] = {state: [] for state in states}
+    with _gateways(states, upstream, sink, ratio, code) as gateways:
+        for gateway in gateways.values():
+            _measure(gateway.port, "/v1/responses", body, GATEWAY_MARKER, max(5, requests // 10), 100_000, "words")
         time.sleep(SETTLE_S)
-        with _sampled(gateway.pid, profile):
-            before = gateway.cpu_seconds()
-            done = _measure(gateway.port, "/v1/responses", body, GATEWAY_MARKER, requests, 200_000, "words")
+        with ExitStack() as sampling:
+            for state in ("on", "old"):
+                if profile is not None and state in gateways:
+                    sampling.enter_context(_sampled(gateways[state].pid, _profile_of(profile, state)))
+            before = {state: gateway.cpu_seconds() for state, gateway in gateways.items()}
+            for block in range(blocks):
+                for state in (states if block % 2 == 0 else states[::-1]):
+                    done[state] += _measure(gateways[state].port, "/v1/responses", body, GATEWAY_MARKER,
+                                            requests // blocks, 200_000 + block * requests, "words")
             time.sleep(SETTLE_S)
-            cpu = gateway.cpu_seconds() - before
-    return cpu * 1000 / len(done), statistics.mean(r["tokens"] for r in done)
+            cpu = {state: gateway.cpu_seconds() - before[state] for state, gateway in gateways.items()}
+    return {state: (cpu[state] * 1000 / len(done[state]), statistics.mean(r["tokens"] for r in done[state]))
+            for state in states}
+
+
+def _profile_of(profile: Path, state: str) -> Path:
+    """Where the stacks of `state`'s gateway go: "on" in `profile`, another beside it."""
+    return profile if state == "on" else profile.with_name(f"{profile.stem}-{state}{profile.suffix}")
 
 
 @contextmanager
@@ -136,59 +187,41 @@ def profile_summary(profile: Path, top: int = 12) -> dict[str, Any]:
             "by_entry": [(entry, round(n / total, 3)) for entry, n in by_entry.most_common(top)]}
 
 
-def side(state: str, ratio: float, short: procs.Process, long: procs.Process, sink: dict[str, Any],
-         requests: int, profile: Path | None = None) -> dict:
-    """One run of `state`: "off", "on" (every request traced) or "sampled" (a `ratio` of them)."""
-    extra = ["--otlp-traces-endpoint", sink["endpoint"]] if state in ("on", "sampled") else []
-    sampler = {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(ratio)} if state == "sampled" else {}
-    sampler["OTEL_BSP_SCHEDULE_DELAY"] = str(EXPORT_DELAY_MS)
-    saved = {key: os.environ.get(key) for key in sampler}
-    os.environ.update(sampler)  # the gateway inherits it
-    root = procs.ROOT
-    if state == "before":
-        procs.ROOT = BEFORE  # the gateway process runs that checkout (its cwd and PYTHONPATH)
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"min": round(min(values), 4), "median": round(statistics.median(values), 4), "max": round(max(values), 4)}
+
+
+def run(rounds: int, requests: int, ratio: float | None, before: Path | None = None, old: Path | None = None,
+        profile: Path | None = None, blocks: int = 6) -> dict[str, Any]:
+    """`rounds` rounds, each a fresh gateway per side for short answers (CPU per request) and
+    another for long ones (CPU per token: the difference per 1,000 tokens)."""
     model = qwen()
-    body, _ = _bodies(str(model.model_dir), model.name, tagged=True)
-    spans = sink["spans"]
-    try:
-        short_ms, short_tokens = _cpu_ms_per_request(short, body, requests, extra, profile if state == "on" else None)
-        long_ms, long_tokens = _cpu_ms_per_request(long, body, max(20, requests // 5), extra)
-    finally:
-        procs.ROOT = root
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return {"traces": state, "cpu_ms_per_request": round(short_ms, 3),
-            "cpu_us_per_token": round((long_ms - short_ms) * 1000 / (long_tokens - short_tokens), 2),
-            "tokens": [short_tokens, long_tokens], "spans_exported": sink["spans"] - spans}
-
-
-BEFORE = Path()
-
-
-def run(pairs: int, requests: int, ratio: float | None, before: Path | None = None,
-        profile: Path | None = None) -> dict[str, Any]:
-    global BEFORE
-    model = qwen()
-    states = (["before"] if before else []) + ["off", "on"] + (["sampled"] if ratio is not None else [])
-    BEFORE = before or Path()
+    states = ["off", "on"] + (["old"] if old else []) + (["sampled"] if ratio is not None else []) \
+        + (["before"] if before else [])
+    code = {state: path for state, path in (("old", old), ("before", before)) if path is not None}
     rows = []
     with procs.token_server(model.name, model.output(SHORT - 1)) as short, \
             procs.token_server(model.name, model.output(LONG - 1)) as long, otlp_sink() as sink:
-        for i in range(pairs):
-            for state in (states if i % 2 == 0 else states[::-1]):
-                rows.append(side(state, ratio or 0.0, short, long, sink, requests, profile))
-                print(json.dumps(rows[-1]), flush=True)
-    summary = {}
+        for i in range(rounds):
+            order = states if i % 2 == 0 else states[::-1]
+            spans = sink["spans"]
+            shorts = _round(order, short, requests, blocks, sink, ratio or 0.0, code, profile)
+            longs = _round(order, long, max(20, requests // 5), max(2, blocks // 2), sink, ratio or 0.0, code)
+            row: dict[str, Any] = {"round": i, "spans_exported": sink["spans"] - spans}
+            for state in states:
+                (short_ms, short_tokens), (long_ms, long_tokens) = shorts[state], longs[state]
+                row[state] = {"cpu_ms_per_request": round(short_ms, 4),
+                              "cpu_us_per_token": round((long_ms - short_ms) * 1000 / (long_tokens - short_tokens), 3)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    summary: dict[str, Any] = {}
     for state in states:
-        mine = [r for r in rows if r["traces"] == state]
-        summary[state] = {key: {"median": statistics.median(r[key] for r in mine),
-                                "all": [r[key] for r in mine]}
-                          for key in ("cpu_ms_per_request", "cpu_us_per_token")}
-    return {"machine": machine.describe(), "pairs": pairs, "requests": requests, "ratio": ratio, "rows": rows,
-            "summary": summary}
+        summary[state] = {key: _spread([r[state][key] for r in rows]) for key in ("cpu_ms_per_request", "cpu_us_per_token")}
+        if state != "off":  # the round's own off side is its baseline
+            summary[state]["cpu_per_request_vs_off"] = _spread(
+                [r[state]["cpu_ms_per_request"] / r["off"]["cpu_ms_per_request"] for r in rows])
+    return {"machine": machine.describe(), "rounds": rounds, "requests": requests, "blocks": blocks, "ratio": ratio,
+            "rows": rows, "summary": summary}
 
 
 def span_cost(iterations: int = 2000) -> dict[str, float]:
@@ -244,21 +277,25 @@ def span_cost(iterations: int = 2000) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.tracing", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=4)
-    parser.add_argument("--requests", type=int, default=300, help="short requests per side (long: a fifth)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=600, help="short requests per side and round (long: a fifth)")
     parser.add_argument("--ratio", type=float, help="also measure traces on with this fraction sampled")
     parser.add_argument("--spans-only", action="store_true", help="only the spans' own CPU per request, in process")
     parser.add_argument("--before", type=Path, help="a checkout of the code before traces, measured as a side too")
+    parser.add_argument("--old", type=Path, help="an earlier checkout, measured traced as a side too")
     parser.add_argument("--profile", type=Path, help="py-spy's stacks of the traced gateways, written here")
     args = parser.parse_args()
     if args.spans_only:
         print(json.dumps([span_cost() for _ in range(5)]))
         return
     if args.profile is not None:
-        args.profile.write_text("")
-    print(json.dumps(run(args.pairs, args.requests, args.ratio, args.before, args.profile)["summary"], indent=1))
+        for state in ("on", "old"):
+            _profile_of(args.profile, state).write_text("")
+    result = run(args.rounds, args.requests, args.ratio, args.before, args.old, args.profile)
+    print(json.dumps({key: result[key] for key in ("machine", "summary")}, indent=1))
     if args.profile is not None:
-        print(json.dumps(profile_summary(args.profile), indent=1))
+        print(json.dumps({state: profile_summary(_profile_of(args.profile, state))
+                          for state in ("on", "old") if _profile_of(args.profile, state).stat().st_size}, indent=1))
 
 
 if __name__ == "__main__":
