@@ -460,6 +460,29 @@ def test_an_adapter_on_the_rendered_apis_goes_to_its_holders_as_its_own_model(tw
     assert sum(two.runtime.pool.adapter_users.values()) == 0  # every turn let go of the adapter
 
 
+def test_tokenize_and_detokenize_take_a_loaded_adapters_name_as_vllm_does(two):
+    """vLLM's /tokenize and /detokenize accept a LoRA adapter's name as `model` and answer with the
+    base model's tokenizer (an adapter has no tokenizer of its own): so does the gateway, for text
+    (a replica tokenizes it under the base model's name), a conversation and ids; a name that is
+    neither the base model nor a loaded adapter is still 404."""
+    assert post(two, "/v1/load_lora_adapter", {"lora_name": "policy@step-3", "lora_path": "/ckpt/l"}).is_success
+    messages = [{"role": "user", "content": "hi"}]
+    bodies = {"/tokenize": [{"prompt": "Hello world"}, {"messages": messages}], "/detokenize": [{"tokens": [9707, 1879]}]}
+    for path, cases in bodies.items():
+        for body in cases:
+            base = post(two, path, {"model": "tiny-qwen3", **body})
+            adapter = post(two, path, {"model": "policy@step-3", **body})
+            assert base.status_code == adapter.status_code == 200, adapter.text
+            assert adapter.json() == base.json(), (path, body)
+            unknown = post(two, path, {"model": "policy@step-9", **body})
+            assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+            assert "policy@step-3" in unknown.json()["error"]["message"]
+    assert post(two, "/detokenize", {"model": "policy@step-3", "tokens": [9707, 1879]}).json() == \
+        {"prompt": "Hello world"}
+    sent = [body for replica in two.replicas for body in replica.bodies("/tokenize")]
+    assert [body["model"] for body in sent] == ["tiny-qwen3", "tiny-qwen3"]  # the base model's tokenizer
+
+
 def _sse(text: str) -> list[dict]:
     return [orjson.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
 

@@ -5,6 +5,8 @@ earlier tokens spliced in, or the prompt of the call that just generated from it
 client that asks vLLM for "the prompt of my last call" (NeMo-Gym's fallback) gets the ids the
 model really saw. Plain text (`prompt`) is tokenized by a replica, as vLLM tokenizes it.
 Ids are detokenized by the gateway's own tokenizer, special tokens included (as vLLM's do).
+A loaded LoRA adapter's name is accepted as `model`, as vLLM accepts it: an adapter shares the
+base model's tokenizer and chat template, so the answer is the base model's.
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ async def tokenize(request: Request) -> Response:
     body = await read_json(request, request.app.state.settings.max_body_bytes)
     parsed = parse_tokenize(body, runtime.model_name)
     if parsed.prompt is not None:
-        check_model(runtime.model_name, body.get("model") or runtime.model_name)
+        check_model(runtime.model_name, body.get("model") or runtime.model_name, runtime.pool.adapters)
         return JSONResponse(await _replica_tokenize(runtime, parsed.prompt))
     chat = parsed.chat
     assert chat is not None
-    check_model(runtime.model_name, chat.model)
+    check_model(runtime.model_name, chat.model, runtime.pool.adapters)
     call = rollout_call({"rollout_id": parsed.rollout_id}) if parsed.rollout_id else None
     rollout = await session.begin_rollout(runtime, call.rollout_id, None) if call is not None else None
     ids = list(await session.prompt_ids(runtime, TurnRequest(
@@ -52,7 +54,7 @@ async def detokenize(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     body = await read_json(request, request.app.state.settings.max_body_bytes)
     tokens = parse_detokenize(body)
-    check_model(runtime.model_name, body.get("model") or runtime.model_name)
+    check_model(runtime.model_name, body.get("model") or runtime.model_name, runtime.pool.adapters)
     return JSONResponse({"prompt": runtime.format.decode(tokens)})
 
 
