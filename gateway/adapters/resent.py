@@ -36,7 +36,7 @@ from gateway.formats.base import Covered
 from gateway.sessions.session_store import ResentPrefix, Session
 from gateway.tokenfix.state import TokenState, context_digest
 
-__all__ = ["Resent", "parse_resent", "resent_key", "resent_prefix"]
+__all__ = ["Resent", "parse_resent", "resent_prefix", "session_key"]
 
 # XXH3-128, not a cryptographic hash: it reads the body's bytes at memory speed (SHA-256 took
 # 0.36 ms of a 634 KB history, which is the growth this module removes). Accidental collisions
@@ -70,15 +70,15 @@ def resent_prefix(raw: bytes, body: dict[str, Any], parsed: ResponsesRequest) ->
                         first_end if taken else 0, field)
 
 
-def resent_key(raw: bytes) -> str | None:
+def session_key(raw: bytes) -> str | None:
     """The `prompt_cache_key` of the body in `raw`, read off its bytes: the session whose
     state `parse_resent` may continue (None: there is none to look up)."""
-    return _cache_key(raw)
+    return _session_key(raw)
 
 
 def parse_resent(raw: bytes, key: str, found: Session, terminators: frozenset[int]) -> Resent | None:
-    """The request in `raw` when it continues `found` (the session under its `prompt_cache_key`,
-    `key`) from the bytes it has in common with the request before; None: parse it the ordinary
+    """The request in `raw` when it continues `found` (the session under its session key `key`,
+    the body's `prompt_cache_key`) from the bytes it has in common with the request before; None: parse it the ordinary
     way. Pure: the caller looked the session up."""
     if found.resent is None:
         return None
@@ -186,7 +186,7 @@ def _items(array_bytes: bytes) -> list[Item]:
     return input_items(validate_items(orjson.loads(array_bytes), "input"), {}, [])
 
 
-def _cache_key(raw: bytes) -> str | None:
+def _session_key(raw: bytes) -> str | None:
     """The body's `prompt_cache_key`, found without parsing the body (it ends Codex's): the
     last such key in the bytes; the parsed body must then agree."""
     at = raw.rfind(b'"prompt_cache_key"')

@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 from gateway.adapters.continuation import parse_continuation, parse_in_conversation
-from gateway.adapters.resent import Resent, parse_resent, resent_key, resent_prefix
+from gateway.adapters.resent import Resent, parse_resent, resent_prefix, session_key
 from gateway.adapters.responses import CompactionEvents, ResponseEvents, new_writer, plan_hosted
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest, parse_request
@@ -94,7 +94,7 @@ def _turn_request(parsed: ResponsesRequest, **sources: Any) -> TurnRequest:
 async def _resent(runtime: Runtime, raw: bytes) -> Resent | None:
     """The body read as continuing its session from the bytes it shares with the one before
     (gateway/adapters/resent.py), or None."""
-    key = resent_key(raw)
+    key = session_key(raw)
     found = await session.recall(runtime, key, count=False) if key is not None else None
     if found is None:
         return None

@@ -294,17 +294,17 @@ async def delete_stored(runtime: Runtime, response_id: str) -> bool:
     return await runtime.store.delete_response(scoped(response_id))
 
 
-async def recall(runtime: Runtime, key: str, *, count: bool = True) -> Session | None:
-    """The session under `key`; `count=False` looks without counting a hit or a miss, refreshing
-    or expiring it (for a look that may be followed by the real one)."""
-    return await runtime.store.session(scoped(key), count=count)
+async def recall(runtime: Runtime, session_key: str, *, count: bool = True) -> Session | None:
+    """The session under `session_key`; `count=False` looks without counting a hit or a miss,
+    refreshing or expiring it (for a look that may be followed by the real one)."""
+    return await runtime.store.session(scoped(session_key), count=count)
 
 
-def confirm(runtime: Runtime, key: str, found: Session) -> bool:
-    """`found`, from a `recall(key, count=False)` with no await since, is the session under `key`:
+def confirm(runtime: Runtime, session_key: str, found: Session) -> bool:
+    """`found`, from a `recall(session_key, count=False)` with no await since, is the session under it:
     counted as a hit and kept fresh. In this process only: the look before asked the shared
     store already (a second round trip would learn nothing new)."""
-    return runtime.store.sessions.get(scoped(key)) is found
+    return runtime.store.sessions.get(scoped(session_key)) is found
 
 
 async def begin_rollout(runtime: Runtime, rollout_id: str, response_mask: list[int] | None) -> Pending:

@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from gateway.adapters.resent import (
     Resent,
     ResentItems,
-    _cache_key,
     _input_span,
+    _session_key,
     parse_resent,
-    resent_key,
     resent_prefix,
+    session_key,
 )
 from gateway.adapters.responses_input import parse_request
 from gateway.core.conversation import Message
@@ -53,7 +53,7 @@ SERIALIZERS: dict[str, Callable[[Any], bytes]] = {
 
 def _parse(raw: bytes, runtime: Runtime) -> Resent | None:
     """`parse_resent` of `raw` against the session its key names, as the builder looks it up."""
-    key = resent_key(raw)
+    key = session_key(raw)
     found = runtime.store.sessions.peek(key) if key is not None else None
     return parse_resent(raw, key, found, runtime.format.turn_terminators) if found is not None else None
 
@@ -295,5 +295,5 @@ def test_input_span(raw, span):
     (b'{"prompt_cache_key":null}', None),
     (b'{"input":"x"}', None),
 ])
-def test_cache_key_is_read_without_parsing_the_body(raw, key):
-    assert _cache_key(raw) == key
+def test_the_session_key_is_read_without_parsing_the_body(raw, key):
+    assert _session_key(raw) == key
