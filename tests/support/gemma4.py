@@ -18,9 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gateway.ops.cache import building, cache_dir
 from gateway.ops.qwen_tokenizer import QWEN_PATTERN
-from tests.support.stand_in_bpe import qwen_ranks_bpe
+from tests.support.stand_in_bpe import built_once, check_ids, qwen_ranks_bpe, save_tokenizer_dir
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "gemma4.jinja"
 INTERLEAVED_TEMPLATE = TEMPLATE.with_name("gemma4-31b-it-interleaved.jinja")
@@ -41,17 +40,11 @@ def control_tokens() -> list[str]:
 
 def gemma4_tokenizer_dir() -> Path:
     """A HF tokenizer dir with Gemma 4's control tokens at their ids and the Gemma 4 template (built once)."""
-    target = cache_dir() / "gemma4-tokenizer-v1"
-    if not (target / "tokenizer.json").is_file():
-        with building(target) as tmp:
-            _build(tmp)
-    return target
+    return built_once("gemma4-tokenizer-v1", _build)
 
 
 def _build(out: Path) -> None:
     from tokenizers import AddedToken, Tokenizer
-    from transformers import PreTrainedTokenizerFast
-
 
     backend = qwen_ranks_bpe("qwen.tiktoken", QWEN_PATTERN, [])
     # Shift the BPE's ids up and put the control tokens in the vocabulary at Gemma's ids: an added
@@ -62,19 +55,9 @@ def _build(out: Path) -> None:
     spec["model"]["vocab"] = vocab
     backend = Tokenizer.from_str(json.dumps(spec))
     backend.add_tokens([AddedToken(t, normalized=False, special=True) for t in control_tokens()])
-    for token, token_id in KNOWN_IDS.items():
-        if backend.token_to_id(token) != token_id:
-            raise RuntimeError(f"{token} got id {backend.token_to_id(token)}, expected {token_id}")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>",
-                                        pad_token="<pad>", unk_token="<unk>", model_max_length=131072,
-                                        clean_up_tokenization_spaces=False, split_special_tokens=False)
-    tokenizer.save_pretrained(str(out))
-    path = out / "tokenizer_config.json"
-    fields = json.loads(path.read_text())
-    fields.update({"add_bos_token": False, "chat_template": TEMPLATE.read_text()})
-    path.write_text(json.dumps(fields, indent=2, ensure_ascii=False) + "\n")
-    (out / "chat_template.jinja").unlink(missing_ok=True)
-    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 2, "eos_token_id": EOS_IDS}) + "\n")
+    check_ids(backend, KNOWN_IDS)
+    save_tokenizer_dir(out, backend, TEMPLATE.read_text(), {"bos_token_id": 2, "eos_token_id": EOS_IDS},
+                       bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
     (out / "config.json").write_text(json.dumps({"model_type": "gemma4", "vocab_size": VOCAB_SIZE}) + "\n")
 
 

