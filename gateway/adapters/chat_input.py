@@ -13,12 +13,10 @@ from gateway.adapters.request_schema import ChatBody, ChatImagePart, ChatMessage
 from gateway.adapters.responses_input import content_part, content_text
 from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.tool_schema import ChatFunctionTool
-from gateway.adapters.validation import expect
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput, with_parts
 from gateway.core.errors import invalid_request
 from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
-from gateway.core.service_tier import served_tier
 from gateway.tokenfix.state import TokenState
 
 __all__ = ["ChatRequest", "parse_chat_request", "unwrap_extra_body"]
@@ -44,68 +42,82 @@ class ChatRequest:
 def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest:
     """`tokens_as_ids`: the server's `--return-tokens-as-token-ids`, for requests that do not say."""
     chat = validate(ChatBody, body)  # every field's type and range: what is read below is checked
-    messages = chat.messages
-    if not messages:
+    if not chat.messages:
         raise invalid_request("'messages' must not be empty.", param="messages", code="empty_input")
     items: list[Item] = []
     names: dict[str, str] = {}
-    # items before it and up to it, message, param
-    last_assistant: tuple[int, int, ChatMessage, str] | None = None
-    for i, message in enumerate(messages):
+    last_assistant: _Placed | None = None
+    for i, message in enumerate(chat.messages):
         start = len(items)
         items.extend(_message(message, f"messages[{i}]", names))
         if message.role == "assistant":
-            last_assistant = (start, len(items), message, f"messages[{i}]")
+            last_assistant = _Placed(start, len(items), message, f"messages[{i}]")
     instructions = None
     if items and isinstance(items[0], Message) and items[0].role in ("system", "developer"):
         instructions = items.pop(0).text
     tools = [function_tool(tool.function) for tool in chat.tools or () if isinstance(tool, ChatFunctionTool)]
     tool_choice, allowed = output_fields.tool_choice(chat.tool_choice)
-    if tool_choice == "none":
-        tools = []
-    n = chat.n or 1
-    max_tokens = chat.max_completion_tokens if chat.max_completion_tokens is not None else chat.max_tokens
-    logprobs, return_token_ids = bool(chat.logprobs), bool(chat.return_token_ids)
-    rollout = chat.rollout_id is not None  # trajectories carry the sampled tokens' logprobs
-    stream_options = chat.stream_options or {}
-    vllm_fields.check_logprobs(body)
-    sampling = parse_sampling(body, max_tokens=max_tokens, logprobs=logprobs or return_token_ids or rollout)
-    sampling.stop = _stop(body.get("stop"))
-    vllm_fields.apply(body, sampling)
-    sampling.tier = served_tier(body.get("service_tier"))
-    sampling.constraint = output_fields.output_constraint(body, tool_choice, allowed,
-                                                          answer_format=body.get("response_format"),
-                                                          answer_param="response_format")
     effort = chat.reasoning_effort
     if effort is None and (chat.chat_template_kwargs or {}).get("enable_thinking") is False:
         effort = "none"  # vLLM's per-request thinking switch, as the reasoning effort that means it
-    conversation = Conversation(items=items, instructions=instructions, tools=tools, tool_choice=tool_choice,
-                                reasoning_effort=effort)
+    conversation = Conversation(items=items, instructions=instructions, tools=tools if tool_choice != "none" else [],
+                                tool_choice=tool_choice, reasoning_effort=effort)
     prefix = None
-    if last_assistant is not None and (last_assistant[2].prompt_token_ids is not None
-                                       or last_assistant[2].generation_token_ids is not None):
-        start, covered, message, param = last_assistant
-        if message is messages[0]:
-            raise invalid_request(f"'{param}.prompt_token_ids': an assistant message's ids are the prompt of the "
-                                  f"history before it and what the model generated from it, but '{param}' has no "
-                                  f"history before it. Put the messages that prompted it first, or send no ids.",
-                                  param=f"{param}.prompt_token_ids", code="invalid_value")
-        shift = instructions is not None
-        prompt_ids, generated = message.prompt_token_ids, message.generation_token_ids
-        if prompt_ids and generated:
-            prefix = TokenState.build(conversation, items[:covered - shift], prompt_ids, generated,
-                                      prompt_items=start - shift)
-        elif prompt_ids or generated:  # both empty: no ids, the history is rendered from its text
-            empty, other = ("generation_token_ids", generated) if prompt_ids else ("prompt_token_ids", prompt_ids)
-            raise invalid_request(f"'{param}.{empty}' is {'missing' if other is None else 'empty'}: the exact ids of "
-                                  f"a call are its prompt and its generation, both non-empty. Send both, or neither.",
-                                  param=f"{param}.{empty}", code="invalid_value")
-    return ChatRequest(conversation=conversation, sampling=sampling, model=chat.model, stream=bool(chat.stream),
-                       include_usage=bool(stream_options.get("include_usage")), logprobs=logprobs,
-                       return_token_ids=return_token_ids,
-                       tokens_as_ids=vllm_fields.tokens_as_ids(body, server_default=tokens_as_ids),
-                       prompt_cache_key=chat.prompt_cache_key,
-                       client_prefix=prefix, n=n)
+    if last_assistant is not None:
+        prefix = _client_prefix(conversation, last_assistant, shift=instructions is not None,
+                                first=last_assistant.message is chat.messages[0])
+    return ChatRequest(conversation=conversation, sampling=_sampling(chat, tool_choice, allowed), model=chat.model,
+                       stream=bool(chat.stream), include_usage=bool((chat.stream_options or {}).get("include_usage")),
+                       logprobs=bool(chat.logprobs), return_token_ids=bool(chat.return_token_ids),
+                       tokens_as_ids=vllm_fields.tokens_as_ids(chat, server_default=tokens_as_ids),
+                       prompt_cache_key=chat.prompt_cache_key, client_prefix=prefix, n=chat.n or 1)
+
+
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    """An assistant message and where its items are: those before it and up to it."""
+
+    start: int
+    covered: int
+    message: ChatMessage
+    param: str
+
+
+def _sampling(chat: ChatBody, tool_choice: str, allowed: tuple[str, ...] | None) -> SamplingOptions:
+    max_tokens = chat.max_completion_tokens if chat.max_completion_tokens is not None else chat.max_tokens
+    rollout = chat.rollout_id is not None  # trajectories carry the sampled tokens' logprobs
+    vllm_fields.check_logprobs(chat)
+    sampling = parse_sampling(chat, max_tokens=max_tokens, logprobs=bool(chat.logprobs or chat.return_token_ids)
+                              or rollout, logit_bias=chat.logit_bias)
+    sampling.stop = (chat.stop,) if isinstance(chat.stop, str) else tuple(chat.stop) if chat.stop else None
+    vllm_fields.apply(chat, sampling)
+    sampling.constraint = output_fields.output_constraint(tool_choice, allowed, parallel=chat.parallel_tool_calls,
+                                                          max_calls=None, answer=chat.response_format,
+                                                          answer_param="response_format")
+    return sampling
+
+
+def _client_prefix(conversation: Conversation, placed: _Placed, *, shift: bool, first: bool) -> TokenState | None:
+    """The exact ids an assistant message carries (NeMo-RL's convention), as the prefix of the
+    history up to it; `shift`: the instructions were taken off the items' front."""
+    message, param = placed.message, placed.param
+    prompt_ids, generated = message.prompt_token_ids, message.generation_token_ids
+    if prompt_ids is None and generated is None:
+        return None
+    if first:
+        raise invalid_request(f"'{param}.prompt_token_ids': an assistant message's ids are the prompt of the "
+                              f"history before it and what the model generated from it, but '{param}' has no "
+                              f"history before it. Put the messages that prompted it first, or send no ids.",
+                              param=f"{param}.prompt_token_ids", code="invalid_value")
+    if prompt_ids and generated:
+        return TokenState.build(conversation, conversation.items[:placed.covered - shift], prompt_ids, generated,
+                                prompt_items=placed.start - shift)
+    if prompt_ids or generated:  # both empty: no ids, the history is rendered from its text
+        empty, other = ("generation_token_ids", generated) if prompt_ids else ("prompt_token_ids", prompt_ids)
+        raise invalid_request(f"'{param}.{empty}' is {'missing' if other is None else 'empty'}: the exact ids of "
+                              f"a call are its prompt and its generation, both non-empty. Send both, or neither.",
+                              param=f"{param}.{empty}", code="invalid_value")
+    return None
 
 
 def unwrap_extra_body(body: Any) -> Any:
@@ -115,16 +127,6 @@ def unwrap_extra_body(body: Any) -> Any:
     if isinstance(body, dict) and isinstance(extra := body.get("extra_body"), dict):
         return {**extra, **{key: value for key, value in body.items() if key != "extra_body"}}
     return body
-
-
-def _stop(raw: Any) -> tuple[str, ...] | None:
-    """Up to 4 stop strings (a string is one), as OpenAI takes them."""
-    if raw is None:
-        return None
-    stops = [raw] if isinstance(raw, str) else expect(raw, list, "stop")
-    if len(stops) > 4 or not all(isinstance(stop, str) and stop for stop in stops):
-        raise invalid_request("'stop' must be a non-empty string or a list of up to 4 of them.", param="stop")
-    return tuple(stops) or None
 
 
 def _message(message: ChatMessage, param: str, names: dict[str, str]) -> list[Item]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.adapters.request_schema import AnswerFormat, ChatAnswerFormat, ChatJsonSchemaFormat, JsonSchemaFormat
 from gateway.adapters.tool_schema import (
     AllowedToolsChoice,
     ChatAllowedToolsChoice,
@@ -21,7 +22,7 @@ from gateway.adapters.tool_schema import (
     NamedChoice,
     ToolChoice,
 )
-from gateway.adapters.validation import expect, expect_range, invalid_request
+from gateway.adapters.validation import invalid_request
 from gateway.core.sampling import OutputConstraint
 
 __all__ = ["output_constraint", "tool_choice"]
@@ -63,33 +64,26 @@ def _allowed(names: list[str | None], param: str) -> tuple[str, ...]:
     return tuple(name for name in names if name is not None)
 
 
-def output_constraint(body: dict[str, Any], choice: str, allowed: tuple[str, ...] | None, *,
-                      answer_format: Any, answer_param: str) -> OutputConstraint | None:
+def output_constraint(choice: str, allowed: tuple[str, ...] | None, *, parallel: bool | None,
+                      max_calls: int | None, answer: AnswerFormat | ChatAnswerFormat | None,
+                      answer_param: str) -> OutputConstraint | None:
     """The constraint a request asks for; None when it asks for nothing beyond sampling."""
-    parallel = expect(body.get("parallel_tool_calls"), bool, "parallel_tool_calls")
-    max_calls = expect(body.get("max_tool_calls"), int, "max_tool_calls")
-    expect_range(max_calls, "max_tool_calls", 1, None)
     constraint = OutputConstraint(
         tool_choice=choice if choice != "none" else "auto", allowed_tools=allowed,
         parallel_tool_calls=parallel is not False, max_tool_calls=max_calls,
-        answer_schema=_answer_schema(answer_format, answer_param))
+        answer_schema=_answer_schema(answer, answer_param))
     return constraint if constraint.active else None
 
 
-def _answer_schema(raw: Any, param: str) -> dict[str, Any] | None:
-    if raw is None:
-        return None
-    raw = expect(raw, dict, param)
-    kind = raw.get("type")
-    if kind in (None, "text"):
-        return None
-    if kind == "json_object":
+def _answer_schema(answer: AnswerFormat | ChatAnswerFormat | None, param: str) -> dict[str, Any] | None:
+    if isinstance(answer, JsonSchemaFormat):
+        return answer.schema_
+    if isinstance(answer, ChatJsonSchemaFormat):
+        if answer.json_schema.schema_ is None:
+            raise invalid_request(f"'{param}.json_schema.schema' must be a JSON schema object: it is what the "
+                                  f"answer is held to.", param=f"{param}.json_schema.schema",
+                                  code="missing_required_parameter")
+        return answer.json_schema.schema_
+    if answer is not None and answer.type == "json_object":
         return {"type": "object"}
-    if kind == "json_schema":
-        spec = raw.get("json_schema") if isinstance(raw.get("json_schema"), dict) else raw  # Chat nests it
-        schema = spec.get("schema")
-        if not isinstance(schema, dict):
-            raise invalid_request(f"'{param}.schema' must be a JSON schema object.", param=f"{param}.schema")
-        return schema
-    raise invalid_request(f"Unsupported '{param}.type' {kind!r}; expected 'text', 'json_object' or "
-                          f"'json_schema'.", param=f"{param}.type", code="unsupported_value")
+    return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
 from gateway.adapters.schema_base import Model, Obj, Objs
 from gateway.adapters.tool_schema import ChatTool, ChatToolChoice, FunctionSpec, ResponsesTool, ToolChoice
@@ -26,8 +26,11 @@ from gateway.core.errors import APIError, invalid_request
 
 __all__ = [
     "ROLLOUT_ID",
+    "AnswerFormat",
+    "ChatAnswerFormat",
     "ChatBody",
     "ChatImagePart",
+    "ChatJsonSchemaFormat",
     "ChatMessage",
     "CompactionItem",
     "Content",
@@ -36,6 +39,7 @@ __all__ = [
     "FunctionCallItem",
     "ImagePart",
     "InputItem",
+    "JsonSchemaFormat",
     "LocalShellCallItem",
     "LocalShellOutputItem",
     "McpApprovalResponseItem",
@@ -46,6 +50,7 @@ __all__ = [
     "Part",
     "ReasoningItem",
     "RefusalPart",
+    "RequestBody",
     "ResponsesBody",
     "TextPart",
     "TokenizeBody",
@@ -64,9 +69,17 @@ TokenIds = list[Annotated[int, Field(ge=0, lt=TOKEN_ID_LIMIT)]]
 Mask = list[Annotated[int, Field(ge=0, le=1)]]
 ROLLOUT_ID = r"^[A-Za-z0-9_.:-]{1,256}$"  # the one rule for a rollout id, wherever one comes from
 RolloutId = Annotated[str, Field(pattern=ROLLOUT_ID)]
+NonEmpty = Annotated[str, Field(min_length=1)]
 
 
-class _Body(BaseModel):
+def _token_key(key: str) -> str:
+    """A `logit_bias` key: a token id, written as JSON writes an object's keys."""
+    if not (key.isascii() and key.isdigit() and int(key) < TOKEN_ID_LIMIT):
+        raise ValueError("a logit_bias key is a token id (0 to 2^31 - 1)")
+    return key
+
+
+class RequestBody(BaseModel):
     """Top-level parameters shared by Responses and Chat Completions."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
@@ -259,12 +272,34 @@ InputItem = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[Reasoni
                                     custom_error_message="unsupported input item type")]
 
 
+class _PlainFormat(Model):
+    type: Literal["text", "json_object"]
+
+
+class JsonSchemaFormat(Model):
+    """Responses' `text.format` of type `json_schema`: the answer is JSON matching `schema`."""
+
+    type: Literal["json_schema"]
+    name: str
+    schema_: Obj = Field(alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+AnswerFormat = Annotated[_PlainFormat | JsonSchemaFormat, Field(discriminator="type")]
+
+
+class _TextOptions(Model):
+    format: AnswerFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
 class _ReasoningOptions(Model):
     effort: str | None = None
     summary: str | None = None
 
 
-class ResponsesBody(_Body):
+class ResponsesBody(RequestBody):
     """POST /v1/responses, and `response.create` without its transport fields."""
 
     input: str | list[InputItem]
@@ -274,9 +309,9 @@ class ResponsesBody(_Body):
     previous_response_id: str | None = None
     max_output_tokens: Annotated[int, Field(ge=1)] | None = None
     reasoning: _ReasoningOptions | None = None
-    text: Obj | None = None
+    text: _TextOptions | None = None
     include: list[str] | None = None
-    truncation: str | None = None
+    truncation: Literal["auto", "disabled"] | None = None
     background: bool | None = None
     max_tool_calls: Annotated[int, Field(ge=1)] | None = None
     prompt: Obj | None = None
@@ -286,6 +321,23 @@ class ResponsesBody(_Body):
 
 
 # -- Chat Completions ---------------------------------------------------------------------
+
+class _JsonSchema(Model):
+    name: str
+    schema_: Obj | None = Field(default=None, alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+class ChatJsonSchemaFormat(Model):
+    """`response_format` of type `json_schema`: nested under `json_schema`."""
+
+    type: Literal["json_schema"]
+    json_schema: _JsonSchema
+
+
+ChatAnswerFormat = Annotated[_PlainFormat | ChatJsonSchemaFormat, Field(discriminator="type")]
+TokenKey = Annotated[str, AfterValidator(_token_key)]
 
 class ChatFunction(Model):
     name: str
@@ -309,21 +361,21 @@ class ChatMessage(Model):
     generation_token_ids: TokenIds | None = None
 
 
-class ChatBody(_Body):
+class ChatBody(RequestBody):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage]
     tools: list[ChatTool] | None = None
     tool_choice: ChatToolChoice | None = None
     n: Annotated[int, Field(ge=1, le=16)] | None = None
-    stop: str | list[str] | None = None
+    stop: NonEmpty | Annotated[list[NonEmpty], Field(max_length=4)] | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool | None = None
     reasoning_effort: str | None = None
     chat_template_kwargs: Obj | None = None  # vLLM's; {"enable_thinking": false} turns thinking off
-    response_format: Obj | None = None
-    logit_bias: Obj | None = None
+    response_format: ChatAnswerFormat | None = None
+    logit_bias: dict[TokenKey, Annotated[float, Field(ge=-100, le=100, allow_inf_nan=False)]] | None = None
     modalities: list[str] | None = None
     audio: Obj | None = None
     prediction: Obj | None = None
@@ -407,14 +459,17 @@ def _api_error(errors: list[Any], body: Any, field: str | None = None) -> APIErr
     base: list[str | int] = [field] if field is not None else []
     located = [([*base, *_path(error["loc"], body, error["type"])], error) for error in errors]
     depth = max(len(path) for path, _ in located)
-    deepest = [(path, error) for path, error in located if len(path) == depth]
-    path, error = deepest[0]
+    path = next(path for path, _ in located if len(path) == depth)
+    here = [error for p, error in located if p == path]
+    # A value of the right type for one member of a union: that member's complaint, not the others' types.
+    error = next((e for e in here if e["type"] not in _WANTED), here[0])
     param = _param(path)
     kind, value = error["type"], error.get("input")
     if kind == "extra_forbidden":
         names = ", ".join(f"'{_param(p)}'" for p, e in located if e["type"] == "extra_forbidden")
         return invalid_request(f"Unknown parameter: {names}.", param=param, code="unknown_parameter")
-    if kind == "missing":
+    if kind in ("missing", "union_tag_not_found"):
+        param = param if kind == "missing" else f"{param}.type"
         return invalid_request(f"Missing required parameter: '{param}'.", param=param,
                                code="missing_required_parameter")
     if kind == "unsupported_item" and not isinstance(value, dict):
@@ -423,13 +478,18 @@ def _api_error(errors: list[Any], body: Any, field: str | None = None) -> APIErr
     if kind == "unsupported_item":
         return invalid_request(f"Unsupported input item type {value.get('type')!r} at '{param}'.",
                                param=f"{param}.type", code="unsupported_item")
-    wanted = [w for p, e in deepest if p == path and (w := _WANTED.get(e["type"]))]
+    if kind == "union_tag_invalid":
+        expected = error["msg"].partition("expected tags: ")[2]
+        return invalid_request(f"Unsupported '{param}.type' {value.get('type')!r}; expected {expected}.",
+                               param=f"{param}.type", code="unsupported_value")
+    wanted = [w for e in here if (w := _WANTED.get(e["type"]))] if error["type"] in _WANTED else []
     if wanted:
         return invalid_request(f"Invalid type for '{param}': expected {' or '.join(dict.fromkeys(wanted))}, "
                                f"but got {type_name(value)}.", param=param,
                                code="invalid_type")
     shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
-    return invalid_request(f"Invalid value for '{param}': {shown[:100]}; {error['msg'][0].lower()}{error['msg'][1:]}.",
+    message = error["msg"].removeprefix("Value error, ")
+    return invalid_request(f"Invalid value for '{param}': {shown[:100]}; {message[0].lower()}{message[1:]}.",
                            param=param, code="invalid_value")
 
 

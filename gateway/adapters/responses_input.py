@@ -44,7 +44,6 @@ from gateway.core.conversation import Conversation, Item, Message, Reasoning, To
 from gateway.core.errors import invalid_request
 from gateway.core.image import Image
 from gateway.core.sampling import SamplingOptions
-from gateway.core.service_tier import served_tier
 from gateway.upstream.mcp import McpTool
 
 __all__ = ["ResponsesRequest", "content_part", "content_text", "input_items", "parse_request"]
@@ -78,7 +77,6 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     """`earlier_calls`: tool names by call_id of calls made before this input (a WebSocket
     continuation's history), which its tool outputs may answer."""
     request = validate(ResponsesBody, body)  # every field's type and range: what is read below is checked
-    instructions = request.instructions
     generated: list[tuple[Reasoning, array | str]] = []
     found, compact = compaction.take_trigger(request.input)
     given = found if isinstance(found, list) else []  # the input's items (a string is one message)
@@ -86,69 +84,61 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
     items = input_items(found, earlier_calls or {}, generated) if found or not compact else []
     if compact:
         items.append(compaction.summary_prompt())
-    if instructions is None:
-        instructions = _take_leading_instructions(items)
-    raw_tools = request.tools or []
-    tools = [offered for tool in raw_tools for offered in offered_tools(tool)]
+    instructions = request.instructions if request.instructions is not None else _take_leading_instructions(items)
     tool_choice, allowed = output_fields.tool_choice(request.tool_choice)
-    if tool_choice == "none":
-        tools = []
+    tools = [offered for tool in request.tools or () for offered in offered_tools(tool)] if tool_choice != "none" else []
     effort = request.reasoning.effort if request.reasoning is not None else None
     conversation = Conversation(items=items, instructions=instructions, tools=tools, tool_choice=tool_choice,
                                 reasoning_effort=effort)
-
-    max_output = body.get("max_output_tokens")
     return_token_ids = bool(request.return_token_ids)
     text_logprobs = "message.output_text.logprobs" in (request.include or ()) or request.top_logprobs is not None
-    wants_logprobs = return_token_ids or text_logprobs
-    sampling = parse_sampling(body, max_tokens=max_output, logprobs=wants_logprobs)
-    sampling.tier = served_tier(body.get("service_tier"))
-    text_options = request.text or {}
-    sampling.constraint = output_fields.output_constraint(body, tool_choice, allowed,
-                                                          answer_format=text_options.get("format"),
-                                                          answer_param="text.format")
-    store = body.get("store", True) is not False
-    echo = {
-        "instructions": instructions if body.get("instructions") is not None else None,
-        "tools": [_echoed_tool(tool) for tool in raw_tools],
-        "tool_choice": body.get("tool_choice", "auto"),
-        "parallel_tool_calls": body.get("parallel_tool_calls", True),
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "max_output_tokens": max_output,
-        "metadata": request.metadata or {},
-        "reasoning": {"effort": effort, "summary": request.reasoning.summary if request.reasoning else None},
-        "text": request.text or {"format": {"type": "text"}},
-        "store": store,
-        "previous_response_id": body.get("previous_response_id"),
-        "prompt_cache_key": body.get("prompt_cache_key"),
-        "truncation": body.get("truncation", "disabled"),
-        # Sent by OpenAI and required by Open Responses; the values this gateway uses.
-        "presence_penalty": sampling.presence_penalty or 0.0,
-        "frequency_penalty": sampling.frequency_penalty or 0.0,
-        "top_logprobs": body.get("top_logprobs") or 0,
-        "max_tool_calls": body.get("max_tool_calls"),
-        "safety_identifier": body.get("safety_identifier"),
-        "service_tier": sampling.tier,  # the tier that serves it (gateway/core/service_tier.py)
-    }
-    if body.get("user") is not None:
-        echo["user"] = body["user"]
-    background = bool(request.background)
+    sampling = parse_sampling(request, max_tokens=request.max_output_tokens, logprobs=return_token_ids or text_logprobs)
+    sampling.constraint = output_fields.output_constraint(
+        tool_choice, allowed, parallel=request.parallel_tool_calls, max_calls=request.max_tool_calls,
+        answer=request.text.format if request.text is not None else None, answer_param="text.format")
+    store, background = request.store is not False, bool(request.background)
     if background and not store:
         raise invalid_request("'background': true needs 'store': true (its result is stored to be retrieved).",
                               param="background", code="unsupported_value")
-    echo["background"] = background
-    truncation = echo["truncation"] = echo["truncation"] or "disabled"
-    if truncation not in ("auto", "disabled"):
-        raise invalid_request(f"Invalid value for 'truncation': {truncation!r}; expected 'auto' or 'disabled'.",
-                              param="truncation", code="invalid_value")
     return ResponsesRequest(
-        conversation=conversation, sampling=sampling, model=request.model, stream=bool(request.stream), echo=echo,
-        store=store, prompt_cache_key=request.prompt_cache_key,
-        return_token_ids=return_token_ids, text_logprobs=text_logprobs, background=background, tools=raw_tools, generated=generated,
-        truncate=truncation == "auto", listed=mcp_tools.listed_in(given), approvals=mcp_tools.approvals_in(given),
-        compact=compact,
-    )
+        conversation=conversation, sampling=sampling, model=request.model, stream=bool(request.stream),
+        echo=_echo(request, sampling), store=store, prompt_cache_key=request.prompt_cache_key,
+        return_token_ids=return_token_ids, text_logprobs=text_logprobs, background=background,
+        tools=request.tools or [], generated=generated, truncate=request.truncation == "auto",
+        listed=mcp_tools.listed_in(given), approvals=mcp_tools.approvals_in(given), compact=compact)
+
+
+def _echo(request: ResponsesBody, sampling: SamplingOptions) -> dict[str, Any]:
+    """The request's fields as the Response object repeats them, with the values this gateway uses
+    where the request left one out (OpenAI sends them all, and Open Responses requires them)."""
+    choice = request.tool_choice
+    echo = {
+        "instructions": request.instructions,
+        "tools": [_echoed_tool(tool) for tool in request.tools or ()],
+        "tool_choice": choice if isinstance(choice, str) else choice.model_dump(exclude_unset=True) if choice else "auto",
+        "parallel_tool_calls": request.parallel_tool_calls is not False,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "max_output_tokens": request.max_output_tokens,
+        "metadata": request.metadata or {},
+        "reasoning": {"effort": request.reasoning.effort if request.reasoning else None,
+                      "summary": request.reasoning.summary if request.reasoning else None},
+        "text": request.text.model_dump(exclude_unset=True, by_alias=True) if request.text else {"format": {"type": "text"}},
+        "store": request.store is not False,
+        "previous_response_id": request.previous_response_id,
+        "prompt_cache_key": request.prompt_cache_key,
+        "truncation": request.truncation or "disabled",
+        "presence_penalty": sampling.presence_penalty or 0.0,
+        "frequency_penalty": sampling.frequency_penalty or 0.0,
+        "top_logprobs": request.top_logprobs or 0,
+        "max_tool_calls": request.max_tool_calls,
+        "safety_identifier": request.safety_identifier,
+        "service_tier": sampling.tier,  # the tier that serves it (gateway/core/service_tier.py)
+        "background": bool(request.background),
+    }
+    if request.user is not None:
+        echo["user"] = request.user
+    return echo
 
 
 def _echoed_tool(tool: ResponsesTool) -> dict[str, Any]:

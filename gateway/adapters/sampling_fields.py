@@ -7,40 +7,22 @@ Types and ranges were checked with the body (gateway/adapters/request_schema.py)
 
 from __future__ import annotations
 
-from typing import Any
-
-from gateway.adapters.validation import expect, invalid_request
+from gateway.adapters.request_schema import RequestBody
 from gateway.core.sampling import SamplingOptions
+from gateway.core.service_tier import served_tier
 
 __all__ = ["parse_sampling"]
 
 
-def parse_sampling(body: dict[str, Any], *, max_tokens: int | None, logprobs: bool) -> SamplingOptions:
+def parse_sampling(body: RequestBody, *, max_tokens: int | None, logprobs: bool,
+                   logit_bias: dict[str, float] | None = None) -> SamplingOptions:
     """`logprobs`: the API's own fields asked for the sampled tokens' logprobs (the top
-    `top_logprobs` alternatives come with them)."""
-    get = body.get
+    `top_logprobs` alternatives come with them). `logit_bias`: Chat's `{"token id": bias}`."""
     return SamplingOptions(
-        max_tokens=max_tokens, temperature=get("temperature"), top_p=get("top_p"), top_k=get("top_k"),
-        min_p=get("min_p"), seed=get("seed"), presence_penalty=get("presence_penalty"),
-        frequency_penalty=get("frequency_penalty"), repetition_penalty=get("repetition_penalty"),
-        logprobs=(get("top_logprobs") or 0) if logprobs else None,
-        logit_bias=_logit_bias(body.get("logit_bias")),
+        max_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
+        min_p=body.min_p, seed=body.seed, presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty, repetition_penalty=body.repetition_penalty,
+        logprobs=(body.top_logprobs or 0) if logprobs else None,
+        logit_bias={int(token): bias for token, bias in logit_bias.items()} if logit_bias else None,
+        tier=served_tier(body.service_tier),
     )
-
-
-def _logit_bias(raw: Any) -> dict[int, float] | None:
-    """OpenAI's `{"token id": bias}`, bias in [-100, 100]; the ids are the served model's."""
-    raw = expect(raw, dict, "logit_bias")
-    if not raw:
-        return None
-    bias: dict[int, float] = {}
-    for key, value in raw.items():
-        param = f"logit_bias.{key}"
-        try:
-            token = int(key)
-        except ValueError:
-            raise invalid_request(f"'{param}': keys must be token ids.", param=param) from None
-        if token < 0 or isinstance(value, bool) or not isinstance(value, int | float) or not -100 <= value <= 100:
-            raise invalid_request(f"'{param}' must be a token id with a bias from -100 to 100.", param=param)
-        bias[token] = float(value)
-    return bias

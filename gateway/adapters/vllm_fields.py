@@ -19,50 +19,48 @@ Types and ranges were checked with the body (gateway/adapters/request_schema.py)
 
 from __future__ import annotations
 
-from typing import Any
-
+from gateway.adapters.request_schema import ChatBody
 from gateway.core.errors import invalid_request
 from gateway.core.sampling import SamplingOptions
 
 __all__ = ["apply", "check_logprobs", "tokens_as_ids"]
 
 
-def tokens_as_ids(body: dict[str, Any], *, server_default: bool) -> bool:
+def tokens_as_ids(body: ChatBody, *, server_default: bool) -> bool:
     """Whether logprobs `token`s are "token_id:N": the request says, else the server's flag."""
-    as_ids = body.get("return_tokens_as_token_ids")
+    as_ids = body.return_tokens_as_token_ids
     return server_default if as_ids is None else as_ids
 
 
-def check_logprobs(body: dict[str, Any]) -> None:
+def check_logprobs(body: ChatBody) -> None:
     """vLLM's rule: alternatives are asked for with `logprobs: true` (`top_logprobs: 0` is the
     sampled token's alone)."""
-    if body.get("top_logprobs") and not body.get("logprobs"):
+    if body.top_logprobs and not body.logprobs:
         raise invalid_request("'top_logprobs' needs 'logprobs': true (the alternatives come with each sampled "
                               "token's logprob).", param="top_logprobs", code="invalid_value")
 
 
-def apply(body: dict[str, Any], sampling: SamplingOptions) -> None:
+def apply(body: ChatBody, sampling: SamplingOptions) -> None:
     """Put the fields the gateway sends on into `sampling`; 400 for those it cannot honour."""
-    get = body.get
-    if get("skip_special_tokens") is False:
+    if body.skip_special_tokens is False:
         raise invalid_request("'skip_special_tokens': false is not supported: the gateway reads the model's special "
                               "tokens as markup (reasoning, tool calls, the end of the turn) and never returns them "
                               "as text. Ask for 'return_token_ids' to get the exact ids.",
                               param="skip_special_tokens", code="unsupported_value")
-    if get("include_stop_str_in_output") and get("stop"):
+    if body.include_stop_str_in_output and body.stop:
         raise invalid_request("'include_stop_str_in_output' is not supported with 'stop': the gateway matches stop "
                               "strings itself and ends the turn before the token the match begins in.",
                               param="include_stop_str_in_output", code="unsupported_value")
-    if get("prompt_logprobs") is not None:
+    if body.prompt_logprobs is not None:
         raise invalid_request("'prompt_logprobs' is not supported on /v1/chat/completions: the gateway's replica "
                               "stream carries no prompt logprobs. /v1/completions and /inference/v1/generate pass "
                               "it to vLLM.", param="prompt_logprobs", code="unsupported_parameter")
-    min_tokens, max_tokens = get("min_tokens"), sampling.max_tokens
+    min_tokens, max_tokens = body.min_tokens, sampling.max_tokens
     if min_tokens is not None and max_tokens is not None and min_tokens > max_tokens:
         raise invalid_request(f"'min_tokens' ({min_tokens}) must be at most the maximum number of tokens "
                               f"({max_tokens}).", param="min_tokens", code="invalid_value")
     sampling.min_tokens = min_tokens or None
-    sampling.stop_token_ids = tuple(get("stop_token_ids") or ()) or None
-    sampling.ignore_eos = get("ignore_eos") or None
-    sampling.cache_salt = get("cache_salt")
-    sampling.priority = get("priority")
+    sampling.stop_token_ids = tuple(body.stop_token_ids or ()) or None
+    sampling.ignore_eos = body.ignore_eos or None
+    sampling.cache_salt = body.cache_salt
+    sampling.priority = body.priority

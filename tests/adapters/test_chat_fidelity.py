@@ -87,11 +87,14 @@ def test_the_next_prompt_continues_the_cut_turn_exactly(stack, tokenizer):
     assert prompts[1][:len(prompts[0]) + 2] == prompts[0] + spelled(tokenizer, "ab")
 
 
-@pytest.mark.parametrize("stop", [["a"] * 5, [""], 3])
-def test_bad_stop_values_are_400s(stack, stop):
+@pytest.mark.parametrize(("stop", "param", "says"), [(["a"] * 5, "stop", "at most 4 items"),
+                                                    ([""], "stop[0]", "at least 1 character"),
+                                                    (3, "stop", "expected a string or an array")])
+def test_bad_stop_values_are_400s(stack, stop, param, says):
     response = httpx.post(stack.url + "/v1/chat/completions",
                           json={"model": "m", "messages": MESSAGES, "stop": stop}, timeout=30)
-    assert response.status_code == 400 and response.json()["error"]["param"] == "stop"
+    assert response.status_code == 400 and response.json()["error"]["param"] == param
+    assert says in response.json()["error"]["message"]
 
 
 def test_logit_bias_reaches_vllm(stack, tokenizer):

@@ -84,6 +84,9 @@ for _ in range(300):
          "tools[0].tools[0].name", "Missing required parameter"),
         ({"model": "m", "input": "x", "tools": [{"type": "mcp", "server_label": "a", "headers": {"k": 1}}]},
          "tools[0].headers.k", "expected a string, but got an integer"),
+        ({"model": "m", "input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type",
+         "expected 'text', 'json_object', 'json_schema'"),
+        ({"model": "m", "input": "x", "truncation": "sideways"}, "truncation", "'auto' or 'disabled'"),
         ({"model": "m", "input": "x", "tools": [{"type": "file_search"}]}, "tools[0].vector_store_ids",
          "Missing required parameter"),
         # what the fuzzer found answering 500s
