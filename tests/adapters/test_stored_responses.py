@@ -88,6 +88,20 @@ def test_cancel_stops_a_background_response_and_its_generation(stack, tokenizer)
     assert again.status_code == 400 and again.json()["error"]["code"] == "response_not_cancellable"
 
 
+@pytest.mark.parametrize(("fault", "why"), [({"status": 400}, "prompt rejected by the replica"),
+                                           ({"error_after": 2}, "failed while generating")], ids=["refused", "mid-stream"])
+def test_a_background_response_that_fails_is_stored_as_failed(stack, tokenizer, fault, why):
+    """The exchange keeps a background response's state: refused before anything was generated, or
+    failing mid-stream, it is a failed response (not an HTTP error nobody reads), with the replica's reason."""
+    stack.reset()
+    stack.fake.queue(Script(ids(tokenizer, "never ends well"), error_message="prompt rejected by the replica", **fault))
+    queued = _create(stack, input="Work", background=True)
+    failed = _poll(stack, queued["id"], {"failed", "completed"})
+    assert failed["status"] == "failed"
+    assert why in failed["error"]["message"]
+    assert errors("Response", failed) == []
+
+
 def _events(response: httpx.Response, until: str | None = None) -> list[dict]:
     """The events of a streamed response, up to the first of type `until`."""
     events = []
