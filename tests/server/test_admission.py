@@ -20,6 +20,7 @@ from gateway.core.settings import Settings
 from gateway.server.admission import Admission
 from tests.support.fake_vllm import Script
 from tests.support.gateway_server import free_port, running_gateway
+from tests.support.holder import Holder
 from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.stack import fake_stack
 from tests.support.waiting import DEADLINE, wait_for
@@ -33,33 +34,13 @@ def stack(qwen_tokenizer_dir):
         yield stack
 
 
-class Holder:
-    """A streaming request that keeps its slot until `release()`."""
-
-    def __init__(self, url: str, path: str, body: dict) -> None:
-        self.opened, self.released = threading.Event(), threading.Event()
-        self.thread = threading.Thread(target=self._hold, args=(url + path, body))
-        self.thread.start()
-        assert self.opened.wait(30)
-
-    def _hold(self, url: str, body: dict) -> None:
-        with httpx.stream("POST", url, json=body, timeout=60) as response:
-            assert response.status_code == 200
-            self.opened.set()
-            self.released.wait(60)
-
-    def release(self) -> None:
-        self.released.set()
-        self.thread.join(10)
-
-
 @pytest.mark.parametrize("path", ["/v1/responses", "/v1/chat/completions"])
 def test_a_request_beyond_the_limit_is_a_429_with_retry_after(stack, tokenizer, path):
     fake, url = stack.fake, stack.url
     fake.queue(Script(ids(tokenizer, "busy"), hang=True), Script(ids(tokenizer, "Hello.") + [IM_END]))
     body = BODY if path == "/v1/responses" else {"model": "tiny-qwen3", "stream": True,
                                                   "messages": [{"role": "user", "content": "hi"}]}
-    holder = Holder(url, path, body)
+    holder = Holder(url + path, body)
     sent = len(fake.bodies("/inference/v1/generate"))
     refused = httpx.post(url + "/v1/responses", json=BODY)
     assert refused.status_code == 429
@@ -79,7 +60,7 @@ def test_a_request_beyond_the_limit_is_a_429_with_retry_after(stack, tokenizer, 
 async def test_websocket_responses_share_the_budget(stack, tokenizer):
     fake, url = stack.fake, stack.url
     fake.queue(Script(ids(tokenizer, "busy"), hang=True), Script(ids(tokenizer, "Hello.") + [IM_END]))
-    holder = Holder(url, "/v1/responses", BODY)
+    holder = Holder(url + "/v1/responses", BODY)
     create = orjson.dumps({"type": "response.create", "model": "tiny-qwen3", "input": "hi"}).decode()
     async with connect(url.replace("http://", "ws://") + "/v1/responses") as ws:
         await ws.send(create)
@@ -120,7 +101,7 @@ def test_a_full_gateway_serves_its_queue_by_tier_then_fairly_between_sessions(qw
         fake, url, admission = stack.fake, stack.url, stack.runtime.gate.admission
         fake.queue(Script(ids(tokenizer, "busy"), hang=True),
                    *[Script(ids(tokenizer, "Hello.") + [IM_END]) for _ in range(4)])
-        holder = Holder(url, "/v1/responses", {**BODY, "prompt_cache_key": "a"})
+        holder = Holder(url + "/v1/responses", {**BODY, "prompt_cache_key": "a"})
         answers: dict[str, int] = {}
 
         def ask(name: str, **fields) -> threading.Thread:

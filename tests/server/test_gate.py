@@ -9,7 +9,6 @@ reached a replica are the generating ones, and each is tried again with the budg
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from websockets.sync.client import connect
 from gateway.core.settings import Settings
 from gateway.server.app import create_app
 from tests.support.fake_vllm import Script
+from tests.support.holder import Holder
 from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.stack import Stack, fake_stack
 from tests.support.waiting import wait_for
@@ -104,27 +104,6 @@ def idle(stack: Stack) -> None:
     wait_for(lambda: stack.runtime.gate.admission.active == 0, "every place at the gate given back")
 
 
-class Holder:
-    """A streaming response that holds its place until `release()`."""
-
-    def __init__(self, stack: Stack, headers: dict[str, str]) -> None:
-        self.opened, self.released = threading.Event(), threading.Event()
-        self.thread = threading.Thread(target=self._hold, args=(stack.url, headers))
-        self.thread.start()
-        assert self.opened.wait(60)
-
-    def _hold(self, url: str, headers: dict[str, str]) -> None:
-        with httpx.stream("POST", url + "/v1/responses", json=SHAPES["responses-stream"], headers=headers,
-                          timeout=60) as response:
-            assert response.status_code == 200
-            self.opened.set()
-            self.released.wait(60)
-
-    def release(self) -> None:
-        self.released.set()
-        self.thread.join(10)
-
-
 def test_every_route_that_reaches_a_replica_gets_a_429_when_the_budget_is_full(budget, tokenizer):
     stack, headers = budget
     done = ids(tokenizer, "ok") + [IM_END]
@@ -140,7 +119,7 @@ def test_every_route_that_reaches_a_replica_gets_a_429_when_the_budget_is_full(b
 
     stack.fake.reset()
     stack.fake.queue(Script(ids(tokenizer, "busy"), hang=True))
-    holder = Holder(stack, headers)
+    holder = Holder(stack.url + "/v1/responses", SHAPES["responses-stream"], headers)
     try:
         for probe in generating:
             sent = upstream(stack)

@@ -6,7 +6,6 @@ served; refusals and tokens are counted by tenant in /metrics.
 from __future__ import annotations
 
 import re
-import threading
 
 import httpx
 import orjson
@@ -21,6 +20,7 @@ from gateway.server.app import create_app
 from gateway.server.tenant_limits import Limits, TenantLimits
 from gateway.tokenfix.record import TurnRecord
 from tests.support.fake_vllm import Script
+from tests.support.holder import Holder
 from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.stack import fake_stack
 from tests.support.waiting import wait_for
@@ -52,31 +52,10 @@ def metric(url: str, name: str, **labels: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-class Holder:
-    """Alice's streaming request that keeps its slot until `release()`."""
-
-    def __init__(self, url: str) -> None:
-        self.opened, self.released = threading.Event(), threading.Event()
-        self.thread = threading.Thread(target=self._hold, args=(url,))
-        self.thread.start()
-        assert self.opened.wait(30)
-
-    def _hold(self, url: str) -> None:
-        with httpx.stream("POST", url + "/v1/responses", json={**BODY, "stream": True}, headers=as_(ALICE),
-                          timeout=60) as response:
-            assert response.status_code == 200
-            self.opened.set()
-            self.released.wait(60)
-
-    def release(self) -> None:
-        self.released.set()
-        self.thread.join(10)
-
-
 def test_a_tenant_over_its_concurrent_requests_gets_429s_and_the_other_is_served(stack, tokenizer):
     url, fake = stack.url, stack.fake
     fake.queue(Script(ids(tokenizer, "busy"), hang=True), Script(ids(tokenizer, "Hello.") + [IM_END]))
-    holder = Holder(url)
+    holder = Holder(url + "/v1/responses", {**BODY, "stream": True}, as_(ALICE))
     refused = httpx.post(url + "/v1/responses", json=BODY, headers=as_(ALICE))
     assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
     assert refused.json()["error"] == {
