@@ -1,7 +1,9 @@
 """The session pipeline: which exact tokens a turn continues, and what it leaves behind.
 
-Every transport — POST /v1/responses (JSON and SSE), WebSocket mode, Chat Completions —
-and the benchmarks go through here; none of them touches a store.
+Every API's turn — Responses (JSON, SSE, WebSocket), Chat Completions, Messages, token-in —
+is prepared here when the exchange (gateway/pipeline/exchange.py) prepares it, and what it
+leaves behind is written here when the exchange commits or forgets it; no transport touches
+a store.
 
 `prepare(runtime, request)` makes every API's turn, token-in's too (which continues nothing:
 the client sends its own prompt, gateway/pipeline/token_turn.py): the same replica affinity
