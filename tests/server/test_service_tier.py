@@ -5,13 +5,12 @@ flight (gateway/core/service_tier.py). Order is asserted on what a scripted repl
 
 from __future__ import annotations
 
-import threading
-
 import httpx
 import pytest
 
 from gateway.core.service_tier import BAND
 from tests.support.fake_vllm import Script
+from tests.support.holder import Holder
 from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.stack import fake_stack
 from tests.support.waiting import DEADLINE, wait_for
@@ -63,32 +62,16 @@ def test_an_unknown_tier_is_a_400_naming_it(stack, fake):
     assert fake.bodies(GENERATE) == []
 
 
-class Held:
+def hold(url: str, **fields) -> Holder:
     """A streaming response whose replica stream hangs until `release()` (the client leaves)."""
-
-    def __init__(self, url: str, **fields) -> None:
-        self.opened, self.released = threading.Event(), threading.Event()
-        body = {"model": "tiny-qwen3", "input": "hi", "stream": True, **fields}
-        self.thread = threading.Thread(target=self._hold, args=(url + "/v1/responses", body))
-        self.thread.start()
-        assert self.opened.wait(DEADLINE)
-
-    def _hold(self, url: str, body: dict) -> None:
-        with httpx.stream("POST", url, json=body, timeout=DEADLINE) as response:
-            assert response.status_code == 200
-            self.opened.set()
-            self.released.wait(DEADLINE)
-
-    def release(self) -> None:
-        self.released.set()
-        self.thread.join(DEADLINE)
+    return Holder(url + "/v1/responses", {"model": "tiny-qwen3", "input": "hi", "stream": True, **fields})
 
 
 def test_a_sessions_burst_queues_behind_another_sessions_turn(stack, fake, tokenizer):
     fake.queue(*[Script(ids(tokenizer, "busy"), hang=True) for _ in range(5)])
-    burst = [Held(stack.url, prompt_cache_key="agent-a") for _ in range(3)]
-    other = Held(stack.url, prompt_cache_key="agent-b")
-    fast = Held(stack.url, prompt_cache_key="agent-a", service_tier="priority")
+    burst = [hold(stack.url, prompt_cache_key="agent-a") for _ in range(3)]
+    other = hold(stack.url, prompt_cache_key="agent-b")
+    fast = hold(stack.url, prompt_cache_key="agent-a", service_tier="priority")
     # a's generations in flight rank 0, 1, 2; b's first is 0 again (vLLM serves it before a's
     # waiting ones), and a priority-tier request goes before every default one.
     assert [body["priority"] for body in fake.bodies(GENERATE)] == [0, 1, 2, 0, -BAND + 3]
