@@ -8,19 +8,23 @@ a test act on a POST before the gateway reads it (`Traffic.on_post`) or on the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.core.settings import Settings
 from gateway.server.body_writer import EXTENSION as BODY_WRITER
 from gateway.ws.frames import EXTENSION as FRAME_WRITER
+from tests.support import gateway_server
+from tests.support.fake_vllm import FakeVLLM
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, TOOL_CALL, ids
 
 GENERATE = "/inference/v1/generate"
@@ -56,6 +60,33 @@ class Traffic:
         """The final Response object of every response the gateway produced, in order."""
         return [e["response"] for e in self.events
                 if e.get("type") in ("response.completed", "response.incomplete", "response.failed")]
+
+
+def record(monkeypatch: pytest.MonkeyPatch) -> Traffic:
+    """Every gateway the test starts (tests/support/gateway_server) records into the returned traffic."""
+    traffic = Traffic()
+    create_app = gateway_server.create_app
+    monkeypatch.setattr(gateway_server, "create_app",
+                        lambda settings, runtime=None: recording(create_app(settings, runtime), traffic))
+    return traffic
+
+
+@dataclass
+class Recorded:
+    url: str  # the gateway's
+    fake: FakeVLLM
+    traffic: Traffic
+
+
+@contextlib.contextmanager
+def recorded_gateway(monkeypatch: pytest.MonkeyPatch, model: Path, *, fake: dict[str, Any] | None = None,
+                     **settings: Any) -> Iterator[Recorded]:
+    """The gateway on `model`'s tokenizer (`settings` its Settings fields), its traffic recorded, in
+    front of a fresh fake vLLM (`fake` its options)."""
+    traffic = record(monkeypatch)
+    with (FakeVLLM(**(fake or {})) as replica,
+          gateway_server.running_gateway(Settings(model=str(model), upstreams=[replica.url], **settings)) as url):
+        yield Recorded(url, replica, traffic)
 
 
 def recording(app, traffic: Traffic):

@@ -15,7 +15,7 @@ import pytest
 
 from gateway.core.settings import Settings
 from gateway.ops.vllm_process import VLLMProcess
-from tests.codex.harness import GENERATE, Run, Traffic, codex_exec, recording
+from tests.codex.harness import GENERATE, Run, Traffic, codex_exec, record, recorded_gateway
 from tests.support import gateway_server
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, IM_START, TOOL_CALL, ids
@@ -25,13 +25,8 @@ pytestmark = pytest.mark.codex
 
 @pytest.fixture
 def stack(qwen_tokenizer_dir, monkeypatch) -> Iterator[tuple[FakeVLLM, str, Traffic]]:
-    traffic = Traffic()
-    create_app = gateway_server.create_app
-    monkeypatch.setattr(gateway_server, "create_app", lambda settings, runtime=None: recording(create_app(settings, runtime), traffic))
-    with FakeVLLM() as fake:
-        settings = Settings(model=str(qwen_tokenizer_dir), upstreams=[fake.url], served_model_name="tiny-qwen3")
-        with gateway_server.running_gateway(settings) as url:
-            yield fake, url, traffic
+    with recorded_gateway(monkeypatch, qwen_tokenizer_dir, served_model_name="tiny-qwen3") as r:
+        yield r.fake, r.url, r.traffic
 
 
 def tool_call(tokenizer, arguments: dict) -> list[int]:
@@ -123,9 +118,7 @@ def short_vllm_qwen(qwen_model_dir, tmp_path_factory) -> Iterator[VLLMProcess]:
 def test_smoke_against_real_vllm(short_vllm_qwen, qwen_model_dir, codex_bin, tmp_path, monkeypatch):
     """Random weights: the output is noise, but the turn must end cleanly, not hang, and
     agree with what the gateway sent Codex."""
-    traffic = Traffic()
-    create_app = gateway_server.create_app
-    monkeypatch.setattr(gateway_server, "create_app", lambda settings, runtime=None: recording(create_app(settings, runtime), traffic))
+    traffic = record(monkeypatch)
     settings = Settings(model=str(qwen_model_dir), upstreams=[short_vllm_qwen.url], served_model_name="tiny-qwen3")
     with gateway_server.running_gateway(settings) as url:
         run, _ = codex_exec(codex_bin, url, tmp_path, "Say hello", timeout=480)

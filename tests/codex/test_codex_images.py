@@ -13,11 +13,9 @@ from collections.abc import Iterator
 import pytest
 from PIL import Image as PILImage
 
-from gateway.core.settings import Settings
-from tests.codex.harness import GENERATE, MODEL, Traffic, catalog, codex_exec, recording
+from tests.codex.harness import GENERATE, MODEL, catalog, codex_exec, recorded_gateway
 from tests.codex.test_codex_qwen36 import continues, output_ids, xml_call
-from tests.support import gateway_server
-from tests.support.fake_vllm import FakeVLLM, Script
+from tests.support.fake_vllm import Script
 from tests.support.vision import vision_model_dir
 
 pytestmark = pytest.mark.codex
@@ -34,15 +32,9 @@ def qwen36():
 
 @pytest.fixture
 def stack(monkeypatch) -> Iterator:
-    traffic = Traffic()
-    create_app = gateway_server.create_app
-    monkeypatch.setattr(gateway_server, "create_app",
-                        lambda settings, runtime=None: recording(create_app(settings, runtime), traffic))
-    with FakeVLLM(max_model_len=32768, image_tokens=64) as fake:
-        settings = Settings(model=str(vision_model_dir()), upstreams=[fake.url], served_model_name=MODEL,
-                            reasoning_secret="codex-images")
-        with gateway_server.running_gateway(settings) as url:
-            yield url, fake, traffic
+    with recorded_gateway(monkeypatch, vision_model_dir(), fake={"max_model_len": 32768, "image_tokens": 64},
+                          served_model_name=MODEL, reasoning_secret="codex-images") as r:
+        yield r.url, r.fake, r.traffic
 
 
 def png_bytes() -> bytes:

@@ -8,10 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.core.settings import Settings
-from tests.codex.harness import GENERATE, Traffic, answer_ids, codex_exec, recording
+from tests.codex.harness import GENERATE, Traffic, answer_ids, codex_exec, recorded_gateway
 from tests.codex.test_codex_cli import assert_tool_turn, tool_call
-from tests.support import gateway_server
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.qwen3_tokens import IM_END
 
@@ -22,15 +20,8 @@ KEY = "sk-codex-tenant"
 
 @pytest.fixture
 def stack(qwen_tokenizer_dir, monkeypatch) -> Iterator[tuple[FakeVLLM, str, Traffic]]:
-    traffic = Traffic()
-    create_app = gateway_server.create_app
-    monkeypatch.setattr(gateway_server, "create_app",
-                        lambda settings, runtime=None: recording(create_app(settings, runtime), traffic))
-    with FakeVLLM() as fake:
-        settings = Settings(model=str(qwen_tokenizer_dir), upstreams=[fake.url], served_model_name="tiny-qwen3",
-                            api_keys=[KEY])
-        with gateway_server.running_gateway(settings) as url:
-            yield fake, url, traffic
+    with recorded_gateway(monkeypatch, qwen_tokenizer_dir, served_model_name="tiny-qwen3", api_keys=[KEY]) as r:
+        yield r.fake, r.url, r.traffic
 
 
 def test_codex_with_an_api_key_over_websocket(stack, codex_bin, tokenizer, tmp_path):

@@ -15,9 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.core.settings import Settings
-from tests.codex.harness import GENERATE, MODEL, Traffic, catalog, codex_exec, recording
-from tests.support import gateway_server
+from tests.codex.harness import GENERATE, MODEL, catalog, codex_exec, recorded_gateway
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.parse_events import marked_ids
 from tests.support.qwen36 import KNOWN_IDS, qwen36_tokenizer_dir
@@ -38,15 +36,9 @@ def qwen36():
 @pytest.fixture
 def stack(monkeypatch) -> Iterator:
     """The gateway (recorded) on the Qwen3.6 tokenizer dir, in front of a fresh fake vLLM."""
-    traffic = Traffic()
-    create_app = gateway_server.create_app
-    monkeypatch.setattr(gateway_server, "create_app",
-                        lambda settings, runtime=None: recording(create_app(settings, runtime), traffic))
-    with FakeVLLM(max_model_len=32768) as fake:
-        settings = Settings(model=str(qwen36_tokenizer_dir()), upstreams=[fake.url], served_model_name=MODEL,
-                            tool_parser="qwen3_coder", reasoning_parser="qwen3", reasoning_secret="codex-qwen36")
-        with gateway_server.running_gateway(settings) as url:
-            yield url, fake, traffic
+    with recorded_gateway(monkeypatch, qwen36_tokenizer_dir(), fake={"max_model_len": 32768}, served_model_name=MODEL,
+                          tool_parser="qwen3_coder", reasoning_parser="qwen3", reasoning_secret="codex-qwen36") as r:
+        yield r.url, r.fake, r.traffic
 
 
 def output_ids(tokenizer, text: str, spell: str) -> list[int]:

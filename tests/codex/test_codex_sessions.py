@@ -18,10 +18,16 @@ import httpx
 import pytest
 
 from gateway.adapters.responses_input import parse_request
-from gateway.core.settings import Settings
 from gateway.formats import load_format
-from tests.codex.harness import GENERATE, Traffic, answer_ids, call_ids, catalog, codex_exec, recording, spelled
-from tests.support import gateway_server
+from tests.codex.harness import (
+    GENERATE,
+    answer_ids,
+    call_ids,
+    catalog,
+    codex_exec,
+    recorded_gateway,
+    spelled,
+)
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.qwen3_tokens import END_THINK, THINK, ids
 
@@ -37,25 +43,8 @@ def chat_format(qwen_tokenizer_dir):
 
 def start(qwen_tokenizer_dir, monkeypatch, *, max_model_len: int = 32768, **settings_fields):
     """The gateway (recorded) in front of a fresh fake vLLM: a context manager yielding both."""
-    traffic = Traffic()
-    create_app = gateway_server.create_app
-    monkeypatch.setattr(gateway_server, "create_app", lambda settings, runtime=None: recording(create_app(settings, runtime), traffic))
-
-    class Stack:
-        def __enter__(self):
-            self.fake = FakeVLLM(max_model_len=max_model_len).__enter__()
-            settings = Settings(model=str(qwen_tokenizer_dir), upstreams=[self.fake.url], served_model_name="tiny-qwen3",
-                                reasoning_secret=SECRET, **settings_fields)
-            self.gateway = gateway_server.running_gateway(settings)
-            self.url = self.gateway.__enter__()
-            self.traffic = traffic
-            return self
-
-        def __exit__(self, *exc_info):
-            self.gateway.__exit__(*exc_info)
-            self.fake.__exit__(*exc_info)
-
-    return Stack()
+    return recorded_gateway(monkeypatch, qwen_tokenizer_dir, fake={"max_model_len": max_model_len},
+                            served_model_name="tiny-qwen3", reasoning_secret=SECRET, **settings_fields)
 
 
 @pytest.fixture
