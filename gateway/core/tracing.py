@@ -113,6 +113,7 @@ class Recording(Span, ReadableSpan):
             self._links.append(trace.Link(context, attributes))
 
     record_exception = SDKSpan.record_exception  # the SDK's exception event (type, message, stack)
+    dropped_attributes = dropped_events = dropped_links = 0  # no limits: nothing is dropped
 
     def update_name(self, name: str) -> None:
         self._name = name

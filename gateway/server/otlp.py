@@ -104,6 +104,28 @@ _known: dict[tuple[bytes, str, type, Any], bytes] = {}
 _KNOWN_MAX = 4096
 
 
+_keys: dict[str, bytes] = {}  # KeyValue's key field, by key (a few dozen names)
+
+
+def _fresh(tag: bytes, key: str, kind: type, value: Any) -> bytes:
+    """One attribute's field, with a float or a str value (the usual fresh ones: a time, an
+    id) written inline; anything else by `_key_value`."""
+    if kind is float:
+        value_field = b"\x12\x09\x21" + _DOUBLE(value)  # AnyValue { double_value = 4 }, 9 bytes
+    elif kind is str:
+        text = value.encode()
+        any_value = b"\x0a" + _varint(len(text)) + text
+        value_field = b"\x12" + _varint(len(any_value)) + any_value
+    else:
+        return _field(tag, _key_value(key, value))
+    key_field = _keys.get(key)
+    if key_field is None:
+        if len(_keys) >= _KNOWN_MAX:
+            _keys.clear()
+        key_field = _keys[key] = _field(b"\x0a", key.encode())
+    return tag + _varint(len(key_field) + len(value_field)) + key_field + value_field
+
+
 def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     if not attributes:
         return b""
@@ -111,17 +133,17 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     for key, value in attributes.items():
         kind = type(value)
         if kind is float or kind is tuple or kind is list:  # a time, or unhashable: not kept
-            out.append(_field(tag, _key_value(key, value)))
+            out.append(_fresh(tag, key, kind, value))
             continue
         try:
             out.append(_known[tag, key, kind, value])
         except KeyError:
             if len(_known) >= _KNOWN_MAX:
                 _known.clear()
-            encoded = _known[tag, key, kind, value] = _field(tag, _key_value(key, value))
+            encoded = _known[tag, key, kind, value] = _fresh(tag, key, kind, value)
             out.append(encoded)
         except TypeError:  # unhashable
-            out.append(_field(tag, _key_value(key, value)))
+            out.append(_fresh(tag, key, kind, value))
     return b"".join(out)
 
 
@@ -188,9 +210,13 @@ def encode(spans: Sequence[ReadableSpan]) -> bytes | None:
     groups: dict[int, tuple[ReadableSpan, dict[int, tuple[ReadableSpan, list[bytes]]]]] = {}
     try:
         for span in spans:
-            scopes = groups.setdefault(id(span.resource), (span, {}))[1]
-            scopes.setdefault(id(span.instrumentation_scope), (span, []))[1].append(
-                _field(b"\x12", _span(span)))  # ScopeSpans.spans = 2
+            resource, scope = id(span.resource), id(span.instrumentation_scope)
+            if resource not in groups:
+                groups[resource] = (span, {})
+            scopes = groups[resource][1]
+            if scope not in scopes:
+                scopes[scope] = (span, [])
+            scopes[scope][1].append(_field(b"\x12", _span(span)))  # ScopeSpans.spans = 2
     except _Unsupported:
         return None
     out = []
