@@ -227,20 +227,21 @@ def run(rounds: int, requests: int, ratio: float | None, before: Path | None = N
 def span_cost(iterations: int = 2000) -> dict[str, float]:
     """CPU µs per request of the spans alone, in this process: one request's spans (the
     request's and its generation's, with the gateway's attribute sets and its phases timed)
-    made through gateway/core/tracing.py and exported by OTLP/HTTP to the sink, timed by process
-    CPU time (the exporter's thread included, flushed at the end)."""
+    made through gateway/core/tracing.py and exported by the gateway's OTLP/HTTP exporter
+    (gateway/server/otlp.py) to the sink, timed by process CPU time (the exporter's thread
+    included, flushed at the end)."""
 
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.trace import SpanKind
 
     from gateway.core import tracing
+    from gateway.server.otlp import span_exporter
 
     headers = [(b"traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")]
     with otlp_sink() as sink:
         provider = TracerProvider()
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=sink["endpoint"]), max_queue_size=65536))
+        provider.add_span_processor(BatchSpanProcessor(span_exporter("http/protobuf", sink["endpoint"]), max_queue_size=65536))
         tracing.use(provider)
         try:
             start = time.process_time()
