@@ -12,17 +12,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.adapters import mcp_tools
-from gateway.adapters.request_schema import InputItem, validate_items
+from gateway.adapters.request_schema import InputItem, conversation_ref, validate_items
 from gateway.adapters.responses_input import input_items
 from gateway.adapters.stored import page
-from gateway.adapters.validation import expect
 from gateway.core.conversation import Item, ToolCall
 from gateway.core.errors import APIError, invalid_request
 from gateway.core.ids import new_id
 from gateway.upstream.mcp import McpTool
 
 __all__ = ["conversation_id", "conversation_object", "deleted_object", "history_of", "item_in", "items_page", "kept",
-           "listed_in", "metadata", "new_items"]
+           "listed_in", "new_items"]
 
 MAX_NEW_ITEMS = 20  # items one create call may add (OpenAI's bound)
 _ID_PREFIXES = {"message": "msg", "reasoning": "rs", "function_call": "fc", "function_call_output": "fco",
@@ -36,18 +35,6 @@ def conversation_object(conversation_id: str, created_at: int, metadata: dict[st
 
 def deleted_object(conversation_id: str) -> dict[str, Any]:
     return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
-
-
-def metadata(raw: Any, param: str = "metadata") -> dict[str, str]:
-    """OpenAI's metadata: at most 16 string pairs, keys up to 64 characters, values up to 512."""
-    found = expect(raw, dict, param) or {}
-    if len(found) > 16:
-        raise invalid_request(f"'{param}' holds at most 16 pairs; got {len(found)}.", param=param)
-    for key, value in found.items():
-        if len(key) > 64 or not isinstance(value, str) or len(value) > 512:
-            raise invalid_request(f"Invalid '{param}.{key}': keys are strings of at most 64 characters, values "
-                                  f"strings of at most 512.", param=f"{param}.{key}")
-    return found
 
 
 def new_items(raw: Any, param: str, earlier: Sequence[Item], *, at_most: int | None = MAX_NEW_ITEMS
@@ -99,9 +86,7 @@ def conversation_id(body: dict[str, Any]) -> str | None:
         raise invalid_request("Mutually exclusive parameters: Ensure you are only providing one of: "
                               "'previous_response_id' or 'conversation'.", param=None,
                               code="mutually_exclusive_parameters")
-    if isinstance(raw, dict):
-        return expect(raw.get("id"), str, "conversation.id", optional=False)
-    return expect(raw, str, "conversation", optional=False)
+    return conversation_ref(raw)
 
 
 def _kept(item: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ locations, are dropped by walking the location along the body itself.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
@@ -25,6 +26,7 @@ from gateway.adapters.validation import type_name
 from gateway.core.errors import APIError, invalid_request
 
 __all__ = [
+    "MAX_BULK_IDS",
     "ROLLOUT_ID",
     "AnswerFormat",
     "ChatAnswerFormat",
@@ -34,11 +36,14 @@ __all__ = [
     "ChatMessage",
     "CompactionItem",
     "Content",
+    "ConversationBody",
+    "ConversationUpdateBody",
     "CustomToolCallItem",
     "DetokenizeBody",
     "FunctionCallItem",
     "ImagePart",
     "InputItem",
+    "ItemsBody",
     "JsonSchemaFormat",
     "LocalShellCallItem",
     "LocalShellOutputItem",
@@ -52,14 +57,19 @@ __all__ = [
     "RefusalPart",
     "RequestBody",
     "ResponsesBody",
+    "RolloutExportBody",
     "TextPart",
+    "TokenInFields",
     "TokenizeBody",
     "ToolOutputItem",
+    "body_field",
+    "conversation_ref",
     "validate",
     "validate_items",
 ]
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 INT64 = 2**63
 TOKEN_ID_LIMIT = 2**31  # token ids travel as int32
 Temperature = Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]
@@ -299,6 +309,13 @@ class _ReasoningOptions(Model):
     summary: str | None = None
 
 
+class _ConversationRef(Model):
+    id: str
+
+
+ConversationRef = str | _ConversationRef  # an id, or `{"id": …}`
+
+
 class ResponsesBody(RequestBody):
     """POST /v1/responses, and `response.create` without its transport fields."""
 
@@ -315,7 +332,7 @@ class ResponsesBody(RequestBody):
     background: bool | None = None
     max_tool_calls: Annotated[int, Field(ge=1)] | None = None
     prompt: Obj | None = None
-    conversation: str | Obj | None = None
+    conversation: ConversationRef | None = None
     context_management: Objs | None = None
     client_metadata: Obj | None = None  # Codex's
 
@@ -397,9 +414,13 @@ class ChatBody(RequestBody):
 
 # -- vLLM's /tokenize and /detokenize ----------------------------------------------------
 
-class _VLLMBody(BaseModel):
+class _Closed(BaseModel):
+    """A top level: no parameter it does not know."""
+
     model_config = ConfigDict(strict=True, extra="forbid")
 
+
+class _VLLMBody(_Closed):
     model: str | None = None
 
 
@@ -425,6 +446,55 @@ class DetokenizeBody(_VLLMBody):
     tokens: TokenIds
 
 
+# -- the gateway's own bodies: rollouts, conversations, token-in ------------------------
+
+MAX_BULK_IDS = 100_000  # rollouts one export may name
+
+
+class RolloutExportBody(_Closed):
+    """POST /v1/rollouts/export."""
+
+    ids: Annotated[list[str], Field(min_length=1, max_length=MAX_BULK_IDS)]
+    format: Literal["gateway", "verl", "slime"] | None = None
+    delete: bool | None = None
+
+
+# OpenAI's metadata: at most 16 string pairs, keys up to 64 characters, values up to 512.
+Metadata = Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
+                     Field(max_length=16)]
+
+
+class ConversationBody(_Closed):
+    """POST /v1/conversations (its items are checked as input items, with their place: `items[3]`)."""
+
+    items: list[dict[str, Any]] | None = None
+    metadata: Metadata | None = None
+
+
+class ConversationUpdateBody(_Closed):
+    """POST /v1/conversations/{id}."""
+
+    metadata: Metadata
+
+
+class ItemsBody(_Closed):
+    """POST /v1/conversations/{id}/items."""
+
+    items: list[dict[str, Any]]
+
+
+class TokenInFields(BaseModel):
+    """The fields of a `/v1/completions` or `/inference/v1/generate` body the gateway acts on; the
+    rest is vLLM's to check."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    model: str | None = None
+    rollout_id: RolloutId | None = None
+    session_id: str | None = None
+    partial_rollout: bool | None = None
+
+
 # -- errors -------------------------------------------------------------------------------
 
 def validate(model: type[M], body: Any) -> M:
@@ -443,8 +513,31 @@ _INPUT_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
 def validate_items(raw: Any, param: str) -> list[InputItem]:
     """Responses input items that came in another field than a body's `input` (a Conversation's
     `items`, a history read back from bytes or a store) checked as `input` is; 400s name `param[3].content`."""
+    return _validate_field(_INPUT_ITEMS, raw, param)
+
+
+def body_field(model: type[BaseModel], name: str, raw: Any) -> Any:
+    """One field of a body read before the body is checked (the history it names comes first:
+    `previous_response_id`, `conversation`), checked as the body will check it."""
+    return _validate_field(_field_adapter(model, name), raw, name)
+
+
+@functools.cache
+def _field_adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
+    field = model.model_fields[name]
+    return TypeAdapter(Annotated[field.annotation, field])
+
+
+def conversation_ref(raw: Any) -> str | None:
+    """A Responses body's `conversation` (checked before the body: its history comes first): the
+    conversation's id."""
+    found = body_field(ResponsesBody, "conversation", raw)
+    return found.id if isinstance(found, _ConversationRef) else found
+
+
+def _validate_field(adapter: TypeAdapter[T], raw: Any, param: str) -> T:
     try:
-        return _INPUT_ITEMS.validate_python(raw, strict=True)
+        return adapter.validate_python(raw, strict=True)
     except ValidationError as exc:
         raise _api_error(exc.errors(include_url=False, include_context=False), raw, param) from None
 

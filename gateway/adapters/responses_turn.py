@@ -14,12 +14,13 @@ from functools import partial
 from typing import Any
 
 from gateway.adapters.continuation import parse_continuation, parse_in_conversation
+from gateway.adapters.request_schema import ResponsesBody, body_field
 from gateway.adapters.resent import Resent, parse_resent, resent_prefix, session_key
 from gateway.adapters.responses import CompactionEvents, ResponseEvents, new_writer, plan_hosted
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.adapters.responses_input import ResponsesRequest, parse_request
 from gateway.adapters.rollout_fields import rollout_call
-from gateway.adapters.validation import check_model, expect, parse_json
+from gateway.adapters.validation import check_model, parse_json
 from gateway.core.errors import invalid_request
 from gateway.core.ids import new_id
 from gateway.core.push import Sink
@@ -118,7 +119,7 @@ async def _continued(runtime: Runtime, body: dict[str, Any], cache: ResponseCach
 async def _previous(runtime: Runtime, body: dict[str, Any], cache: ResponseCache | None) -> CachedResponse | None:
     """The response `previous_response_id` names: the connection's latest of any lane, else a
     `store: true` one."""
-    response_id = expect(body.get("previous_response_id"), str, "previous_response_id")
+    response_id = body_field(ResponsesBody, "previous_response_id", body.get("previous_response_id"))
     if response_id is None:
         return None
     previous = await session.previous_response(runtime, response_id, cache)

@@ -13,7 +13,6 @@ import re
 from typing import Any
 
 from gateway.adapters.request_schema import ROLLOUT_ID
-from gateway.adapters.validation import expect
 from gateway.core.errors import invalid_request
 from gateway.pipeline.request import RolloutCall
 
@@ -24,9 +23,9 @@ _ROLLOUT_ID = re.compile(ROLLOUT_ID)
 
 def rollout_call(body: dict[str, Any]) -> RolloutCall | None:
     """The rollout the call is recorded in, or None without `rollout_id` (the exchange takes its place
-    there: gateway/pipeline/exchange.py `prepare`)."""
-    rollout_id = expect(body.get("rollout_id"), str, "rollout_id")
-    mask = expect(body.get("response_mask"), list, "response_mask")
+    there: gateway/pipeline/exchange.py `prepare`). `body`: checked by its API's model (the fields'
+    types), or a header's rollout id."""
+    rollout_id, mask = body.get("rollout_id"), body.get("response_mask")
     if rollout_id is None:
         if mask is not None:
             raise invalid_request("'response_mask' needs a 'rollout_id': it masks the tokens a call adds to "

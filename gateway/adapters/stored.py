@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.adapters.validation import expect, expect_range, invalid_request
+from gateway.adapters.validation import expect_range, invalid_request
 from gateway.core.conversation import Item, Message, Reasoning, ToolCall, ToolOutput
 
 __all__ = ["input_items_page", "page"]
@@ -47,7 +47,7 @@ def _int(raw: str | None, param: str, default: int) -> int:
     if raw is None:
         return default
     try:
-        return expect(int(raw), int, param)
+        return int(raw)
     except ValueError:
         raise invalid_request(f"'{param}' must be an integer.", param=param) from None
 

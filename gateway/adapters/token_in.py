@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from gateway.adapters.validation import expect
+from gateway.adapters.request_schema import TokenInFields, validate
 from gateway.core.errors import APIError, invalid_request
 from gateway.core.push import Hold, Sink
 from gateway.pipeline.exchange import Quiet
@@ -47,10 +47,9 @@ class TokenInRequest:
 def parse_token_in(body: Any, path: str, *, model: str, session: str | None) -> TokenInRequest:
     """`model`: the served model (vLLM's default when the body names none); `session`: the
     `X-Session-ID` header."""
-    if not isinstance(body, dict):
-        raise invalid_request("The request body must be a JSON object.", code="invalid_type")
-    name = expect(body.get("model"), str, "model") or model
-    rollout_id = expect(body.get("rollout_id"), str, "rollout_id") or session
+    fields = validate(TokenInFields, body)
+    name = fields.model or model
+    rollout_id = fields.rollout_id or session
     prompt = body.get("token_ids") if path == GENERATE else body.get("prompt")
     prompt_ids = prompt if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt) else None
     if rollout_id is not None and path == COMPLETIONS and prompt_ids is None and not isinstance(prompt, str):
@@ -58,8 +57,7 @@ def parse_token_in(body: Any, path: str, *, model: str, session: str | None) -> 
                               param="prompt", code="invalid_value")
     forward = {key: value for key, value in body.items() if key not in _GATEWAY_FIELDS}
     return TokenInRequest(body=forward, model=name, stream=body.get("stream") is True, prompt_ids=prompt_ids,
-                          rollout_id=rollout_id, session_key=expect(body.get("session_id"), str, "session_id"),
-                          partial_rollout=expect(body.get("partial_rollout"), bool, "partial_rollout"))
+                          rollout_id=rollout_id, session_key=fields.session_id, partial_rollout=fields.partial_rollout)
 
 def resumable(request: TokenInRequest, path: str, *, default: bool) -> bool:
     """Whether a generation the fleet's abort pause cuts is resumed (`default`: --partial-rollouts).

@@ -139,7 +139,11 @@ def test_bulk_export_streams_ndjson_with_errors_in_line_and_can_delete(fake, url
 
     gateway_shape = httpx.post(f"{url}/v1/rollouts/export", json={"ids": ["nope"]})
     assert gateway_shape.status_code == 200 and orjson.loads(gateway_shape.content)["id"] == "nope"
-    for bad in ({"ids": []}, {"ids": ["a"], "format": "trl"}, {"ids": "a"}):
+    for bad, param, says in (({"ids": []}, "ids", "at least 1 item"), ({"ids": ["a"], "format": "trl"}, "format",
+                              "'gateway', 'verl' or 'slime'"), ({"ids": "a"}, "ids", "expected an array"),
+                             ({"ids": ["a"], "delete": "yes"}, "delete", "expected a boolean"),
+                             ({"ids": ["a"], "fromat": "verl"}, "fromat", "Unknown parameter")):
         response = httpx.post(f"{url}/v1/rollouts/export", json=bad)
-        assert response.status_code == 400 and response.json()["error"]["param"] in ("ids", "format")
+        assert response.status_code == 400 and response.json()["error"]["param"] == param
+        assert says in response.json()["error"]["message"], response.json()
     assert httpx.get(f"{url}/v1/rollouts/x", params={"format": "trl"}).status_code == 400

@@ -106,7 +106,13 @@ def test_bad_requests_get_clear_errors(client):
     assert unanswered.value.body["param"] == "items[1].call_id" and "call_nope" in unanswered.value.body["message"]
     with pytest.raises(openai.BadRequestError) as metadata:
         client.conversations.create(metadata={f"k{i}": "v" for i in range(17)})
-    assert metadata.value.body["param"] == "metadata"
+    assert metadata.value.body["param"] == "metadata" and "at most 16 items" in metadata.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as long_key:
+        client.conversations.update(conversation.id, metadata={"k" * 65: "v"})
+    assert long_key.value.body["param"].startswith("metadata.k") and "at most 64" in long_key.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as bad_ref:
+        client.responses.create(model=MODEL, input="hi", conversation={"id": 5})
+    assert bad_ref.value.body["param"] == "conversation.id" and "expected a string" in bad_ref.value.body["message"]
     with pytest.raises(openai.BadRequestError) as both:
         client.responses.create(model=MODEL, input="hi", conversation=conversation.id, previous_response_id="resp_1")
     assert both.value.body["code"] == "mutually_exclusive_parameters"

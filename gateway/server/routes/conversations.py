@@ -8,12 +8,13 @@ output items (gateway/pipeline/conversations.py). The shapes are OpenAI's
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.adapters import conversation_items as shapes
-from gateway.adapters.validation import expect
-from gateway.core.errors import invalid_request
+from gateway.adapters.request_schema import ConversationBody, ConversationUpdateBody, ItemsBody, validate
 from gateway.pipeline import conversations
 from gateway.pipeline.runtime import Runtime
 from gateway.server.http import JSONResponse, read_json
@@ -24,9 +25,9 @@ __all__ = ["create_conversation", "create_items", "delete_conversation", "delete
 
 
 async def create_conversation(request: Request) -> Response:
-    body = await _body(request)
-    items, history = shapes.new_items(body.get("items"), "items", ())
-    created = await conversations.create(_runtime(request), shapes.metadata(body.get("metadata")), items, history)
+    body = validate(ConversationBody, await _body(request))
+    items, history = shapes.new_items(body.items, "items", ())
+    created = await conversations.create(_runtime(request), body.metadata or {}, items, history)
     return JSONResponse(_shown(created))
 
 
@@ -35,10 +36,7 @@ async def get_conversation(request: Request) -> Response:
 
 
 async def update_conversation(request: Request) -> Response:
-    body = await _body(request)
-    if "metadata" not in body:
-        raise invalid_request("Missing required parameter: 'metadata'.", param="metadata", code="missing_required_parameter")
-    metadata = shapes.metadata(body["metadata"])
+    metadata = validate(ConversationUpdateBody, await _body(request)).metadata
 
     def updated(stored: StoredConversation) -> None:
         stored.metadata = metadata
@@ -57,14 +55,12 @@ async def list_items(request: Request) -> Response:
 
 
 async def create_items(request: Request) -> Response:
-    body = await _body(request)
+    body = validate(ItemsBody, await _body(request))
     runtime, conversation_id = _runtime(request), _id(request)
-    if body.get("items") is None:
-        raise invalid_request("Missing required parameter: 'items'.", param="items", code="missing_required_parameter")
     added: list[dict] = []
 
     def appended(stored: StoredConversation) -> None:
-        items, history = shapes.new_items(body["items"], "items", stored.history)
+        items, history = shapes.new_items(body.items, "items", stored.history)
         stored.items += items
         stored.history += history  # the exact tokens stay a prefix of the history
         added[:] = items
@@ -91,10 +87,9 @@ async def delete_item(request: Request) -> Response:
     return JSONResponse(_shown(await conversations.change(_runtime(request), _id(request), removed)))
 
 
-async def _body(request: Request) -> dict:
+async def _body(request: Request) -> Any:
     settings = request.app.state.settings
-    return expect(await read_json(request, settings.max_body_bytes, settings.request_body_timeout), dict, "body",
-                  optional=False)
+    return await read_json(request, settings.max_body_bytes, settings.request_body_timeout)
 
 
 def _runtime(request: Request) -> Runtime:

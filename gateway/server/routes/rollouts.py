@@ -22,15 +22,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from gateway.adapters import rollout_export
-from gateway.adapters.validation import expect
-from gateway.core.errors import APIError, invalid_request
+from gateway.adapters.request_schema import RolloutExportBody, validate
+from gateway.core.errors import APIError
 from gateway.pipeline import session
 from gateway.pipeline.runtime import Runtime
 from gateway.server.http import JSONResponse, read_json
 
 __all__ = ["delete_rollout", "export_rollouts", "get_rollout", "rollout_stats"]
-
-MAX_BULK_IDS = 100_000
 
 
 async def get_rollout(request: Request) -> Response:
@@ -45,14 +43,9 @@ async def get_rollout(request: Request) -> Response:
 
 async def export_rollouts(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
-    body = expect(await read_json(request), dict, "body", optional=False)
-    ids = expect(body.get("ids"), list, "ids", optional=False)
-    if not ids or len(ids) > MAX_BULK_IDS or not all(isinstance(i, str) for i in ids):
-        raise invalid_request(f"'ids' must be 1 to {MAX_BULK_IDS} rollout ids (strings).", param="ids",
-                              code="invalid_value")
-    trainer = rollout_export.check_format(expect(body.get("format"), str, "format"))
-    delete = bool(expect(body.get("delete"), bool, "delete"))
-    return StreamingResponse(_lines(runtime, ids, trainer, delete), media_type="application/x-ndjson")
+    body = validate(RolloutExportBody, await read_json(request))
+    return StreamingResponse(_lines(runtime, body.ids, body.format or "gateway", bool(body.delete)),
+                             media_type="application/x-ndjson")
 
 
 async def _lines(runtime: Runtime, ids: list[str], trainer: str, delete: bool) -> AsyncIterator[bytes]:
