@@ -190,6 +190,8 @@ def final_event(turn: TurnRecord, writer: ResponseWriter, parsed: ResponsesReque
             writer.output[-1].update(nemo_fields(turn))
     if turn.finish_reason == "length":
         return writer.incomplete(usage(turn), reason)
+    if turn.finish_reason == "steered":  # a WebSocket `response.steer` stopped it (gateway/ws/steer.py)
+        return writer.incomplete(usage(turn), "steered")
     if turn.finish_reason == "abort":
         return writer.failed("server_error", "the replica aborted the generation", usage(turn))
     return writer.completed(usage(turn))

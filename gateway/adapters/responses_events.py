@@ -283,6 +283,11 @@ class ResponseWriter:
         self._open[index] = item
         self.output.append(item)
 
+    def event(self, type_: str, **fields: Any) -> Event:
+        """An event about the response from outside its stream (a WebSocket steer's answer),
+        numbered in its sequence."""
+        return self._event(type_, **fields)
+
     def _event(self, type_: str, **fields: Any) -> Event:
         event = {"type": type_, **fields, "sequence_number": self._seq}
         self._seq += 1

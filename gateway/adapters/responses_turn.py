@@ -28,6 +28,7 @@ from gateway.core.settings import Settings
 from gateway.pipeline import exchange, session
 from gateway.pipeline.request import Lane, Recognised, RolloutCall, TurnRequest
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.steering import Steering
 from gateway.pipeline.turn import Turn
 from gateway.sessions.responses import CachedResponse, ResponseCache
 
@@ -67,11 +68,12 @@ async def from_http(runtime: Runtime, raw: bytes, settings: Settings) -> Respons
 
 
 async def from_socket(runtime: Runtime, body: dict[str, Any], settings: Settings, *, cache: ResponseCache,
-                      stream_id: str | None, connection_id: str) -> ResponseTurn:
+                      stream_id: str | None, connection_id: str, steering: Steering | None = None) -> ResponseTurn:
     """The turn of a WebSocket `response.create` on lane `stream_id`: it becomes the lane's latest
-    response, and the connection's turns share a replica."""
+    response, and the connection's turns share a replica; `steering`: its switch for `response.steer`."""
     parsed, sources = await _continued(runtime, body, cache)
-    request = _turn_request(parsed, lane=Lane(cache, stream_id), connection_id=connection_id, **sources)
+    request = _turn_request(parsed, lane=Lane(cache, stream_id), connection_id=connection_id, steering=steering,
+                            **sources)
     return await _prepared(runtime, request, parsed, settings, rollout_call(body), body)
 
 

@@ -57,6 +57,11 @@ class HermesOutputParser:
         self._events: list[ParseEvent] = []
         self.reasoning_tokens = 0  # tokens read in reasoning mode, `</think>` included
 
+    @property
+    def in_tool_call(self) -> bool:
+        """A `<tool_call>` is open: its item starts only once it closes (a steer waits for that)."""
+        return self._mode == "tool_call"
+
     def feed(self, token_ids: Sequence[int]) -> list[ParseEvent]:
         table, size = self._bytes, len(self._bytes)
         for token_id in token_ids:

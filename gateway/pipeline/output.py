@@ -39,6 +39,8 @@ class TurnOutput:
         self._stops = StopStrings(stop, feed) if stop else None
         self._feed = self._stops.feed if self._stops is not None else feed
         self.stopped = False  # a stop string matched: the turn ends here
+        self.steered = False  # a steer stopped the turn here (gateway/pipeline/steering.py)
+        self._steering = False  # a steer waits for the tool call being written to end
 
     def take(self, chunk: TokenChunk | Usage) -> list[ParseEvent]:
         record = self._record
@@ -57,7 +59,7 @@ class TurnOutput:
             record.finish_reason = chunk.finish_reason
         if chunk.expanded_prompt is not None:
             record.expanded(chunk.expanded_prompt, chunk.mm_placeholders)
-        events = self._feed(ids)
+        events = self._feed(ids) if not self._steering else self._feed_to_call_end(ids)
         record.reasoning_tokens = self._parser.reasoning_tokens
         stops = self._stops
         if stops is not None and stops.cut is not None:
@@ -71,6 +73,50 @@ class TurnOutput:
         for event in events:
             if type(event) is not ItemDelta:  # most are: nothing to track
                 self._track(event)
+        return events
+
+    def steer(self) -> bool:
+        """A steer asks the turn to stop with the ids taken so far; True when it stops now,
+        False when it waits for the tool call being written to end (checked after each read)."""
+        self._steering = True
+        return self._steer_now()
+
+    def _steer_now(self) -> bool:
+        if self.stopped or self.steered:
+            return self.steered
+        if self._in_call({i for i, started in self._started.items() if started.kind == "tool_call"}):
+            return False
+        self._steered()
+        return True
+
+    def _steered(self) -> None:
+        self.steered, self._steering = True, False
+        if self._record.finish_reason is None:  # one that finished first keeps its own reason
+            self._record.finish_reason = "steered"
+
+    def _in_call(self, open_calls: set[int]) -> bool:
+        """A tool call is being written: one whose item started, or (a parser that starts a call's
+        item only at its end says so) one whose markup opened."""
+        return bool(open_calls) or getattr(self._parser, "in_tool_call", False)
+
+    def _feed_to_call_end(self, ids: Sequence[int]) -> list[ParseEvent]:
+        """A steer waits for the tool call being written: the ids one at a time, the output cut
+        where the call ends (what the model wrote after it was never the client's)."""
+        events: list[ParseEvent] = []
+        open_calls = {i for i, started in self._started.items() if started.kind == "tool_call"}
+        for n, token in enumerate(ids, 1):
+            for event in self._feed((token,)):
+                events.append(event)
+                if isinstance(event, ItemStarted) and event.kind == "tool_call":
+                    open_calls.add(event.index)
+                elif isinstance(event, ItemDone):
+                    open_calls.discard(event.index)
+            if not self._in_call(open_calls) and not self.stopped:
+                if n < len(ids):
+                    self._cut(len(self._record.output_ids) - len(ids) + n)
+                    self._record.finish_reason = None
+                self._steered()
+                break
         return events
 
     def finish(self) -> list[ParseEvent]:

@@ -14,6 +14,7 @@ from typing import Any
 from gateway.core.conversation import Conversation
 from gateway.core.sampling import SamplingOptions
 from gateway.formats.base import Covered
+from gateway.pipeline.steering import Steering
 from gateway.sessions.responses import CachedResponse, ResponseCache
 from gateway.sessions.rollouts import Pending
 from gateway.sessions.session_store import ResentPrefix
@@ -99,3 +100,4 @@ class TurnRequest:
     sample: int = 0  # sample i > 0 of `n` (Chat Completions) leaves only its rollout branch behind
     adapter: str | None = None  # the LoRA adapter `model` names: only the replicas holding it serve the turn
     token_in: TokenIn | None = None  # a token-in call: passed through, not rendered (gateway/pipeline/token_turn.py)
+    steering: Steering | None = None  # WebSocket: the switch a `response.steer` stops the generation with

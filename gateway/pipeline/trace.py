@@ -47,7 +47,7 @@ class Trace:
             return "failed"
         if record.finish_reason is None:  # accepted, but the client left before the events were read
             return "cancelled"
-        if record.finish_reason == "length":
+        if record.finish_reason in ("length", "steered"):
             return "incomplete"
         return "failed" if record.finish_reason == "abort" else "completed"
 

@@ -263,24 +263,36 @@ class Turn:
                             self.sampling.constraint)
 
         def take(chunks: list[TokenChunk | Usage]) -> Hold:
+            if output.steered:  # steered before the relay began: nothing read since is the turn's
+                return None
             events: list[ParseEvent] = []
             reported = None
             for chunk in chunks:
                 events += output.take(chunk)
                 if isinstance(chunk, TokenChunk) and chunk.weight_versions is not None:
                     reported = chunk.weight_versions
-                if output.stopped:
+                if output.stopped or output.steered:
                     stream.stop_relay()
                     break
             self.record.versions_seen(stream.replica.weight_version, reported)
             return handed_on(sink, events) if events else None
 
+        def steer() -> None:  # from the socket's task: what was taken so far is the turn's output
+            if output.steer() and self._stream is not None:
+                self._stream.stop_relay()
+
+        steering = self.request.steering
         async with self._generating():
+            if steering is not None:
+                steering.bind(steer)
             try:
                 await stream.relay(take)
             except UpstreamFailed as failed:
                 stream = self._stream = await self._pulled_or_local(failed)
                 await stream.relay(take)
+            finally:
+                if steering is not None:
+                    steering.bind(None)
             if not output.stopped and (events := output.finish()):
                 await held(handed_on(sink, events))
 

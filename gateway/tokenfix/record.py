@@ -40,7 +40,7 @@ class TurnRecord:
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] | None = None  # one per output id, when asked for
     top_logprobs: list[list[tuple[int, float]]] | None = None  # per output id: the top (id, logprob)s
-    finish_reason: str | None = None  # stop | length | abort; None: not finished
+    finish_reason: str | None = None  # stop | length | abort | steered; None: not finished
     usage: Usage | None = None
     reasoning_tokens: int = 0
     output_items: list[Item] = field(default_factory=list)  # the model's output as canonical items
@@ -113,8 +113,8 @@ class TurnRecord:
 
     @property
     def finished(self) -> bool:
-        """The generation ended normally: its tokens are history a next turn may continue."""
-        return self.finish_reason in ("stop", "length")
+        """The generation ended normally (or was steered): its tokens are history a next turn may continue."""
+        return self.finish_reason in ("stop", "length", "steered")
 
     def token_state(self, terminators: Collection[int]) -> TokenState | None:
         """The exact tokens of this turn for the next one to continue; None unless it finished."""
