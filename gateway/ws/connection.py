@@ -6,7 +6,8 @@ uses too), runs on its `stream_id` lane through gateway/pipeline/exchange.py, an
 Responses event goes out as one JSON text frame. The
 latest response of each lane is cached with its exact token ids, so a continuation
 (`previous_response_id` + only the new items) prompts the model with exactly the tokens
-it saw and produced, plus the rendered new items.
+it saw and produced, plus the rendered new items. A `response.steer` stops a running
+response at its exact ids and runs its successor as such a continuation (gateway/ws/steer.py).
 """
 
 from __future__ import annotations
@@ -31,11 +32,24 @@ from gateway.core.settings import Settings
 from gateway.pipeline import exchange, trace
 from gateway.pipeline.request import Lane
 from gateway.pipeline.runtime import Runtime
+from gateway.pipeline.steering import Steering
 from gateway.sessions.responses import ResponseCache
 from gateway.ws.error_events import connection_limit_reached, error_event, invalid_json, processing_error
 from gateway.ws.frames import frame_writer
 from gateway.ws.lanes import Lanes
 from gateway.ws.request import CreateRequest, frame_stream_id, read_create
+from gateway.ws.steer import (
+    MAX_QUEUED,
+    Steerable,
+    SteerRefused,
+    accepted,
+    failed,
+    pending,
+    read_steer,
+    successor_body,
+    waiting_on,
+    with_pending,
+)
 from gateway.ws.turn_state import metadata_event
 
 __all__ = ["ResponsesSocket", "refuse"]
@@ -66,6 +80,8 @@ class ResponsesSocket:
         self._reader: asyncio.Task | None = None
         self._n_sending = 0  # sends waiting on the client's socket (one per lane at most)
         self._waiting_since = 0.0  # loop time of the last send that completed, or of the first that waited
+        self._steerable: dict[str, Steerable] = {}  # responses generating now, by id
+        self._pending: dict[str, list[tuple[str, Any]]] = {}  # steers waiting for a response's tool outputs
 
     @property
     def busy(self) -> bool:
@@ -115,46 +131,117 @@ class ResponsesSocket:
         if not isinstance(frame, dict):
             await self._send_error(invalid_json(f"got a JSON {type(frame).__name__}"))
             return
+        if frame.get("type") == "response.steer":
+            await self._steer(frame)
+            return
         try:
             if self.draining():
                 raise shutting_down()
             request = read_create(frame)
+            if (steers := self._pending.pop(request.body.get("previous_response_id"), None)) is not None:
+                request.body = with_pending(request.body, steers)
             self.lanes.submit(request.stream_id, request)
         except APIError as exc:
             await self._send_error(exc, frame_stream_id(frame))
+
+    async def _steer(self, frame: dict[str, Any]) -> None:
+        """Accept a steer for a response generating now and stop it at its exact ids (its successor
+        follows in `_respond`), or answer `response.steer.failed`."""
+        response_id, steer_input = frame.get("previous_response_id"), frame.get("input")
+        target = self._steerable.get(response_id) if isinstance(response_id, str) else None
+        try:
+            read_steer(frame)
+            if target is None:
+                raise self._not_steerable(response_id)
+            if "conversation" in target.body or target.body.get("context_management"):
+                raise SteerRefused("steering_not_supported", "Responses bound to a conversation or using "
+                                   "automatic compaction do not support steering.")
+            if len(target.steers) >= MAX_QUEUED:
+                raise SteerRefused("too_many_pending_steers", f"Response {response_id!r} already holds "
+                                   f"{MAX_QUEUED} steers; wait for its successor.")
+        except SteerRefused as refused:
+            lane = target.stream_id if target is not None else None
+            await self._send(failed(refused, response_id, steer_input, target=target), lane)
+            return
+        steer_id = new_id("steer")
+        target.steers.append((steer_id, steer_input))
+        await self._send(accepted(target, steer_id), target.stream_id)
+        target.steering.request()
+
+    def _not_steerable(self, response_id: str) -> SteerRefused:
+        if self.cache.find(response_id) is not None:
+            return SteerRefused("response_already_completed", f"Response {response_id!r} has completed and takes "
+                                "no steering input; continue it with response.create.")
+        return SteerRefused("response_not_found", f"No response with id {response_id!r} is in progress on this "
+                            "connection.")
 
     # -- responses ---------------------------------------------------------------------
 
     async def _respond(self, request: CreateRequest) -> None:
         lane = request.stream_id
-        with self.traced(request.received):
-            try:
-                await self._create(request)
-            except _GONE:
-                return  # the socket is closing (serve() cancels the rest); raised, it went unretrieved
-            except Exception:
-                log.exception("websocket %s: a response failed", self.connection_id)
-                exchange.forget(Lane(self.cache, lane))  # nothing may continue a broken turn
-                await self._send_error(processing_error(), lane)
+        steered: Steerable | None = None  # the response a successor follows, once steered
+        while True:
+            with self.traced(request.received):
+                try:
+                    steered = await self._create(request, steered)
+                except _GONE:
+                    return  # the socket is closing (serve() cancels the rest); raised, it went unretrieved
+                except Exception:
+                    log.exception("websocket %s: a response failed", self.connection_id)
+                    exchange.forget(Lane(self.cache, lane))  # nothing may continue a broken turn
+                    await self._send_error(processing_error(), lane)
+                    return
+            if steered is None or not await self._follows(steered):
+                return
+            request = CreateRequest(successor_body(steered), lane, True)
 
-    async def _create(self, request: CreateRequest) -> None:
+    async def _create(self, request: CreateRequest, steered: Steerable | None = None) -> Steerable | None:
+        """Run one response (`steered`: the one it is the successor of); the response, if steers
+        came while it ran."""
         lane = request.stream_id
+        steering = Steering()
         try:
             made = await from_socket(self.runtime, request.body, self.settings, cache=self.cache,
-                                     stream_id=lane, connection_id=self.connection_id)
+                                     stream_id=lane, connection_id=self.connection_id, steering=steering)
         except APIError as exc:  # a failed continuation: nothing may continue the lane's response (the spec's rule)
             exchange.forget(Lane(self.cache, lane))
-            await self._send_error(exc, lane)
-            return
-        if (turn_state := metadata_event(request.body)) is not None:  # Codex's: before the response's events
+            if steered is None:
+                await self._send_error(exc, lane)
+            for steer_id, steer_input in steered.steers if steered is not None else ():
+                refused = SteerRefused("successor_creation_failed", exc.message)
+                await self._send(failed(refused, steered.writer.response_id, steer_input, steer_id=steer_id,
+                                        target=steered), lane)
+            return None
+        if steered is None and (turn_state := metadata_event(request.body)) is not None:  # Codex's: first
             await self._send(turn_state, lane)
         if not request.generate:
             await self._warm_up(made, lane)
-            return
+            return None
+        target = self._steerable[made.writer.response_id] = Steerable(request.body, lane, made.writer, steering)
         try:
             await exchange.run(made.turn, made.output(self._sink(lane)))
         except APIError as exc:  # refused before it started (over a budget; the lane's response is forgotten)
             await self._send_error(exc, lane)
+        finally:
+            del self._steerable[made.writer.response_id]
+        return target if target.steers else None
+
+    async def _follows(self, steered: Steerable) -> bool:
+        """Whether a successor follows the steered response now: not when it failed (its steers
+        fail) or ended with calls of the client's tools (they wait for its outputs)."""
+        response_id, lane = steered.writer.response_id, steered.stream_id
+        if self.cache.find(response_id) is None:  # failed, or refused: nothing to continue
+            refused = SteerRefused("successor_creation_failed", f"Response {response_id!r} did not end in a state "
+                                   "a successor can continue.")
+            for steer_id, steer_input in steered.steers:
+                await self._send(failed(refused, response_id, steer_input, steer_id=steer_id, target=steered), lane)
+            return False
+        if required := waiting_on(steered):
+            self._pending[response_id] = steered.steers
+            for steer_id, _ in steered.steers:
+                await self._send(pending(steered, steer_id, required), lane)
+            return False
+        return True
 
     async def _warm_up(self, made: ResponseTurn, lane: str | None) -> None:
         """`generate: false`: remember the conversation for the next request, generate nothing."""
