@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 
 from bench import machine, procs
+from bench.spread import cell
 from gateway.ops.vllm_process import VLLMProcess, free_port
 from gateway.upstream import replica_load
 
@@ -159,9 +160,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             continue
 
         def spread(key: str, runs: list[dict[str, Any]] = runs) -> str:
-            values = [r[key] for r in runs]
-            middle = statistics.median(values)
-            return f"{middle:g}" if len(values) == 1 else f"{middle:g} ({min(values):g}–{max(values):g})"
+            return cell([r[key] for r in runs])
 
         lines.append(f"| {mode} ({len(runs)} runs) | {spread('itl_p50_ms')} | {spread('itl_p99_ms')} | "
                      f"{spread('itl_max_ms')} | {spread('ttft_p50_s')} | {spread('ttft_max_s')} |")

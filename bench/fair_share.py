@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from typing import Any
 import httpx
 
 from bench import machine, procs
+from bench.spread import spread
 from gateway.ops.tiny_models import qwen_model_dir
 from gateway.ops.vllm_process import VLLMProcess
 
@@ -73,10 +73,6 @@ def _measure(policy: str, repeats: int, wait: float, logs: Path) -> list[dict[st
         vllm.stop()
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.fair_share", description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
@@ -87,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as logs:
         for policy in ("priority", "fcfs"):
             runs[policy] = _measure(policy, args.repeats, args.wait, Path(logs))
-    summary = {policy: {key: _spread([run[key] for run in rows]) for key in rows[0]} for policy, rows in runs.items()}
+    summary = {policy: {key: spread([run[key] for run in rows]) for key in rows[0]} for policy, rows in runs.items()}
     result = {"machine": machine.describe(), "repeats": args.repeats, "summary": summary, "runs": runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))

@@ -45,6 +45,7 @@ from typing import Any
 import httpx
 
 from bench import machine, procs
+from bench.spread import cell
 from gateway.ops.vllm_process import VLLMProcess, free_port
 from gateway.upstream import replica_load, routing
 
@@ -294,16 +295,17 @@ def table(rows: list[dict[str, Any]]) -> str:
                 continue
 
             def spread(key: str, runs: list[dict[str, Any]] = runs) -> str:
-                values = [r[key] for r in runs]
-                middle = statistics.median(values)
-                shown = f"{middle:,.0f}" if isinstance(middle, int) or middle >= 100 else f"{middle:.2f}"
-                return shown if len(values) == 1 else f"{shown} ({min(values):,.4g}–{max(values):,.4g})"
+                return cell([r[key] for r in runs], _shown, "{:,.4g}".format)
 
             hits = statistics.median(r["hit_tokens"] for r in runs)
             versus = f"{hits / statistics.median(oracle):.0%}" if oracle and statistics.median(oracle) else "–"
             lines.append(f"| {workload} | {router} | {spread('prefill_tokens')} | {spread('hit_tokens')} | {versus} | "
                          f"{spread('ttft_p50_s')} | {spread('ttft_p99_s')} | {spread('max_over_mean_load')} |")
     return "\n".join(lines)
+
+
+def _shown(middle: float) -> str:
+    return f"{middle:,.0f}" if isinstance(middle, int) or middle >= 100 else f"{middle:.2f}"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -48,6 +48,7 @@ from websockets.sync.client import connect
 
 from bench import procs, versus_exact
 from bench.prepare import CODEX_REQUEST, source_text
+from bench.spread import spread
 
 PATHS = {"vllm": "vLLM /v1/responses (HTTP, full history)",
          "gateway_http": "gateway, HTTP (full history)",
@@ -366,21 +367,16 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         for turn in sorted({r["turn"] for r in mine}):
             at = [r for r in mine if r["turn"] == turn]
             turns.append({"turn": turn, "history_tokens": round(statistics.median(r["history_tokens"] for r in at)),
-                          **{metric: _spread([r[metric] for r in at])
+                          **{metric: spread([r[metric] for r in at])
                              for metric in ("ttft_ms", "total_ms", "outside_vllm_ms", "vllm_ttft_ms")},
-                          **({"render_ms": _spread([r["render_ms"] for r in at])} if path == "vllm" else {})})
-        by_path[path] = {"session": {metric: _spread(values) for metric, values in sums.items()}, "turns": turns}
+                          **({"render_ms": spread([r["render_ms"] for r in at])} if path == "vllm" else {})})
+        by_path[path] = {"session": {metric: spread(values) for metric, values in sums.items()}, "turns": turns}
         sums_by_path[path] = sums["ttft_ms"]
     for path in ("gateway_http", "gateway_ws"):  # per session: the paths took turns, so compare within one
         pairs = list(zip(sums_by_path["vllm"], sums_by_path[path], strict=True))
-        by_path[path]["session_saving_ms"] = _spread([vllm - own for vllm, own in pairs])
-        by_path[path]["session_saving_percent"] = _spread([100 * (vllm - own) / vllm for vllm, own in pairs])
+        by_path[path]["session_saving_ms"] = spread([vllm - own for vllm, own in pairs])
+        by_path[path]["session_saving_percent"] = spread([100 * (vllm - own) / vllm for vllm, own in pairs])
     return {"paths": by_path, "saving": {f"{k // 1000}k": _saving(by_path, k) for k in (16_000, 64_000)}}
-
-
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
-            "max": round(max(values), 3), "n": len(values)}
 
 
 def _saving(by_path: dict[str, Any], tokens: int) -> dict[str, Any] | None:
