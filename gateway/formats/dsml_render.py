@@ -1,8 +1,8 @@
-"""DeepSeek-V3.2 and V4 prompts: DeepSeek's own Python encoders, as the gateway renders them.
+"""DeepSeek-V3.2, V4 and V4.1 prompts: DeepSeek's own Python encoders, as the gateway renders them.
 
 DeepSeek ships no chat template for V3.2 and V4 but a reference encoder (`encoding_dsv32.py`,
-`encoding_dsv4.py` in the models' repositories; vLLM serves them as `tokenizers/deepseek_v32_encoding.py`
-and `deepseek_v4_encoding.py`). This module writes the same text for the messages the gateway
+`encoding_dsv4.py` in the models' repositories; vLLM serves them as `tokenizers/deepseek_v32_encoding.py`,
+`deepseek_v4_encoding.py` and `deepseek_v41_encoding.py`). This module writes the same text for the messages the gateway
 renders (system, user, assistant with reasoning and calls, tool results); tests/formats compare it
 with the vendored reference encoders on thousands of random conversations. The requests are shaped
 as vLLM's `deepseek_v32` / `deepseek_v4` tokenizer wrappers shape them before encoding:
@@ -13,8 +13,14 @@ as vLLM's `deepseek_v32` / `deepseek_v4` tokenizer wrappers shape them before en
   off, with the "high" reasoning-effort preamble; tool results are `<tool_result>` blocks of a user
   turn (the encoder's `merge_tool_messages`), in the order of the calls.
 
-Every system or developer message joins one system prompt at the top (as DeepSeek-V3.1's template
-does): the encoders write a later system message as bare text, with no turn around it. Arguments
+- V4.1: V4's request shape and tool results, with V4.1's own markup: a `<｜System｜>` turn (the first
+  message's, and each later system message's, which counts as a query: the assistant's turn opens
+  after it), the numeric reasoning effort (`high`: 75), and DSML tags spelled with a space
+  (`<｜DSML｜ calls>`, `<｜DSML｜ invoke …>`, `<｜DSML｜ parameter …>`). The tools join the first system
+  message wherever it is, as vLLM's `deepseek_v41` wrapper places them.
+
+For V3.2 and V4 every system or developer message joins one system prompt at the top (as DeepSeek-V3.1's
+template does): those encoders write a later system message as bare text, with no turn around it. Arguments
 that are not a JSON object (a client's own history) render as one string parameter `arguments`
 where the encoders would raise.
 """
@@ -28,13 +34,16 @@ from transformers import PreTrainedTokenizerFast
 
 from gateway.formats.hf_render import SafeTemplateEncoder
 
-__all__ = ["BLOCKS", "DSML", "DsmlEncoder"]
+__all__ = ["DSML", "SYSTEM", "TAGS", "DsmlEncoder"]
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 USER, ASSISTANT = "<｜User｜>", "<｜Assistant｜>"
 THINK, THINK_END = "<think>", "</think>"
+SYSTEM = "<｜System｜>"  # V4.1's
 DSML = "｜DSML｜"
-BLOCKS = {"v32": "function_calls", "v4": "tool_calls"}  # the calls section's name per version
+# The calls section's, a call's and a parameter's tag names per version (after `<｜DSML｜`).
+TAGS = {"v32": ("function_calls", "invoke", "parameter"), "v4": ("tool_calls", "invoke", "parameter"),
+        "v41": (" calls", " invoke", " parameter")}
 
 _V32_TOOLS = """## Tools
 You have access to a set of tools you can use to answer the user's question.
@@ -65,17 +74,17 @@ Here are the functions available in JSONSchema format:
 
 _V4_TOOLS = """## Tools
 
-You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "<{dsml}tool_calls>" block like the following:
+You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "<{dsml}{block}>" block like the following:
 
-<{dsml}tool_calls>
-<{dsml}invoke name="$TOOL_NAME">
-<{dsml}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{dsml}parameter>
+<{dsml}{block}>
+<{dsml}{invoke} name="$TOOL_NAME">
+<{dsml}{parameter} name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{dsml}{parameter}>
 ...
-</{dsml}invoke>
-<{dsml}invoke name="$TOOL_NAME2">
+</{dsml}{invoke}>
+<{dsml}{invoke} name="$TOOL_NAME2">
 ...
-</{dsml}invoke>
-</{dsml}tool_calls>
+</{dsml}{invoke}>
+</{dsml}{block}>
 
 String parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.
 
@@ -97,13 +106,16 @@ _V4_HIGH_EFFORT = (
     "Explicitly write out your entire deliberation process, documenting every intermediate step, considered "
     "alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n\n"
 )
+_V41_EFFORT = "Reasoning Effort: 75 (range 1-100, the higher the value, the more thorough the reasoning)\n\n"
 _FORMAT = "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n{schema}"
 
 
 def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, version: str,
            thinking: bool | None) -> str:
     """The prompt text for `hf_messages`' messages and tools, ending with the generation prompt.
-    `thinking`: None for the version's default (V3.2 off, V4 on)."""
+    `thinking`: None for the version's default (V3.2 off, V4 and V4.1 on)."""
+    if version == "v41":
+        return _V41([_for_encoder(m) for m in messages], tools, thinking is not False).text()
     messages = _one_system_prompt(messages)
     if version == "v32":
         return _V32(messages, tools, bool(thinking)).text()
@@ -135,23 +147,37 @@ def _schemas(tools: list[dict[str, Any]]) -> str:
     return "\n".join(_json(tool["function"]) for tool in tools)
 
 
-def _calls(calls: list[dict[str, Any]], block: str) -> str:
-    invokes = [f'<{DSML}invoke name="{call["function"]["name"]}">\n{_parameters(call["function"]["arguments"])}'
-               f"\n</{DSML}invoke>" for call in calls]
+def _tools_text(version: str, tools: list[dict[str, Any]]) -> str:
+    block, invoke, parameter = TAGS[version]
+    return _V4_TOOLS.format(dsml=DSML, block=block, invoke=invoke, parameter=parameter, think=THINK,
+                            think_end=THINK_END, schemas=_schemas(tools))
+
+
+def _calls(calls: list[dict[str, Any]], version: str) -> str:
+    block, invoke, parameter = TAGS[version]
+    invokes = [f'<{DSML}{invoke} name="{call["function"]["name"]}">\n'
+               f'{_parameters(call["function"]["arguments"], parameter, version)}\n</{DSML}{invoke}>'
+               for call in calls]
     return f"\n\n<{DSML}{block}>\n" + "\n".join(invokes) + f"\n</{DSML}{block}>"
 
 
-def _parameters(arguments: Any) -> str:
+def _parameters(arguments: Any, tag: str, version: str) -> str:
     if isinstance(arguments, str):
-        try:
-            parsed = json.loads(arguments)
-        except ValueError:
-            parsed = {"arguments": arguments}
+        parsed = _loads(arguments)
+        if version == "v41" and isinstance(parsed, str):  # V4.1's encoder also reads a JSON string twice
+            parsed = _loads(parsed)
         arguments = parsed if isinstance(parsed, dict) else {"arguments": arguments}
     return "\n".join(
-        f'<{DSML}parameter name="{key}" string="{"true" if isinstance(value, str) else "false"}">'
-        f"{value if isinstance(value, str) else _json(value)}</{DSML}parameter>"
+        f'<{DSML}{tag} name="{key}" string="{"true" if isinstance(value, str) else "false"}">'
+        f"{value if isinstance(value, str) else _json(value)}</{DSML}{tag}>"
         for key, value in arguments.items())
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def _last_user(messages: list[dict[str, Any]]) -> int:
@@ -197,7 +223,7 @@ class _V32:
         reasoning = ""
         if self.thinking and index > self.last_user:
             reasoning = (message.get("reasoning") or "") + THINK_END
-        return reasoning + (content or "") + (_calls(calls, BLOCKS["v32"]) if calls else "") + EOS
+        return reasoning + (content or "") + (_calls(calls, "v32") if calls else "") + EOS
 
     def _think_token(self, opens: bool) -> str:
         return THINK if opens and self.thinking else THINK_END
@@ -243,15 +269,14 @@ class _V4:
         if role == "system":
             text += content or ""
             if message.get("tools"):
-                text += "\n\n" + _V4_TOOLS.format(dsml=DSML, think=THINK, think_end=THINK_END,
-                                                  schemas=_schemas(message["tools"]))
+                text += "\n\n" + _tools_text("v4", message["tools"])
         elif role == "user":
             text += USER + "\n\n".join(message["parts"])
         else:
             calls = message.get("tool_calls")
             if self.thinking and (not self.drop or index > self.last_user):
                 text += (message.get("reasoning") or "") + THINK_END
-            text += (content or "") + (_calls(calls, BLOCKS["v4"]) if calls else "") + EOS
+            text += (content or "") + (_calls(calls, "v4") if calls else "") + EOS
         following = self.messages[index + 1]["role"] if index + 1 < len(self.messages) else None
         if following not in (None, "assistant"):
             return text
@@ -259,6 +284,60 @@ class _V4:
             opens = self.thinking and (not self.drop or index >= self.last_user)
             text += ASSISTANT + (THINK if opens else THINK_END)
         return text
+
+
+class _V41:
+    """`deepseek_v41_encoding.encode_messages` behind vLLM's `deepseek_v41` wrapper: system messages stay
+    where they are, and one after the first is a query of its own (`find_last_user_index`)."""
+
+    def __init__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool) -> None:
+        if tools:
+            first = next((i for i, m in enumerate(messages) if m["role"] == "system"), None)
+            if first is None:
+                messages = [{"role": "system", "content": "", "tools": tools}, *messages]
+            else:
+                messages = [*messages[:first], {**messages[first], "tools": tools}, *messages[first + 1:]]
+        self.thinking = thinking
+        self.drop = not tools
+        messages = _merge_tool_results(messages)
+        self.last_user = _last_query(messages)
+        if thinking and self.drop:
+            messages = [m if m["role"] != "assistant" or i >= self.last_user
+                        else {k: v for k, v in m.items() if k != "reasoning"} for i, m in enumerate(messages)]
+        self.messages = messages
+
+    def text(self) -> str:
+        return BOS + "".join(self._message(i) for i in range(len(self.messages)))
+
+    def _message(self, index: int) -> str:
+        message = self.messages[index]
+        role, content = message["role"], message.get("content")
+        text = SYSTEM if index == 0 and (self.thinking or role == "system") else ""
+        text += _V41_EFFORT if index == 0 and self.thinking else ""
+        if role == "system":
+            text += (SYSTEM if index > 0 else "") + (content or "")
+            if message.get("tools"):
+                text += "\n\n" + _tools_text("v41", message["tools"])
+        elif role == "user":
+            text += USER + "\n\n".join(message["parts"])
+        else:
+            calls = message.get("tool_calls")
+            if self.thinking and (not self.drop or index > self.last_user):
+                text += (message.get("reasoning") or "") + THINK_END
+            text += (content or "") + (_calls(calls, "v41") if calls else "") + EOS
+        following = self.messages[index + 1]["role"] if index + 1 < len(self.messages) else None
+        if following not in (None, "assistant"):
+            return text
+        if role == "user" or (role == "system" and index > 0):
+            opens = self.thinking and (not self.drop or index >= self.last_user)
+            text += ASSISTANT + (THINK if opens else THINK_END)
+        return text
+
+
+def _last_query(messages: list[dict[str, Any]]) -> int:
+    """V4.1's last query: the last user message, or system message after the first."""
+    return next((i for i in range(len(messages) - 1, -1, -1)
+                 if messages[i]["role"] == "user" or (messages[i]["role"] == "system" and i > 0)), -1)
 
 
 def _merge_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ __all__ = ["OWN_FORMATS", "by_tool_parser", "of_model_type", "of_template", "rea
 
 FAMILIES: tuple[Family, ...] = (
     minimax.FAMILY,  # MiniMax-M2: <minimax:tool_call>
+    dsml.V41,  # DeepSeek-V4.1: ｜DSML｜ calls (or model_type deepseek_v41)
     dsml.V4,  # DeepSeek-V4: ｜DSML｜tool_calls (or model_type deepseek_v4)
     dsml.V32,  # DeepSeek-V3.2: ｜DSML｜ (or model_type deepseek_v32)
     gemma4.FAMILY,  # Gemma 4: <|tool_call>call:

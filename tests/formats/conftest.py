@@ -134,6 +134,34 @@ def deepseek_v32_format(deepseek_v4_tokenizer):
 
 
 @pytest.fixture(scope="session")
+def deepseek_v41_tokenizer():
+    """DeepSeek-V4's real tokenizer with V4.1's `<｜System｜>` added (tests/support/deepseek_v4.py)."""
+    from tests.support.deepseek_v4 import deepseek_v41_tokenizer_dir
+
+    return shared_tokenizer(deepseek_v41_tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def deepseek_v41_format(deepseek_v41_tokenizer):
+    """The HF format on it with vLLM's `deepseek_v41` parser: DeepSeek's V4.1 encoder, thinking on (its default)."""
+    from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
+
+    return HFChatFormat(deepseek_v41_tokenizer, tool_parser="deepseek_v41", reasoning_parser="deepseek_v41",
+                        locality=failing_kinds)
+
+
+@pytest.fixture(scope="session")
+def deepseek_v41_chat_format(deepseek_v41_tokenizer):
+    """DeepSeek-V4.1 with thinking off: output starts after the prompt's `</think>`."""
+    from gateway.formats.hf import HFChatFormat
+    from gateway.tokenfix.locality import failing_kinds
+
+    return HFChatFormat(deepseek_v41_tokenizer, tool_parser="deepseek_v41", enable_thinking=False,
+                        locality=failing_kinds)
+
+
+@pytest.fixture(scope="session")
 def minimax_tokenizer():
     """MiniMax-M2's control tokens at their real ids on a stand-in BPE, with the published MiniMax-M2 template."""
     from tests.support.minimax import minimax_tokenizer_dir

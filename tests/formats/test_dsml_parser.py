@@ -1,5 +1,6 @@
-"""DeepSeek-V3.2/V4 DSML tool calls: DeepSeek-V4's token ids in, reasoning / text / tool-call items out,
-values read and typed as vLLM's `deepseek_v4` / `deepseek_v32` parsers read them, streamed per parameter."""
+"""DeepSeek-V3.2/V4/V4.1 DSML tool calls: DeepSeek-V4's token ids in, reasoning / text / tool-call items out,
+values read and typed as vLLM's `deepseek_v4` / `deepseek_v32` / `deepseek_v41` parsers read them, streamed per
+parameter. V4.1's contract is V4's, spelled with V4.1's tags (`v41`)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,12 @@ def invoke(name: str, *params: tuple[str, str, str]) -> str:
 def block(*invokes: str, version: str = "v4") -> str:
     name = "tool_calls" if version == "v4" else "function_calls"
     return f"\n\n<｜DSML｜{name}>\n" + "\n".join(invokes) + f"\n</｜DSML｜{name}>"
+
+
+def v41(text: str) -> str:
+    """V4 DSML markup as V4.1 spells it: `<｜DSML｜ calls>`, `<｜DSML｜ invoke …>`, `<｜DSML｜ parameter …>`."""
+    return (text.replace("｜DSML｜tool_calls", "｜DSML｜ calls").replace("｜DSML｜invoke", "｜DSML｜ invoke")
+            .replace("｜DSML｜parameter", "｜DSML｜ parameter"))
 
 
 def parse(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list[tuple[str, str | None, str]]:
@@ -182,3 +189,29 @@ CONTRACT = OutputContract(
     fuzz_format="deepseek_v4_format",
     examples=400,
 )
+
+V41_CONTRACT = OutputContract(
+    "dsml_v41",
+    format="deepseek_v41_chat_format",
+    tokenizer="deepseek_v41_tokenizer",
+    markup=MARKUP,
+    tools=TOOLS,
+    agent_turn=v41(AGENT_TURN),
+    agent_items=AGENT_ITEMS,
+    split_turn=v41(CONTRACT.split_turn),
+    split_items=CONTRACT.split_items,
+    malformed=[(v41(output), [(kind, name, v41(text)) for kind, name, text in expected])
+               for output, expected in MALFORMED],
+    fragments=[*MARKUP, "<", "</", " calls>", "tool_calls>", ' invoke name="', "shell", '">', " invoke>",
+               " parameter", ' name="workdir"', ' string="true"', ' string="false"', ">", " parameter>", "\n", " ",
+               "5", '"', "é", "東京", "x", "[1", "]"],
+    fuzz_format="deepseek_v41_format",
+    examples=400,
+)
+
+
+def test_v41_reads_only_its_own_spelling(deepseek_v41_chat_format, deepseek_v41_tokenizer):
+    v4 = block(invoke("read_file", ("path", "true", "a")))
+    assert parse(deepseek_v41_chat_format, ids_of(deepseek_v41_tokenizer, "ok" + v41(v4))) == [
+        ("text", None, "ok"), ("tool_call", "read_file", '{"path": "a"}')]
+    assert parse(deepseek_v41_chat_format, ids_of(deepseek_v41_tokenizer, "ok" + v4)) == [("text", None, "ok" + v4)]

