@@ -7,8 +7,6 @@ request log shows what each prompt was made of.
 
 from __future__ import annotations
 
-import contextlib
-
 import httpx
 import openai
 import pytest
@@ -16,8 +14,7 @@ import pytest
 from gateway.core.conversation import Conversation, Message
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, IM_START, TOOL_CALL, ids
-from tests.support.redis_server import RedisServer
-from tests.support.stack import fake_stack
+from tests.support.stack import tenants_stack
 
 MODEL = "tiny-qwen3"
 GENERATE = "/inference/v1/generate"
@@ -26,12 +23,9 @@ ALICE, BOB = "sk-alice", "sk-bob"
 
 @pytest.fixture(scope="module", params=["memory", "redis"])
 def stack(request, qwen_tokenizer_dir, tmp_path_factory):
-    keys = tmp_path_factory.mktemp("keys") / "keys"
-    keys.write_text(f"{ALICE} alice\n{BOB} bob\n")
-    with contextlib.ExitStack() as started:
-        state = {"state_url": started.enter_context(RedisServer()).url} if request.param == "redis" else {}
-        yield started.enter_context(fake_stack(qwen_tokenizer_dir, served_model_name=MODEL, api_key_file=str(keys),
-                                               **state))
+    with tenants_stack(qwen_tokenizer_dir, {ALICE: "alice", BOB: "bob"}, request.param,
+                       tmp_path_factory.mktemp("keys"), served_model_name=MODEL) as running:
+        yield running
 
 
 def as_tenant(stack, key: str) -> openai.OpenAI:

@@ -7,8 +7,6 @@ in process, and a real redis-server.
 
 from __future__ import annotations
 
-import contextlib
-
 import httpx
 import orjson
 import pytest
@@ -16,9 +14,8 @@ from websockets.asyncio.client import connect
 
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
-from tests.support.redis_server import RedisServer
 from tests.support.sse import sse_events
-from tests.support.stack import fake_stack
+from tests.support.stack import tenants_stack
 
 MODEL = "tiny-qwen3"
 ALICE, BOB, ADMIN = "sk-alice", "sk-bob", "sk-admin"
@@ -28,12 +25,9 @@ GENERATE = "/inference/v1/generate"
 @pytest.fixture(scope="module", params=["memory", "redis"])
 def stack(request, qwen_tokenizer_dir, tmp_path_factory):
     """The same gateway with its state in process, then in a real redis-server."""
-    keys = tmp_path_factory.mktemp("keys") / "keys"
-    keys.write_text(f"{ALICE} alice\n{BOB} bob\n")
-    with contextlib.ExitStack() as started:
-        state = {"state_url": started.enter_context(RedisServer()).url} if request.param == "redis" else {}
-        yield started.enter_context(fake_stack(qwen_tokenizer_dir, served_model_name=MODEL, api_key_file=str(keys),
-                                               admin_key=ADMIN, **state))
+    with tenants_stack(qwen_tokenizer_dir, {ALICE: "alice", BOB: "bob"}, request.param,
+                       tmp_path_factory.mktemp("keys"), served_model_name=MODEL, admin_key=ADMIN) as running:
+        yield running
 
 
 def as_(key: str) -> dict[str, str]:

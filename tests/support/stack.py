@@ -57,3 +57,17 @@ def fake_stack(model_dir: Path | str, *, replicas: int = 1, fake: dict[str, Any]
         runtime = build_runtime(config)
         url = started.enter_context(running_gateway(config, runtime))
         yield Stack(fakes, url, runtime)
+
+
+@contextmanager
+def tenants_stack(model_dir: Path | str, tenants: dict[str, str], state: str, key_dir: Path,
+                  **options: Any) -> Iterator[Stack]:
+    """`fake_stack` whose clients are the `tenants` (API key → tenant, in a key file under
+    `key_dir`), its state in process (`state` "memory") or in a real redis-server ("redis")."""
+    from tests.support.redis_server import RedisServer
+
+    keys = key_dir / "keys"
+    keys.write_text("".join(f"{key} {tenant}\n" for key, tenant in tenants.items()))
+    with ExitStack() as started:
+        shared = {"state_url": started.enter_context(RedisServer()).url} if state == "redis" else {}
+        yield started.enter_context(fake_stack(model_dir, api_key_file=str(keys), **shared, **options))
