@@ -242,6 +242,75 @@ def test_trls_async_grpo_calls_drive_the_fleet(open_two):
     assert httpx.get(two.url + "/weight_info").json() == {"weight_version": "default"}  # TRL labels nothing
 
 
+SKYRL = "NovaSky-AI/SkyRL a9564572 skyrl/backends/skyrl_train/inference_servers/remote_inference_client.py"
+
+
+def skyrl_call(fleet: Fleet, method: str, path: str, *, json: dict | None = None, params: dict | None = None,
+               headers: dict | None = None) -> dict | None:
+    """SkyRL's `_call_server` (lines 933-959): the body is read only when the answer has a
+    Content-Length, as JSON (aiohttp's `resp.json()` refuses any other content type)."""
+    response = httpx.request(method, fleet.url + path, json=json, params=params, headers=headers, timeout=60)
+    assert response.status_code == 200, (path, response.text)
+    if not response.headers.get("content-length") or response.headers["content-length"] == "0":
+        return None
+    assert response.headers["content-type"].startswith("application/json"), (path, response.headers)
+    return response.json()
+
+
+def test_skyrls_remote_inference_client_drives_the_fleet_as_one_server(open_two):
+    """SkyRL's `RemoteInferenceClient` with `proxy_url` and `server_urls: [GATEWAY]`, call for call
+    (SKYRL, line numbers): `get_world_size` (1358-1400: GET with a `{}` body; one server, so its
+    world size is the fleet's), `init_weight_update_communicator` (1105-1132, with
+    broadcast_strategy.py's `BroadcastInitInfo.for_servers`/`to_api_payload`: rank_offset 1,
+    world_size + 1, `packed`), `pause` (985-1009: mode=keep, clear_cache=false), the NCCL update
+    through its worker extension (`start_weight_update` 1176-1200, `update_weights_nccl`
+    1228-1255 — blocking in the collective until every replica joined —, `finish_weight_update`
+    1257-1270, each a /collective_rpc), `reset_prefix_cache` (1086-1099: a JSON body, which vLLM
+    ignores), `resume` (1011-1013), `_generate_single` (466-530: /inference/v1/generate with
+    X-Session-ID, which names the rollout it is recorded in), `detokenize` (862-892)."""
+    two = open_two
+    a, b = two.replicas
+    world = skyrl_call(two, "GET", "/get_world_size", json={})["world_size"]
+    assert world == 3  # replica a has 2 ranks, b 1: one "server" of the fleet's size
+    payload = {"master_address": "10.0.0.1", "master_port": 40123, "rank_offset": 1, "world_size": world + 1,
+               "packed": True}
+    init = threading.Thread(target=skyrl_call, args=(two, "POST", "/init_weight_transfer_engine"),
+                            kwargs={"json": {"init_info": payload}})
+    init.start()
+    init.join(60)
+    assert not init.is_alive()
+    skyrl_call(two, "POST", "/pause", params={"mode": "keep", "clear_cache": "false"})
+    update_info = {"names": ["w"], "dtype_names": ["bfloat16"], "shapes": [[4, 4]]}
+    rpcs = [{"method": "skyrl_start_weight_update", "kwargs": {"is_checkpoint_format": True}},
+            {"method": "update_weights_nccl", "kwargs": {"update_info": update_info}},
+            {"method": "skyrl_finish_weight_update"}]
+    for rpc in rpcs:
+        assert skyrl_call(two, "POST", "/collective_rpc", json=rpc) == {"results": [None, None, None]}
+    assert skyrl_call(two, "POST", "/reset_prefix_cache", json={"reset_running_requests": False}) == {"success": True}
+    skyrl_call(two, "POST", "/resume")
+    for replica, offset in ((a, 1), (b, 3)):
+        calls = [(path, query, body) for path, query, body in replica.calls if path != "/get_world_size"]
+        assert calls == [
+            ("/init_weight_transfer_engine", "", {"init_info": {**payload, "rank_offset": offset}}),
+            ("/pause", "mode=keep&clear_cache=false", None), *(("/collective_rpc", "", rpc) for rpc in rpcs),
+            ("/reset_prefix_cache", "", None), ("/resume", "", None)]  # the body vLLM ignores is not passed on
+
+    for replica in (a, b):
+        replica.queue(Script([9707, 1879, 151645], logprobs=[-0.5, -0.25, -0.125]))
+    body = {"sampling_params": {"temperature": 1.0, "max_tokens": 8, "logprobs": 0}, "model": "tiny-qwen3",
+            "token_ids": [5, 6, 7]}
+    choice = skyrl_call(two, "POST", "/inference/v1/generate", json=body, headers={"X-Session-ID": "traj-1"})
+    choice = choice["choices"][0]
+    assert (choice["token_ids"], choice["finish_reason"]) == ([9707, 1879, 151645], "stop")
+    assert [lp["logprob"] for lp in choice["logprobs"]["content"]] == [-0.5, -0.25, -0.125]
+    exported = httpx.get(two.url + "/v1/rollouts/traj-1").json()  # X-Session-ID records SkyRL's trajectory
+    assert exported["token_ids"] == [5, 6, 7, 9707, 1879, 151645]
+    assert skyrl_call(two, "POST", "/detokenize", json={"model": "tiny-qwen3", "tokens": [9707, 1879]}) == \
+        {"prompt": "Hello world"}
+    # Its router's /finish_session (894-925) is not vLLM's: a 404, which SkyRL logs and ignores.
+    assert httpx.post(two.url + "/finish_session", params={"session_id": "traj-1"}).status_code == 404
+
+
 def generate(fleet: Fleet, model: str, timeout: float | httpx.Timeout = 60, **extra) -> httpx.Response:
     return httpx.post(fleet.url + "/inference/v1/generate", timeout=timeout, headers=AS_ADMIN,
                       json={"model": model, "token_ids": [5, 6, 7], "sampling_params": {"max_tokens": 3}, **extra})

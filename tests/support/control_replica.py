@@ -157,4 +157,9 @@ class ControlReplica(FakeVLLM):
         return None if body.get("model") in self.loras else super()._model_error(body)
 
     async def _rpc(self, request: Request, body: Any) -> Response:
+        """vLLM's /collective_rpc; SkyRL's worker method that receives NCCL weights
+        (`update_weights_nccl`) blocks in the collective like /update_weights."""
+        if body.get("method") == "update_weights_nccl" and self.collective is not None \
+                and not await self.collective.join():
+            return JSONResponse({"error": "the collective timed out: not every rank joined"}, status_code=500)
         return JSONResponse({"results": [None] * self.world_size})
