@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
@@ -257,9 +258,12 @@ def _model_dir_fixture(key: str, model: TinyModel) -> Callable[[], Path]:
     return pytest.fixture(scope="session", name=f"{key}_model_dir")(model_dir)
 
 
-def _serving(key: str, model: TinyModel, request: pytest.FixtureRequest,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-    model_dir = request.getfixturevalue(f"{key}_model_dir")
+@contextlib.contextmanager
+def serving(key: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
+    """Stock vLLM serving `TINY_MODELS[key]` until the block ends (the `vllm_*` fixtures, and a
+    module that starts its families' servers one after another)."""
+    model = TINY_MODELS[key]
+    model_dir = _built(_named(model.build))
     cpus = sorted(os.sched_getaffinity(0))
     logs = tmp_path_factory.mktemp(f"vllm-{key}")
     python = _built(_named(model.python)) if model.python else None
@@ -280,8 +284,9 @@ def _serving(key: str, model: TinyModel, request: pytest.FixtureRequest,
 
 
 def _vllm_fixture(key: str, model: TinyModel) -> Callable[..., Iterator[VLLMProcess]]:
-    def serve(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
-        yield from _serving(key, model, request, tmp_path_factory)
+    def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMProcess]:
+        with serving(key, tmp_path_factory) as process:
+            yield process
 
     serve.__doc__ = f"Stock vLLM serving {model.about} as {model.served!r}, once per {model.scope}."
     return pytest.fixture(scope=model.scope, name=f"vllm_{key}")(serve)
@@ -297,8 +302,8 @@ def vllm_vision(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     """Stock vLLM serving the tiny vision model of the family a module parametrizes it with
     (`indirect`, module scope, one of tests/support/vision.py's VISION_FAMILIES): one server per family, the previous one
     stopped before the next starts (a module's tests run family by family)."""
-    key = request.param
-    yield from _serving(key, TINY_MODELS[key], request, tmp_path_factory)
+    with serving(request.param, tmp_path_factory) as process:
+        yield process
 
 
 @pytest.fixture(scope="session")
