@@ -243,20 +243,24 @@ async def metrics_endpoint(request: Request) -> Response:
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+def _count(family: CounterMetricFamily, counts: dict[str, int]) -> None:
+    """One sample per label value, in a stable order."""
+    for label, n in sorted(counts.items()):
+        family.add_metric([label], n)
+
+
 def _disaggregation(stats: SplitStats) -> Iterator[Metric]:
     """Prefill/decode disaggregation's decisions, fallbacks and prefill legs (gateway/upstream/disaggregation.py)."""
     decisions = CounterMetricFamily("gateway_pd_decisions", "Turns on a pool with prefill/decode roles, by "
                                     "decision: split (a prefill leg, then the decode leg), cached (the decode "
                                     "replica held all but a few prompt tokens), short (few prompt tokens), "
                                     "no_prefill_replica", labels=["decision"])
-    for decision, n in sorted(stats.decisions.items()):
-        decisions.add_metric([decision], n)
+    _count(decisions, stats.decisions)
     fallbacks = CounterMetricFamily("gateway_pd_fallbacks", "Split turns that prefilled locally after all, by "
                                     "reason: prefill_failed (the prefill leg failed or timed out), decode_refused "
                                     "(the decode leg was refused), pull_failed (the decode replica could not pull "
                                     "the KV cache)", labels=["reason"])
-    for reason, n in sorted(stats.fallbacks.items()):
-        fallbacks.add_metric([reason], n)
+    _count(fallbacks, stats.fallbacks)
     buckets, total = [], 0
     for bound, n in zip([*PREFILL_BUCKETS, float("inf")], stats.prefill_buckets, strict=True):
         total += n
