@@ -13,6 +13,7 @@ from gateway.formats import (
     dsml,
     gemma4,
     glm,
+    granite,
     hermes,
     json_list,
     kimi,
@@ -48,6 +49,7 @@ FAMILIES: tuple[Family, ...] = (
     seed_oss.FAMILY,  # Seed-OSS: <seed:tool_call> (Qwen3's XML calls)
     step3p5.FAMILY,  # Step-3.5/3.7: a tool_response turn (Qwen3's XML calls)
     qwen_xml.FAMILY,  # Qwen3.5/3.6, Qwen3-Coder: <function= / <parameter=
+    granite.FAMILY,  # Granite 4.0: hermes JSON calls in <|start_of_role|> turns
     hermes.HERMES,  # Qwen2.5/Qwen3 and any other template
     hermes.NONE,  # --tool-call-parser none (never detected)
 )

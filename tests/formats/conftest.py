@@ -340,3 +340,17 @@ def llama32_format():
 @pytest.fixture(scope="session")
 def llama32_tokenizer(llama32_format):
     return llama32_format.tokenizer
+
+
+@pytest.fixture(scope="session")
+def granite4_tokenizer():
+    """Granite 4.0's role and call tokens on a stand-in BPE, with the published Granite 4.0 template."""
+    from tests.support.stand_in_families import GRANITE4, stand_in_dir
+
+    return shared_tokenizer(stand_in_dir(GRANITE4))
+
+
+@pytest.fixture(scope="session")
+def granite4_format():
+    """The HF format on it: Granite's hermes calls, picked from the template."""
+    return _stand_in_format("GRANITE4")

@@ -12,6 +12,7 @@ from gateway.formats import families, hermes
 from gateway.formats.family import Family
 from gateway.formats.hf import HFChatFormat
 from gateway.ops.flags import add_gateway_args
+from tests.support import family_cases
 
 
 def _choices(flag: str) -> list[str]:
@@ -46,6 +47,7 @@ def test_every_vllm_name_picks_exactly_one_family():
     ("{{ '<|tool_calls_section_begin|>' }}", "kimi"),
     ('{{ \'"parameters": \' }}<|eot_id|>', "llama3_json"),
     ("{{ '<function=' }}", "xml"),
+    ("{{ '<|start_of_role|>' }}{{ '<tool_call>' }}", "granite4"),
     ("{{ '<tool_call>' }}", "hermes"),
     ("", "hermes"),
 ])
@@ -80,3 +82,14 @@ def test_the_template_family_keeps_its_turns_whichever_parser_reads(glm_tokenize
 def test_each_declaration_is_a_family():
     assert all(isinstance(f, Family) for f in families.FAMILIES)
     assert families.FAMILIES[-2] is hermes.HERMES  # detects any template: after every specific one
+
+
+@pytest.mark.parametrize("cases", family_cases.FAMILIES.values(), ids=str)
+def test_the_format_reads_the_family_off_its_template(cases, request):
+    """Each family of tests/support/family_cases.py, from its published template alone: its calls, its stop
+    tokens, and the turns a render counts."""
+    chat_format = request.getfixturevalue(cases.contract.format)
+    vocab = request.getfixturevalue(cases.contract.tokenizer).get_vocab()
+    assert chat_format.tool_calls == cases.contract.family
+    assert chat_format.stop_token_ids == [vocab[t] for t in cases.stops]
+    assert chat_format.turn_terminators == frozenset({vocab[cases.stops[0]]})

@@ -31,6 +31,7 @@ from tests.formats import (
     test_step3p5,
 )
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
+from tests.support import family_cases
 from tests.support.family_contract import OutputContract, RenderContract
 from tests.support.family_render import reference_ids
 
@@ -40,6 +41,7 @@ DECLARED = {module.CONTRACT.family: module.CONTRACT for module in (
 DECLARED |= {"olmo3": test_olmo3_lfm2.OLMO3_CONTRACT, "dsml_v41": test_dsml_parser.V41_CONTRACT, "lfm2": test_olmo3_lfm2.LFM2_CONTRACT,
              **{contract.family: contract for contract in test_json_calls.CONTRACTS},
              "pythonic": test_llama4_pythonic.LLAMA32_CONTRACT}
+DECLARED |= {name: cases.contract for name, cases in family_cases.FAMILIES.items()}
 # Registered families whose parser this suite does not take (yet), and the module that checks it.
 CHECKED_ELSEWHERE = {"dsml_v32": "test_dsml_parser.py", "gemma4": "test_gemma4.py", "llama3_json": "test_llama3_json.py",
                      "hermes": "test_hf_parser.py", "none": "each family's selection test"}
@@ -48,7 +50,7 @@ RENDERS = [module.RENDER for module in (test_deepseek_render, test_glm_render, t
                                         test_minimax_render, test_qwen_xml_render, test_seed_oss,
                                         test_step3p5, test_llama4_pythonic)] + [
     test_olmo3_lfm2.OLMO3_RENDER, test_olmo3_lfm2.LFM2_RENDER, *test_json_calls.RENDERS,
-    test_llama4_pythonic.LLAMA32_RENDER]
+    test_llama4_pythonic.LLAMA32_RENDER, *(cases.render for cases in family_cases.FAMILIES.values())]
 MALFORMED = [(contract, output, expected) for contract in CONTRACTS for output, expected in contract.malformed]
 
 

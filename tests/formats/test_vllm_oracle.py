@@ -33,6 +33,7 @@ from tests.formats import (
     test_seed_oss,
     test_step3p5,
 )
+from tests.support import family_cases
 from tests.support import oracle_corpus as corpus
 from tests.support.oracle_corpus import Speaker, json_args, value_text
 from tests.support.parse_events import feed, items
@@ -157,6 +158,10 @@ SPEAKERS = [
     Speaker("phi4_mini_json", "phi4_mini_format", "phi4_mini_tokenizer", "phi4_mini_json", None,
             test_json_calls.PHI4_MARKUP, call=_json_call, calls=lambda calls: "functools[" + ", ".join(calls) + "]",
             end="<|end|>", lookalike='«"}}]»', extra={"contract-agent-turn": test_json_calls.PHI4_TURN}),
+    Speaker("granite4", "granite4_format", "granite4_tokenizer", "granite4", None, family_cases.GRANITE4_MARKUP,
+            call=lambda name, args: f'<tool_call>\n{_json_call(name, args)}\n</tool_call>', calls="\n".join,
+            end="<|end_of_text|>", lookalike="«</tool_call>»",
+            extra={"contract-agent-turn": family_cases.GRANITE4_TURN}),
 ]
 
 
@@ -182,7 +187,8 @@ EVERY = "*"  # every case of the corpus
 DIFFERENCES = [
     Difference("cut-off-call", frozenset({
         "hermes", "xml", "glm", "deepseek", "minimax", "dsml_v41", "dsml_v4", "dsml_v32", "gemma4", "llama3_json",
-        "seed_oss", "step3p5", "llama4_pythonic", "lfm2", "llama4_json", "xlam", "pythonic"}), frozenset({"cut-off-call"}),
+        "seed_oss", "step3p5", "llama4_pythonic", "lfm2", "llama4_json", "xlam", "pythonic", "granite4"}),
+        frozenset({"cut-off-call"}),
         BOTH,
         "A call cut off by the length limit: vLLM's two answers disagree with each other (the non-streamed one "
         "drops the unfinished value or the whole call, the streamed one ends with unfinished JSON); the gateway "
@@ -190,7 +196,7 @@ DIFFERENCES = [
         "a call until it is whole)."),
     Difference("marker-in-string", frozenset({
         "hermes", "xml", "glm", "deepseek", "kimi", "dsml_v41", "dsml_v4", "dsml_v32", "gemma4", "seed_oss",
-        "step3p5", "lfm2", "olmo3", "xlam"}), frozenset({"lookalike-in-argument"}), BOTH,
+        "step3p5", "lfm2", "olmo3", "xlam", "granite4"}), frozenset({"lookalike-in-argument"}), BOTH,
         "An argument string spelling the family's closing markup as text: vLLM's parsers search the decoded "
         "text, so the value (or the call) ends there; the gateway switches on the markers' token ids and "
         "the model wrote the string as ordinary tokens, so the value is whole."),

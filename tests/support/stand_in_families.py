@@ -75,6 +75,12 @@ LFM2 = StandIn("lfm2-tokenizer-v1", "lfm2.5-8b-a1b.jinja", (
     eos="<|im_end|>", bos="<|startoftext|>", pad="<|pad|>")
 
 
+# Granite 4.0's role and call tokens (its own ids are not known here; `<tool_call>` is special there, as vLLM's
+# granite4 parser says by keeping special tokens).
+GRANITE4 = StandIn("granite4-tokenizer-v1", "granite-4.0.jinja", (
+    "<|end_of_text|>", "<|pad|>", "<|start_of_role|>", "<|end_of_role|>", "<tool_call>", "</tool_call>",
+    "<tool_response>", "</tool_response>"), eos="<|end_of_text|>", pad="<|pad|>")
+
 def stand_in_dir(family: StandIn) -> Path:
     """The family's stand-in tokenizer dir (built once)."""
     return built_once(family.key, functools.partial(_build, family))

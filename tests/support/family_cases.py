@@ -1,0 +1,72 @@
+"""What the family contract suite and the vLLM oracle hold the families without a test module of
+their own to: each one's markup ids, its contract turn, malformed outputs and render contract, as
+data (tests/formats/test_family_contract.py and tests/formats/test_vllm_oracle.py read them; the
+tokenizers are stand-ins, tests/support/stand_in_families.py).
+
+A family here keeps nothing but declarations: what is checked for every family is checked by those
+suites, parametrised over this module's `FAMILIES` as over the older families' own modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.core.conversation import Tool
+from tests.support.family_contract import Items, OutputContract, RenderContract
+from tests.support.stand_in_families import GRANITE4
+
+SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
+    "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
+    "timeout_ms": {"type": "integer"}}})
+READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
+TOOLS = [SHELL, READ]
+AGENT_ITEMS: Items = [
+    ("text", None, "Running them, in 東京's repo 🗼."),
+    ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
+    ("tool_call", "read_file", '{"path": "pyproject.toml"}'),
+]
+FRAGMENTS = ["\n", " ", ">", "<", "{", "}", '"', ":", ",", "true", '{"a": 1}', "é", "東京", "x"]
+
+
+@dataclass(frozen=True)
+class Cases:
+    """One family's declarations: the tokens its format stops on (eos first), its contracts."""
+
+    stops: tuple[str, ...]
+    contract: OutputContract
+    render: RenderContract
+
+    def __str__(self) -> str:
+        return self.contract.family
+
+
+def _hermes_call(name: str, arguments: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
+
+
+GRANITE4_IDS = GRANITE4.ids()
+GRANITE4_MARKUP = {t: GRANITE4_IDS[t] for t in ("<tool_call>", "</tool_call>", "<|end_of_text|>",
+                                                 "<|start_of_role|>", "<|end_of_role|>")}
+GRANITE4_TURN = ("Running them, in 東京's repo 🗼.\n"
+                 + _hermes_call("shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}')
+                 + "\n" + _hermes_call("read_file", '{"path": "pyproject.toml"}') + "<|end_of_text|>")
+GRANITE4_CASES = Cases(
+    stops=("<|end_of_text|>",),
+    contract=OutputContract(
+        "granite4", format="granite4_format", tokenizer="granite4_tokenizer", markup=GRANITE4_MARKUP, tools=TOOLS,
+        agent_turn=GRANITE4_TURN, agent_items=AGENT_ITEMS,
+        split_turn=_hermes_call("shell", '{"command": ["a"], "workdir": "é/東京}]x"}') + "<|end_of_text|>",
+        split_items=[("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京}]x"}')],
+        malformed=[
+            ("<tool_call>\n{not json}\n</tool_call>", [("text", None, "<tool_call>\n{not json}\n</tool_call>")]),
+            ('<tool_call>\n{"arguments": {}}\n</tool_call>', [("text", None, '<tool_call>\n{"arguments": {}}\n</tool_call>')]),
+            ("</tool_call> stray", [("text", None, "</tool_call> stray")]),
+            ("done</think>", [("text", None, "done</think>")]),
+            ('<tool_call>\n{"name": "cut', [("text", None, '<tool_call>\n{"name": "cut')]),
+        ],
+        fragments=[*GRANITE4_MARKUP, '{"name": "shell", "arguments": ', '{"name": "read_file", "arguments": ',
+                   '"path": ', "<think>", *FRAGMENTS],
+        json_arguments=True),
+    render=RenderContract("granite4", "granite4_format", "granite4_tokenizer", seed=40))
+
+FAMILIES: dict[str, Cases] = {cases.contract.family: cases for cases in (GRANITE4_CASES,)}
