@@ -17,7 +17,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from gateway.adapters.codex_tools import offered_tools
+from gateway.adapters.responses_input import parse_request
 from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.settings import Settings
 from gateway.formats.hf import load_hf_format
@@ -161,7 +161,7 @@ async def test_only_codex_frames_get_the_turn_state_event(fake, url, tokenizer):
 
 def _function_tools(raw: list[dict]) -> list[Tool]:
     """The functions the model is offered: Codex's namespace tools flattened (codex_tools)."""
-    return [tool for i, t in enumerate(raw) for tool in offered_tools(t, f"tools[{i}]")]
+    return parse_request({"model": MODEL, "input": "x", "tools": raw}).conversation.tools
 
 
 async def test_sdk_chain_keeps_tools_and_history_when_the_continuation_omits_them(fake, client, tokenizer):
