@@ -1,4 +1,5 @@
-"""Small checks that turn bad request JSON into precise OpenAI-shaped 400s."""
+"""Small checks that turn bad request JSON into precise OpenAI-shaped 400s (field types are the
+typed models': gateway/adapters/request_schema.py)."""
 
 from __future__ import annotations
 
@@ -9,24 +10,10 @@ import orjson
 
 from gateway.core.errors import APIError, invalid_request
 
-__all__ = ["check_model", "expect", "expect_range", "invalid_request", "parse_json", "type_name"]
+__all__ = ["check_model", "expect_range", "invalid_request", "parse_json", "type_name"]
 
 TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
               list: "an array", dict: "an object", type(None): "null"}  # as every 400 names a JSON type
-
-
-def expect(value: Any, types: type | tuple[type, ...], param: str, *, optional: bool = True) -> Any:
-    """Return `value` if it has one of `types` (None allowed when optional), else raise a 400."""
-    if value is None and optional:
-        return None
-    types = types if isinstance(types, tuple) else (types,)
-    if float in types and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
-        return value
-    wanted = " or ".join(TYPE_NAMES.get(t, t.__name__) for t in types)
-    raise invalid_request(f"Invalid type for '{param}': expected {wanted}, but got {type_name(value)}.",
-                          param=param, code="invalid_type")
 
 
 def expect_range(value: float | None, param: str, low: float | None, high: float | None) -> None:

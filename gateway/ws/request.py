@@ -1,7 +1,9 @@
 """`response.create` frames → the POST body the HTTP endpoint reads.
 
 The frame is the POST body, flat, plus `type` and the WebSocket-only `generate` and
-`stream_id`; continuations are parsed by gateway/adapters/continuation.py as over HTTP.
+`stream_id`: those are typed here (`CreateFrame`), the body by the Responses model as over
+HTTP (gateway/adapters/request_schema.py); continuations are parsed by
+gateway/adapters/continuation.py as over HTTP.
 """
 
 from __future__ import annotations
@@ -9,16 +11,35 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from gateway.adapters.validation import expect
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+from gateway.adapters.request_schema import validate
 from gateway.core.errors import invalid_request
 from gateway.ws.error_events import unknown_event_type
 
-__all__ = ["CreateRequest", "frame_stream_id", "read_create"]
+__all__ = ["CreateFrame", "CreateRequest", "frame_stream_id", "read_create"]
 
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 _TRANSPORT_FIELDS = frozenset({"type", "stream", "background", "generate", "stream_id"})
+
+
+def _stream_id(value: str) -> str:
+    if not _STREAM_ID.fullmatch(value):
+        raise ValueError("expected 1-256 characters of A-Z, a-z, 0-9, '_', '.', '-'")
+    return value
+
+
+class CreateFrame(BaseModel):
+    """A `response.create` frame's own fields; the others are the Responses body's."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    type: Literal["response.create"]
+    stream_id: Annotated[str, AfterValidator(_stream_id)] | None = None
+    background: bool | None = None
+    generate: bool | None = None
 
 
 @dataclass(slots=True)
@@ -38,13 +59,9 @@ def frame_stream_id(frame: dict[str, Any]) -> str | None:
 def read_create(frame: dict[str, Any]) -> CreateRequest:
     if frame.get("type") != "response.create":
         raise unknown_event_type(frame.get("type"))
-    stream_id = expect(frame.get("stream_id"), str, "stream_id")
-    if stream_id is not None and not _STREAM_ID.fullmatch(stream_id):
-        raise invalid_request("Invalid 'stream_id': expected 1-256 characters of A-Z, a-z, 0-9, '_', '.', '-'.",
-                              param="stream_id", code="invalid_value")
-    if expect(frame.get("background"), bool, "background"):
+    create = validate(CreateFrame, frame)
+    if create.background:
         raise invalid_request("'background' responses are not supported over WebSocket.", param="background",
                               code="unsupported_parameter")
-    generate = expect(frame.get("generate"), bool, "generate")
     body = {key: value for key, value in frame.items() if key not in _TRANSPORT_FIELDS}
-    return CreateRequest(body, stream_id, generate is not False)
+    return CreateRequest(body, create.stream_id, create.generate is not False)
