@@ -238,6 +238,8 @@ class ResponsesSocket:
             return False
         if required := waiting_on(steered):
             self._pending[response_id] = steered.steers
+            if len(self._pending) > MAX_QUEUED:  # a client that never continues them holds only the latest
+                del self._pending[next(iter(self._pending))]
             for steer_id, _ in steered.steers:
                 await self._send(pending(steered, steer_id, required), lane)
             return False
