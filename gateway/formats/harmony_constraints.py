@@ -18,9 +18,11 @@ single special tokens). The generation prompt ends with `<|start|>assistant`, so
 - `allowed_tools` with mode auto: a free final message or a call of an allowed tool.
 
 A custom tool's call (Codex's apply_patch) is `{"input": "…"}` whose string matches the tool's
-grammar (gateway/formats/tool_grammar.py); with `tool_choice: auto` and nothing else asked for,
-no tag is sent (the free analysis and commentary messages around a call are not constrained), so
-the grammar is enforced only on forced or allowed-tools calls.
+grammar (gateway/formats/tool_grammar.py), whether the call is forced or not: with
+`tool_choice: auto` and custom tools offered, the turn is any number of analysis and commentary
+preambles (`<|channel|>commentary<|message|>…<|end|>`, free inside), then a free final message or
+a call of an offered tool — a custom tool's input by its grammar, a function's arguments free (only
+its name must be an offered one), as the HF families' triggered tags leave them.
 
 A harmony call ends its generation (`<|call|>` is a stop token), so one generation makes at
 most one call: `parallel_tool_calls: false` and `max_tool_calls` need no constraint.
@@ -61,22 +63,41 @@ def structured_outputs(constraint: OutputConstraint, tools: Sequence[Tool], toke
         answer = _final(tokens, _json(constraint.answer_schema))
         body = _or([answer, call]) if call is not None else answer
     elif call is not None and constraint.allowed_tools is not None:
-        free = {"type": "any_tokens", "exclude_tokens": [tokens.end, *tokens.stops]}
-        body = _or([_final(tokens, free), call])
+        body = _or([_final(tokens, _free(tokens)), call])
+    elif any(tool.grammar is not None for tool in allowed):  # auto: only the custom tools' inputs
+        calls = _or([_call(tool, tokens, free=True) for tool in allowed])
+        before = [_message(tokens, "analysis"), _message(tokens, "commentary")]
+        return _tag([{"type": "repeat", "min": 0, "max": -1, "content": _or(before)},
+                     _or([_final(tokens, _free(tokens)), calls])])
     else:
         return {}  # one call per generation at most already: nothing else asked for
-    analysis = {"type": "sequence", "elements": [
-        _token(tokens.channel), _const("analysis"), _token(tokens.message),
-        {"type": "any_tokens", "exclude_tokens": [tokens.end, *tokens.stops]}, _token(tokens.end),
-        _token(tokens.start), _const("assistant")]}
-    whole = {"type": "sequence", "elements": [{"type": "repeat", "min": 0, "max": -1, "content": analysis}, body]}
+    return _tag([{"type": "repeat", "min": 0, "max": -1, "content": _message(tokens, "analysis")}, body])
+
+
+def _tag(elements: list[Format]) -> dict[str, Any]:
+    whole = {"type": "sequence", "elements": elements}
     return {"structural_tag": json.dumps({"type": "structural_tag", "format": whole})}
 
 
-def _call(tool: Tool, tokens: HarmonyTokens) -> Format:
+def _message(tokens: HarmonyTokens, channel: str) -> Format:
+    """A whole message on `channel` with no recipient, free inside, and the next one's start."""
+    return {"type": "sequence", "elements": [
+        _token(tokens.channel), _const(channel), _token(tokens.message), _free(tokens), _token(tokens.end),
+        _token(tokens.start), _const("assistant")]}
+
+
+def _free(tokens: HarmonyTokens) -> Format:
+    return {"type": "any_tokens", "exclude_tokens": [tokens.end, *tokens.stops]}
+
+
+def _call(tool: Tool, tokens: HarmonyTokens, *, free: bool = False) -> Format:
+    """A call of `tool`: a custom tool's input by its grammar; a function's arguments by its schema,
+    or (`free`) any tokens up to `<|call|>`."""
     grammar = custom_grammar(tool, json_string=True)
-    arguments = _json(tool.parameters or {"type": "object"}) if grammar is None else {"type": "sequence", "elements": [
-        _const(f'{{"{CUSTOM_INPUT}": "'), grammar, _const('"}')]}  # a custom tool's input, as its grammar says
+    if grammar is not None:  # a custom tool's input, as its grammar says
+        arguments = {"type": "sequence", "elements": [_const(f'{{"{CUSTOM_INPUT}": "'), grammar, _const('"}')]}
+    else:
+        arguments = _free(tokens) if free else _json(tool.parameters or {"type": "object"})
     return {"type": "sequence", "elements": [
         _token(tokens.channel), _const(f"commentary to=functions.{tool.name} "), _token(tokens.constrain),
         _const("json"), _token(tokens.message), arguments]}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.core.conversation import Tool
+from gateway.core.conversation import Tool, ToolGrammar
 from gateway.core.sampling import OutputConstraint
 from gateway.formats.hf_constraints import structured_outputs as hf_structured_outputs
 from gateway.ops.vllm_process import VLLMError, vllm_python
@@ -45,6 +45,10 @@ ANALYSIS = "<|channel|>analysis<|message|>Need to run it.<|end|><|start|>assista
 CALL = '<|channel|>commentary to=functions.exec_command <|constrain|>json<|message|>{"cmd": "ls"}<|call|>'
 FINAL_JSON = '<|channel|>final<|message|>{"answer": 4}<|return|>'
 FINAL_TEXT = "<|channel|>final<|message|>Hello.<|return|>"
+CUSTOM = Tool(name="patch", parameters={"type": "object", "properties": {"input": {"type": "string"}}},
+              grammar=ToolGrammar("regex", r"[a-z]+ \d+"))
+PATCH = '<|channel|>commentary to=functions.patch <|constrain|>json<|message|>{"input": "add 12"}<|call|>'
+PREAMBLE = "<|channel|>commentary<|message|>Patching it.<|end|><|start|>assistant"
 
 
 HARMONY = {
@@ -58,6 +62,12 @@ HARMONY = {
     "allowed-auto": (OutputConstraint(allowed_tools=("read_file",)), TOOLS,
                      {FINAL_TEXT: True, ANALYSIS + FINAL_TEXT: True, CALL: False,
                       "<|channel|>commentary to=functions.read_file <|constrain|>json<|message|>{}<|call|>": True}),
+    # tool_choice auto with a custom tool (the turn's grammars-only constraint): its input by its
+    # grammar, the function's arguments and everything around the call free
+    "custom-auto": (OutputConstraint(), [TOOLS[0], CUSTOM],
+                    {FINAL_TEXT: True, ANALYSIS + FINAL_TEXT: True, CALL: True, CALL.replace('"ls"', "1"): True,
+                     PATCH: True, ANALYSIS + PREAMBLE + PATCH: True, PATCH.replace("add 12", "Add 12"): False,
+                     PATCH.replace("add 12", "add"): False, CALL.replace("exec_command", "rm"): False}),
 }
 
 
