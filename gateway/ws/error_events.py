@@ -31,7 +31,8 @@ def invalid_json(detail: str) -> APIError:
 
 
 def unknown_event_type(kind: Any) -> APIError:
-    return invalid_request(f"Unsupported event type {kind!r}; this endpoint accepts 'response.create'.",
+    return invalid_request(f"Unsupported event type {kind!r}; this endpoint accepts 'response.create' and "
+                           "'response.steer'.",
                            param="type", code="unknown_event_type")
 
 

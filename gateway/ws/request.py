@@ -1,9 +1,10 @@
-"""`response.create` frames → the POST body the HTTP endpoint reads.
+"""The frames a WebSocket client sends, as typed models: `response.create` and `response.steer`.
 
-The frame is the POST body, flat, plus `type` and the WebSocket-only `generate` and
-`stream_id`: those are typed here (`CreateFrame`), the body by the Responses model as over
-HTTP (gateway/adapters/request_schema.py); continuations are parsed by
-gateway/adapters/continuation.py as over HTTP.
+A `response.create` frame is the POST body, flat, plus `type` and the WebSocket-only `generate`
+and `stream_id`: those are typed here (`CreateFrame`), the body by the Responses model as over
+HTTP (gateway/adapters/request_schema.py), and `read_create` gives the POST body the HTTP
+endpoint reads; continuations are parsed by gateway/adapters/continuation.py as over HTTP. A
+`response.steer` frame (`SteerFrame`, OpenAI's `ResponseSteerEvent`) is read by gateway/ws/steer.py.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from gateway.adapters.request_schema import validate
 from gateway.core.errors import invalid_request
 from gateway.ws.error_events import unknown_event_type
 
-__all__ = ["CreateFrame", "CreateRequest", "frame_stream_id", "read_create"]
+__all__ = ["CreateFrame", "CreateRequest", "SteerFrame", "frame_stream_id", "read_create"]
 
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 _TRANSPORT_FIELDS = frozenset({"type", "stream", "background", "generate", "stream_id"})
@@ -40,6 +41,27 @@ class CreateFrame(BaseModel):
     stream_id: Annotated[str, AfterValidator(_stream_id)] | None = None
     background: bool | None = None
     generate: bool | None = None
+
+
+class _Part(BaseModel):
+    """A content part: its kind here, its fields checked as `response.create` input is, in the successor."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["input_text", "input_image", "input_file"]
+
+
+class _UserMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["message"] | None = None
+    role: Literal["user"]
+    content: str | list[_Part]
+
+
+class SteerFrame(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["response.steer"]
+    previous_response_id: str = Field(min_length=1)
+    input: str | list[_UserMessage] = Field(min_length=1)
 
 
 @dataclass(slots=True)

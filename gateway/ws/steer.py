@@ -27,40 +27,18 @@ and the new user turn — and the session's tokens stay exact.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from gateway.adapters.request_schema import validate
 from gateway.adapters.responses_events import Event, ResponseWriter
 from gateway.core.errors import APIError
 from gateway.pipeline.steering import Steering
+from gateway.ws.request import SteerFrame
 
 __all__ = ["MAX_QUEUED", "SteerRefused", "Steerable", "accepted", "failed", "pending", "read_steer", "successor_body",
            "waiting_on", "with_pending"]
 
 MAX_QUEUED = 16  # steers one response holds before `too_many_pending_steers`
-
-
-class _Part(BaseModel):
-    """A content part: its kind here, its fields checked as `response.create` input is, in the successor."""
-
-    model_config = ConfigDict(extra="allow")
-    type: Literal["input_text", "input_image", "input_file"]
-
-
-class _UserMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["message"] | None = None
-    role: Literal["user"]
-    content: str | list[_Part]
-
-
-class SteerFrame(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["response.steer"]
-    previous_response_id: str = Field(min_length=1)
-    input: str | list[_UserMessage] = Field(min_length=1)
 
 
 class SteerRefused(Exception):

@@ -229,6 +229,8 @@ async def test_failed_turn_evicts_its_lane(fake, url, tokenizer):
      "unsupported_parameter", "background"),
     (b'{"type": "response.create", "model": "tiny-qwen3", "input": "x", "stream_id": "bad id!"}',
      "invalid_value", "stream_id"),
+    (b'{"type": "response.create", "model": "tiny-qwen3", "input": "x", "generate": "no"}',
+     "invalid_type", "generate"),
     (b'{"type": "response.create", "model": "tiny-qwen3", "input": ""}', "empty_input", "input"),
     (b'{"type": "response.create", "model": "tiny-qwen3", "input": "x", "temperature": "hot"}',
      "invalid_type", "temperature"),
