@@ -207,3 +207,45 @@ async def test_a_steer_inside_a_tool_call_waits_for_its_end_and_its_output(fake,
     tail = tokenizer.decode(second_prompt[len(head):])
     assert tail.index("Be brief.") < tail.index("/tmp")  # the queued steer first, then the tool output
     assert after_turn(chat_format, history, 1)[0] == second_prompt[len(head)]  # the template closes the turn
+
+
+async def test_a_steer_before_the_first_token_closes_an_empty_turn(fake, ws_url, tokenizer, chat_format):
+    fake.queue(Script(ids(tokenizer, "never shown"), stall_after=0), Script(ids(tokenizer, "Hi.") + [IM_END]))
+    async with connect(ws_url) as ws:
+        await ws.send(orjson.dumps({"type": "response.create", "model": MODEL, "input": "hello"}).decode())
+        first = orjson.loads(await ws.recv())["response"]["id"]  # response.created: the replica accepted
+        await ws.send(orjson.dumps({"type": "response.steer", "previous_response_id": first,
+                                    "input": [{"role": "user", "content": [{"type": "input_text",
+                                                                            "text": "Say hi."}]}]}).decode())
+        events = []
+        while sum(event["type"] in ENDS for event in events) < 2:
+            events.append(orjson.loads(await ws.recv()))
+    steered, successor = (event["response"] for event in events if event["type"] in ENDS)
+    assert (steered["status"], steered["output"], steered["usage"]["output_tokens"]) == ("incomplete", [], 0)
+    assert successor["status"] == "completed" and successor["previous_response_id"] == first
+    first_prompt, second_prompt = prompts(fake)
+    history = [Message(role="user", text="hello"), Message(role="assistant", text=""),
+               Message(role="user", text="Say hi.")]
+    assert second_prompt == first_prompt + after_turn(chat_format, history, 1)
+
+
+async def test_a_successor_that_cannot_be_made_fails_the_steer_with_its_id(fake, ws_url, tokenizer):
+    fake.queue(Script(ids(tokenizer, "a b c d e"), stall_after=2))
+    steer_input = [{"type": "message", "role": "user", "content": [{"type": "input_file", "file_id": "file_1"}]}]
+    async with connect(ws_url) as ws:
+        await ws.send(orjson.dumps({"type": "response.create", "model": MODEL, "input": "hello"}).decode())
+        events = [orjson.loads(await ws.recv())]
+        while events[-1]["type"] != "response.output_text.delta":
+            events.append(orjson.loads(await ws.recv()))
+        first = events[0]["response"]["id"]
+        await ws.send(orjson.dumps({"type": "response.steer", "previous_response_id": first,
+                                    "input": steer_input}).decode())
+        while events[-1]["type"] != "response.steer.failed":
+            events.append(orjson.loads(await ws.recv()))
+    accepted = next(event for event in events if event["type"] == "response.steer.accepted")
+    ended = next(event for event in events if event["type"] == "response.incomplete")
+    failed = events[-1]
+    assert ended["response"]["incomplete_details"] == {"reason": "steered"}
+    assert failed["steer"] == {"id": accepted["steer"]["id"], "previous_response_id": first, "input": steer_input}
+    assert failed["error"]["code"] == "successor_creation_failed" and failed["error"]["message"]
+    assert len(prompts(fake)) == 1
