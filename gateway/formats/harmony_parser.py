@@ -73,6 +73,12 @@ class HarmonyParser:
         self._reasoning = False  # the open item is reasoning (the analysis channel)
         self.reasoning_tokens = 0  # tokens of reasoning content, the closing `<|end|>` included
 
+    @property
+    def in_tool_call(self) -> bool:
+        """A message header is being read: it may name a tool, so a steer waits for it (and for the
+        call it opens) to end — cut inside, the header would come out as text."""
+        return bool(self._header)
+
     def feed(self, token_ids: Sequence[int]) -> list[ParseEvent]:
         events: list[ParseEvent] = []
         for token in token_ids:
