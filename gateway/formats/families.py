@@ -48,6 +48,7 @@ FAMILIES: tuple[Family, ...] = (
     llama3_json.FAMILY,  # Llama 3.1-3.3: "parameters":  and <|eot_id|>
     seed_oss.FAMILY,  # Seed-OSS: <seed:tool_call> (Qwen3's XML calls)
     step3p5.FAMILY,  # Step-3.5/3.7: a tool_response turn (Qwen3's XML calls)
+    qwen_xml.NEMOTRON_V3,  # Nemotron 3: truncate_history_thinking (Qwen3's XML calls)
     qwen_xml.FAMILY,  # Qwen3.5/3.6, Qwen3-Coder: <function= / <parameter=
     granite.FAMILY,  # Granite 4.0: hermes JSON calls in <|start_of_role|> turns
     hermes.HERMES,  # Qwen2.5/Qwen3 and any other template

@@ -54,7 +54,7 @@ from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
 from gateway.formats.family import Family, ParserFactory
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 
-__all__ = ["FAMILY", "argument_dict", "parsers", "template_messages"]
+__all__ = ["FAMILY", "NEMOTRON_V3", "argument_dict", "parsers", "template_messages"]
 
 FUNCTION_OPEN = "<function="
 FUNCTION_CLOSE = "</function>"
@@ -486,3 +486,11 @@ FAMILY = Family(
     name="xml", tool_parsers=("qwen3_coder", "qwen3_xml"), reasoning_parsers=("qwen3",),
     detect=lambda template: FUNCTION_OPEN in template or PARAMETER_OPEN in template,
     prepare=template_messages, parsers=parsers, image="<|image_pad|>", grammar="xml")
+# NVIDIA Nemotron 3 (Nano, Super): Qwen3-Coder's XML calls and `<think>` in ChatML turns; vLLM reads them with its
+# `qwen3_coder` tool parser and the `nemotron_v3` reasoning parser (`vllm/parser/nemotron_v3.py`: Qwen3's, with the
+# reasoning's trailing whitespace not reasoning). The template opens `<think>\n` (`<think></think>` with
+# `enable_thinking` off) and gives itself away by its `truncate_history_thinking` switch.
+NEMOTRON_V3 = Family(
+    name="nemotron_v3", reasoning_parsers=("nemotron_v3",),
+    detect=lambda template: "truncate_history_thinking" in template and FUNCTION_OPEN in template,
+    prepare=template_messages, parsers=parsers, grammar="xml")

@@ -354,3 +354,17 @@ def granite4_tokenizer():
 def granite4_format():
     """The HF format on it: Granite's hermes calls, picked from the template."""
     return _stand_in_format("GRANITE4")
+
+
+@pytest.fixture(scope="session")
+def nemotron_v3_tokenizer():
+    """Nemotron 3's ChatML and call tokens on a stand-in BPE, with the published Nemotron-3-Nano template."""
+    from tests.support.stand_in_families import NEMOTRON_V3, stand_in_dir
+
+    return shared_tokenizer(stand_in_dir(NEMOTRON_V3))
+
+
+@pytest.fixture(scope="session")
+def nemotron_v3_format():
+    """The HF format on it: Qwen3's XML calls and `<think>`, picked from the template."""
+    return _stand_in_format("NEMOTRON_V3")

@@ -47,6 +47,7 @@ def test_every_vllm_name_picks_exactly_one_family():
     ("{{ '<|tool_calls_section_begin|>' }}", "kimi"),
     ('{{ \'"parameters": \' }}<|eot_id|>', "llama3_json"),
     ("{{ '<function=' }}", "xml"),
+    ("{{ truncate_history_thinking }}{{ '<function=' }}", "nemotron_v3"),
     ("{{ '<|start_of_role|>' }}{{ '<tool_call>' }}", "granite4"),
     ("{{ '<tool_call>' }}", "hermes"),
     ("", "hermes"),

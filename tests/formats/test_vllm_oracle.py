@@ -162,6 +162,11 @@ SPEAKERS = [
             call=lambda name, args: f'<tool_call>\n{_json_call(name, args)}\n</tool_call>', calls="\n".join,
             end="<|end_of_text|>", lookalike="«</tool_call>»",
             extra={"contract-agent-turn": family_cases.GRANITE4_TURN}),
+    Speaker("nemotron_v3", "nemotron_v3_format", "nemotron_v3_tokenizer", "qwen3_coder", "nemotron_v3",
+            family_cases.NEMOTRON_V3_MARKUP,
+            call=lambda name, args: test_qwen_xml_parser.call(name, *((k, value_text(v)) for k, v in args.items())),
+            calls="\n".join, end="<|im_end|>", think=lambda text: f"{text}\n</think>\n",
+            lookalike="«</parameter>\n</function>»", extra={"contract-agent-turn": family_cases.NEMOTRON_V3_TURN}),
 ]
 
 
@@ -187,7 +192,8 @@ EVERY = "*"  # every case of the corpus
 DIFFERENCES = [
     Difference("cut-off-call", frozenset({
         "hermes", "xml", "glm", "deepseek", "minimax", "dsml_v41", "dsml_v4", "dsml_v32", "gemma4", "llama3_json",
-        "seed_oss", "step3p5", "llama4_pythonic", "lfm2", "llama4_json", "xlam", "pythonic", "granite4"}),
+        "seed_oss", "step3p5", "llama4_pythonic", "lfm2", "llama4_json", "xlam", "pythonic", "granite4",
+        "nemotron_v3"}),
         frozenset({"cut-off-call"}),
         BOTH,
         "A call cut off by the length limit: vLLM's two answers disagree with each other (the non-streamed one "
@@ -196,7 +202,8 @@ DIFFERENCES = [
         "a call until it is whole)."),
     Difference("marker-in-string", frozenset({
         "hermes", "xml", "glm", "deepseek", "kimi", "dsml_v41", "dsml_v4", "dsml_v32", "gemma4", "seed_oss",
-        "step3p5", "lfm2", "olmo3", "xlam", "granite4"}), frozenset({"lookalike-in-argument"}), BOTH,
+        "step3p5", "lfm2", "olmo3", "xlam", "granite4", "nemotron_v3"}), frozenset({"lookalike-in-argument"}),
+        BOTH,
         "An argument string spelling the family's closing markup as text: vLLM's parsers search the decoded "
         "text, so the value (or the call) ends there; the gateway switches on the markers' token ids and "
         "the model wrote the string as ordinary tokens, so the value is whole."),

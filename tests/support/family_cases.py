@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.core.conversation import Tool
+from gateway.formats.qwen_xml import template_messages
 from tests.support.family_contract import Items, OutputContract, RenderContract
-from tests.support.stand_in_families import GRANITE4
+from tests.support.stand_in_families import GRANITE4, NEMOTRON_V3
 
 SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
     "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
@@ -69,4 +70,41 @@ GRANITE4_CASES = Cases(
         json_arguments=True),
     render=RenderContract("granite4", "granite4_format", "granite4_tokenizer", seed=40))
 
-FAMILIES: dict[str, Cases] = {cases.contract.family: cases for cases in (GRANITE4_CASES,)}
+
+
+def _xml_call(name: str, *params: tuple[str, str]) -> str:
+    body = "".join(f"<parameter={key}>\n{value}\n</parameter>\n" for key, value in params)
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+NEMOTRON_V3_IDS = NEMOTRON_V3.ids()
+NEMOTRON_V3_MARKUP = {t: NEMOTRON_V3_IDS[t] for t in ("<think>", "</think>", "<tool_call>", "</tool_call>",
+                                                       "<|im_end|>", "<|im_start|>")}
+# What Nemotron 3 writes after its generation prompt (`<|im_start|>assistant\n<think>\n`).
+NEMOTRON_V3_TURN = ("The tests, in 東京's repo 🗼.\n</think>\nRunning them, in 東京's repo 🗼.\n"
+                    + _xml_call("shell", ("command", '["pytest", "-q"]'), ("workdir", "/srv/app"), ("timeout_ms", "60000"))
+                    + "\n" + _xml_call("read_file", ("path", "pyproject.toml")) + "\n<|im_end|>")
+NEMOTRON_V3_CASES = Cases(
+    stops=("<|im_end|>",),
+    contract=OutputContract(
+        "nemotron_v3", format="nemotron_v3_format", tokenizer="nemotron_v3_tokenizer", markup=NEMOTRON_V3_MARKUP,
+        tools=TOOLS, agent_turn=NEMOTRON_V3_TURN, agent_items=[("reasoning", None, "The tests, in 東京's repo 🗼."),
+                                                               *AGENT_ITEMS],
+        split_turn="\n</think>\n" + _xml_call("shell", ("command", '["a"]'), ("workdir", "é/</parameter>x")) + "<|im_end|>",
+        split_items=[("tool_call", "shell", '{"command": ["a"], "workdir": "é/</parameter>x"}')],
+        malformed=[
+            ("<tool_call>\n<function={{ name }}>\n</function>\n</tool_call>",
+             [("text", None, "<tool_call>\n<function={{ name }}>\n</function>\n</tool_call>")]),
+            ("<tool_call>\nnot a call\n</tool_call>", [("text", None, "<tool_call>\nnot a call\n</tool_call>")]),
+            ("</tool_call> stray", [("text", None, "</tool_call> stray")]),
+            ("done</think>", [("text", None, "done</think>")]),
+        ],
+        fragments=[*NEMOTRON_V3_MARKUP, "<function=shell>", "<function=", "<parameter=workdir>", "<parameter=",
+                   "</parameter>", "</function>", *FRAGMENTS],
+        prefix="\n</think>\n",
+        cut_call=("\n</think>\n<tool_call>\n<function=shell>\n<parameter=workdir>\n/srv", "shell", '{"workdir": "/srv',
+                  '{"workdir": "/srv"}'),
+        json_arguments=True),
+    render=RenderContract("nemotron_v3", "nemotron_v3_format", "nemotron_v3_tokenizer", template_messages, seed=3))
+
+FAMILIES: dict[str, Cases] = {cases.contract.family: cases for cases in (GRANITE4_CASES, NEMOTRON_V3_CASES)}

@@ -80,6 +80,11 @@ LFM2 = StandIn("lfm2-tokenizer-v1", "lfm2.5-8b-a1b.jinja", (
 GRANITE4 = StandIn("granite4-tokenizer-v1", "granite-4.0.jinja", (
     "<|end_of_text|>", "<|pad|>", "<|start_of_role|>", "<|end_of_role|>", "<tool_call>", "</tool_call>",
     "<tool_response>", "</tool_response>"), eos="<|end_of_text|>", pad="<|pad|>")
+# Nemotron 3's ChatML and call tokens (its own ids are not known here).
+NEMOTRON_V3 = StandIn("nemotron-v3-tokenizer-v1", "nemotron-3-nano.jinja", (
+    "<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+    "<tool_response>", "</tool_response>"), eos="<|im_end|>", bos="<s>")
+
 
 def stand_in_dir(family: StandIn) -> Path:
     """The family's stand-in tokenizer dir (built once)."""
