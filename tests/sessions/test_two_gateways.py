@@ -31,6 +31,7 @@ from tests.support.redis_server import RedisServer
 GENERATE = "/inference/v1/generate"
 TOOLS = [{"type": "function", "name": "exec_command", "description": "Run a shell command",
           "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}]
+CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}} for tool in TOOLS]
 
 
 @dataclass
@@ -134,7 +135,7 @@ def test_a_rollout_with_calls_on_both_gateways_exports_whole_from_either(gateway
     for step in range(3):
         gateways.fake.queue(tool_call(tokenizer, step))
         answer = httpx.post(gateways.urls[step % 2] + "/v1/chat/completions", timeout=30, json={
-            "model": "tiny-qwen3", "messages": messages, "tools": TOOLS, "rollout_id": "episode-1"})
+            "model": "tiny-qwen3", "messages": messages, "tools": CHAT_TOOLS, "rollout_id": "episode-1"})
         assert answer.status_code == 200, answer.text
         message = answer.json()["choices"][0]["message"]
         messages = [*messages, {k: v for k, v in message.items() if v not in (None, [])},
