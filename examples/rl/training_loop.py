@@ -13,7 +13,9 @@ Each step is vLLM's own sequence (the replicas run with VLLM_SERVER_DEV_MODE=1, 
     POST /update_weight_version {"new_version": "step-K"}
     POST /resume
 
-Meanwhile `--rollouts` workers stream `/inference/v1/generate` with a `rollout_id` each. At the end
+Meanwhile `--rollouts` workers stream `/inference/v1/generate` with a `rollout_id` each, and before
+each step one more rollout is held across it on purpose: the step starts once that one has streamed
+its first tokens, with many more to go, so it is frozen mid-generation by the pause. At the end
 every rollout is exported (`GET /v1/rollouts/{id}`) and checked: every generated token carries the
 version that produced it, and along a rollout the versions only move forward. With `--direct`, the
 same pause → resume cycle is also timed sent straight to each replica (concurrently, as a framework
@@ -97,6 +99,30 @@ class Rollouts:
         for thread in self._threads:
             thread.join(600)
 
+    def held(self, rollout_id: str, max_tokens: int = 512, timeout: float = 300.0) -> threading.Thread:
+        """A rollout of `max_tokens` streaming on its own thread, returned once it has streamed its
+        first tokens (a step that follows lands in the middle of it)."""
+        started = threading.Event()
+
+        def run() -> None:
+            body = {"model": self.model, "token_ids": self.prompt + [len(self.ids)], "stream": True,
+                    "rollout_id": rollout_id, "sampling_params": {
+                        "temperature": 1.0, "max_tokens": max_tokens, "ignore_eos": True}}
+            with httpx.Client(timeout=600) as client, \
+                    client.stream("POST", self.gateway + "/inference/v1/generate", json=body) as response:
+                response.raise_for_status()
+                for line in response.iter_lines():
+                    if line.startswith("data: {") and any(c.get("token_ids") for c in json.loads(line[6:])["choices"]):
+                        started.set()
+            with self._lock:
+                self.ids.append(rollout_id)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        if not started.wait(timeout):
+            raise TimeoutError(f"the held rollout {rollout_id} streamed nothing in {timeout:g} s")
+        return thread
+
     def wait_for_tokens(self, more: int, timeout: float = 300.0) -> None:
         """Until `more` tokens streamed since the call (so every step lands on live streams)."""
         target, deadline = self.tokens + more, time.monotonic() + timeout
@@ -151,16 +177,27 @@ def train(gateway: str, model: str, weights: Sequence[str], *, admin_key: str | 
     order = [target.get("/weight_info")["weight_version"], *(name.format(k) for k in range(1, len(weights) + 1))]
     rollouts = Rollouts(gateway, model, workers)
     rollouts.start()
-    seconds = []
+    seconds, held = [], []
     try:
-        for version, path in zip(order[1:], weights):
+        for k, (version, path) in enumerate(zip(order[1:], weights), start=1):
             rollouts.wait_for_tokens(32)
+            held.append(rollouts.held(f"held-{version}-{k}"))
             seconds.append(step(target, version, path))
         rollouts.wait_for_tokens(32)
     finally:
         rollouts.stop()
+        for thread in held:
+            thread.join(600)
     return {"steps": len(weights), "step_seconds": [round(s, 4) for s in seconds],
-            **check(gateway, rollouts.ids, order)}
+            **check(gateway, rollouts.ids, order),
+            "held_across": [spanned(gateway, f"held-{version}-{k}") for k, version in enumerate(order[1:], start=1)]}
+
+
+def spanned(gateway: str, rollout_id: str) -> list[str]:
+    """The versions a rollout's generated tokens came from, in order, each once."""
+    export = httpx.get(f"{gateway}/v1/rollouts/{rollout_id}", timeout=60).json()
+    versions = [v for v, mask in zip(export["weight_versions"], export["loss_mask"]) if mask]
+    return [v for i, v in enumerate(versions) if i == 0 or versions[i - 1] != v]
 
 
 def compare(gateway: Target, direct: Target, cycles: int) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.vllm
 
 MODEL = "tiny-qwen3"
+LONG = 512  # tokens: a generation that is still running when a pause sent after its first tokens lands
 PROMPT = [785, 6722, 315, 9625, 374, 12095, 13, 576, 6722, 315, 9856, 374] * 12  # 144 ids: a cached 128-token block
 
 
@@ -168,14 +169,55 @@ def test_a_reset_clears_the_routers_index_and_the_new_weights_answer_differently
 
 def test_a_trainer_drives_three_steps_with_rollouts_streaming_and_every_token_tagged(stack, replicas, step_dirs):
     """examples/rl/training_loop.py: three steps of pause (keep) → reload_weights → reset → version →
-    resume through the gateway, two rollout workers streaming all along."""
+    resume through the gateway, two rollout workers streaming all along, and before each step a
+    held rollout that has produced tokens and has many more to go: each spans its update."""
     url, _ = stack
     loop = load_example("rl/training_loop.py")
     summary = loop.train(url, MODEL, [str(d) for d in step_dirs], name="loop-{}")
     assert summary["untagged_tokens"] == 0 and summary["versions_going_backwards"] == 0
     assert set(summary["tokens_by_version"]) == {"step-2", "loop-1", "loop-2", "loop-3"}  # each step on live streams
-    assert summary["rollouts_spanning_an_update"] > 0
+    # held rollout k started under the version before step k and was frozen mid-way by it (it may
+    # still have been streaming at a later step too)
+    assert [held[:2] for held in summary["held_across"]] == [["step-2", "loop-1"], ["loop-1", "loop-2"],
+                                                             ["loop-2", "loop-3"]]
+    assert summary["rollouts_spanning_an_update"] >= 3
     assert call(url, "GET", "/weight_info") == {"weight_version": "loop-3"}
     timing = loop.compare(loop.Target([url]), loop.Target([r.url for r in replicas]), cycles=4)
     assert timing["gateway"]["median_ms"] > 0 and timing["direct"]["median_ms"] > 0
     print(summary, timing)  # shown with -s: the figure docs/benchmarks.md reports comes from the example's CLI
+
+
+def test_a_generation_cut_by_an_abort_pause_resumes_to_the_uninterrupted_greedy_ids(stack):
+    """A partial rollout on real vLLM: a greedy stream is cut by `pause?mode=abort` after its first
+    tokens, the fleet relabelled (same weights) and resumed; the client's one stream holds exactly
+    the ids of an uninterrupted greedy run, and both version spans."""
+    url, _ = stack
+    version = call(url, "GET", "/weight_info")["weight_version"]
+    params = {"temperature": 0.0, "max_tokens": LONG, "ignore_eos": True, "logprobs": 0}
+    body = {"model": MODEL, "token_ids": PROMPT[:20], "sampling_params": params}
+    whole = call(url, "POST", "/inference/v1/generate", body)["choices"][0]
+    assert len(whole["token_ids"]) == LONG
+
+    stream = Streaming(url, max_tokens=LONG, rollout_id="rl-partial")
+    stream.body.update(sampling_params=params, partial_rollout=True)
+    stream.start()
+    assert stream.first.wait(120)
+    assert call(url, "POST", "/pause?mode=abort") == {"status": "paused"}
+    call(url, "POST", "/update_weight_version", {"new_version": f"{version}-relabelled"})
+    assert call(url, "POST", "/resume") == {"status": "resumed"}
+    stream.join(300)
+
+    assert stream.token_ids == whole["token_ids"]  # spliced exactly: the same greedy ids
+    assert [c["finish_reason"] for e in stream.events for c in e["choices"] if c.get("finish_reason")] == ["length"]
+    spans = stream.spans
+    assert [s["version"] for s in spans] == [version, f"{version}-relabelled"]
+    cut = spans[0]["end"]
+    assert spans == [{"version": version, "start": 0, "end": cut},
+                     {"version": f"{version}-relabelled", "start": cut, "end": LONG}] and 0 < cut < LONG
+    logprobs = [lp for e in stream.events for c in e["choices"] for lp in (c.get("logprobs") or {}).get("content", ())]
+    assert [lp["token_id"] for lp in logprobs] == whole["token_ids"]
+    assert logprobs[:cut] == whole["logprobs"]["content"][:cut]  # the first leg is the same decode
+    exported = call(url, "GET", "/v1/rollouts/rl-partial")
+    assert exported["token_ids"] == PROMPT[:20] + whole["token_ids"]
+    assert exported["weight_versions"] == [None] * 20 + [version] * cut + [f"{version}-relabelled"] * (LONG - cut)
+    print("partial rollout cut after", cut, "tokens")
