@@ -235,10 +235,6 @@ TINY_MODELS = {
                           "a tiny random Qwen3-VL (patch 16, deepstack) with Qwen3.5/3.6's tokenizer and the Qwen3.6 "
                           "template", python="tests.support.vision:vision_python", max_model_len=4096,
                           vllm_args=("--limit-mm-per-prompt", '{"video": 0}'), start_timeout=1800),
-    "qwen3_5": TinyModel("tiny-vlm", "tests.support.vision:qwen3_5_model_dir",
-                         "a tiny random Qwen3.5 (Gated DeltaNet + full attention, Qwen3-VL's vision tower) with "
-                         "Qwen3.5/3.6's tokenizer and the Qwen3.6 template", python="tests.support.vision:vision_python",
-                         max_model_len=4096, vllm_args=("--limit-mm-per-prompt", '{"video": 0}'), start_timeout=1800),
     "kimi": TinyModel("tiny-kimi", "tests.support.kimi:kimi_model_dir",
                       "a tiny random Kimi-K2-architecture model (DeepseekV3ForCausalLM) with Kimi's control tokens "
                       "and the K2-Thinking template"),

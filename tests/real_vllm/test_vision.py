@@ -373,8 +373,8 @@ def test_a_rollout_exports_its_images_at_vllms_mm_placeholders(gateway_url, vllm
     generated = rollout["token_ids"][last["prompt_end"]:]
     assert rollout["expanded_token_ids"][-len(direct["prompt_token_ids"]) - len(generated):] == \
         direct["prompt_token_ids"] + generated
-    [verl] = httpx.get(gateway_url + "/v1/rollouts/mm-real", params={"format": "verl"}, timeout=60).json()["data"]
-    assert verl["multi_modal_data"] == {"image": [SCREEN, SHOT]}
+    verl = httpx.get(gateway_url + "/v1/rollouts/mm-real", params={"format": "verl"}, timeout=60).json()["data"]
+    assert verl[-1]["multi_modal_data"] == {"image": [SCREEN, SHOT]}  # one sample per segment: the last prompt's
 
 
 def expand(ids: list[int], images: list[dict]) -> list[int]:

