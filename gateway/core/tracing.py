@@ -8,8 +8,8 @@ like the request id of gateway/core/logs.py: the request's span is current while
 is served, and every upstream request carries the current one as `traceparent`
 (`upstream_headers`), so the replica's own spans join the trace.
 
-Every request is meant to be traced (full sampling costs a few percent: docs/observability.md),
-so a span is cheap to make. A request makes two: its own and its generation's (the call a
+Every request is meant to be traceable, so a span is cheap to make (what full sampling costs:
+docs/observability.md). A request makes two: its own and its generation's (the call a
 replica's spans hang under). Its phases (prepare, render, admission, commit) are not spans: each
 is a perf_counter pair summed into the request span's `<phase>.duration` attribute (seconds).
 A span is a `Recording`: the SDK's sampler, ids, resource and span processors, without the SDK
