@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
-from gateway.adapters.schema_base import Model, Obj, Objs
+from gateway.adapters.schema_base import Bounded, Model, Obj, Objs
 from gateway.adapters.tool_schema import ChatTool, ChatToolChoice, FunctionSpec, ResponsesTool, ToolChoice
 from gateway.adapters.validation import type_name
 from gateway.core.errors import APIError, invalid_request
@@ -320,7 +320,7 @@ class ResponsesBody(RequestBody):
     """POST /v1/responses, and `response.create` without its transport fields."""
 
     input: str | list[InputItem]
-    tools: list[ResponsesTool] | None = None
+    tools: Annotated[list[ResponsesTool], Bounded] | None = None
     tool_choice: ToolChoice | None = None
     instructions: str | None = None
     previous_response_id: str | None = None
@@ -382,7 +382,7 @@ class ChatBody(RequestBody):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage]
-    tools: list[ChatTool] | None = None
+    tools: Annotated[list[ChatTool], Bounded] | None = None
     tool_choice: ChatToolChoice | None = None
     n: Annotated[int, Field(ge=1, le=16)] | None = None
     stop: NonEmpty | Annotated[list[NonEmpty], Field(max_length=4)] | None = None
@@ -399,7 +399,7 @@ class ChatBody(RequestBody):
     web_search_options: Obj | None = None
     verbosity: str | None = None
     function_call: str | Obj | None = None
-    functions: list[FunctionSpec] | None = None
+    functions: Annotated[list[FunctionSpec], Bounded] | None = None
     # vLLM's extra fields (gateway/adapters/vllm_fields.py)
     return_tokens_as_token_ids: bool | None = None
     skip_special_tokens: bool | None = None
@@ -430,7 +430,7 @@ class TokenizeBody(_VLLMBody):
 
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
-    tools: list[ChatTool] | None = None
+    tools: Annotated[list[ChatTool], Bounded] | None = None
     add_generation_prompt: bool | None = None
     continue_final_message: bool | None = None
     add_special_tokens: bool | None = None

@@ -16,9 +16,9 @@ from collections.abc import Callable, Collection
 from typing import Annotated, Any
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
 
-__all__ = ["MAX_DEPTH", "Model", "Obj", "Objs", "by_type"]
+__all__ = ["MAX_DEPTH", "Bounded", "Model", "Obj", "Objs", "by_type"]
 
 MAX_DEPTH = 128  # nesting of a free-form object; orjson encodes at most 254 (the response adds a few)
 
@@ -40,6 +40,9 @@ def _bounded(value: Any) -> Any:
 _WRAPS = 254 - MAX_DEPTH
 Obj = Annotated[dict[str, Any], AfterValidator(_bounded)]
 Objs = Annotated[list[dict[str, Any]], AfterValidator(_bounded)]  # checked whole: one encode, not one per element
+# A list of models (`tools`) bounded whole, as it came, before its models are built: one encode
+# for the list, where a bound on each model's free-form fields costs one per field.
+Bounded = BeforeValidator(_bounded)
 
 
 class Model(BaseModel):

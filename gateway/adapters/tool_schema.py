@@ -12,11 +12,11 @@ Anthropic's tools are in gateway/adapters/anthropic_input.py.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag
 
-from gateway.adapters.schema_base import Model, Obj, by_type
+from gateway.adapters.schema_base import Model, by_type
 
 __all__ = [
     "AllowedToolsChoice",
@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 Mode = Literal["auto", "none", "required"]
+Json = dict[str, Any]  # free-form; the body's `tools` is bounded in depth whole (schema_base.Bounded)
 
 
 class TextFormat(Model):
@@ -76,7 +77,7 @@ class FunctionTool(Model):
     type: Literal["function"]
     name: str
     description: str | None = None
-    parameters: Obj | None = None  # JSON Schema; none: a function of no arguments
+    parameters: Json | None = None  # JSON Schema; none: a function of no arguments
     strict: bool | None = None
 
 
@@ -117,16 +118,16 @@ class McpServerTool(Model):
 class WebSearchTool(Model):
     type: Literal["web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11"]
     search_context_size: Literal["low", "medium", "high"] | None = None
-    filters: Obj | None = None
-    user_location: Obj | None = None
+    filters: Json | None = None
+    user_location: Json | None = None
 
 
 class FileSearchTool(Model):
     type: Literal["file_search"]
     vector_store_ids: list[str]
     max_num_results: int | None = None
-    filters: Obj | None = None
-    ranking_options: Obj | None = None
+    filters: Json | None = None
+    ranking_options: Json | None = None
 
 
 class ComputerTool(Model):
@@ -138,7 +139,7 @@ class ComputerTool(Model):
 
 class CodeInterpreterTool(Model):
     type: Literal["code_interpreter"]
-    container: str | Obj
+    container: str | Json
 
 
 class BuiltinTool(Model):
@@ -223,7 +224,7 @@ def _choice_tag(value: object) -> str | None:
 class FunctionSpec(Model):
     name: str
     description: str | None = None
-    parameters: Obj | None = None
+    parameters: Json | None = None
     strict: bool | None = None
 
 

@@ -98,7 +98,7 @@ for _ in range(300):
          "input[0].content[0].refusal", "expected a string, but got an integer"),
         ({"model": "m", "input": "x", "metadata": NESTED}, "metadata", "nested deeper than"),
         ({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", "parameters": NESTED}]},
-         "tools[0].parameters", "nested deeper than"),
+         "tools", "nested deeper than"),
         ({"model": "m", "input": "x", "top_k": -5}, "top_k", "greater than or equal to -1"),
         ({"model": "m", "input": "x", "min_p": 5}, "min_p", "less than or equal to 1"),
         ({"model": "m", "input": "x", "repetition_penalty": -1}, "repetition_penalty", "greater than 0"),
