@@ -15,6 +15,7 @@ from gateway.formats import (
     glm,
     granite,
     hermes,
+    internlm,
     json_list,
     kimi,
     llama3_json,
@@ -46,6 +47,7 @@ FAMILIES: tuple[Family, ...] = (
     json_list.XLAM,  # xLAM: a JSON list of calls
     json_list.PHI4_MINI,  # Phi-4-mini: functools[ and a JSON list of calls
     llama3_json.FAMILY,  # Llama 3.1-3.3: "parameters":  and <|eot_id|>
+    internlm.FAMILY,  # InternLM2: <|action_start|><|plugin|> and a JSON call
     seed_oss.FAMILY,  # Seed-OSS: <seed:tool_call> (Qwen3's XML calls)
     step3p5.FAMILY,  # Step-3.5/3.7: a tool_response turn (Qwen3's XML calls)
     qwen_xml.NEMOTRON_V3,  # Nemotron 3: truncate_history_thinking (Qwen3's XML calls)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from gateway.formats.base import ItemDelta, ItemDone, ItemKind, ItemStarted, ParseEvent
 
-__all__ = ["HermesOutputParser", "Markup"]
+__all__ = ["HermesOutputParser", "Markup", "parse_tool_call"]
 
 _ARGUMENTS_KEY = re.compile(r'"arguments"\s*:\s*')
 
@@ -163,7 +163,7 @@ class HermesOutputParser:
     def _json_call(self, body: bytes) -> None:
         """A hermes call's body, `{"name": …, "arguments": …}`, as one tool-call item; as text
         (with its markup) when it is not one."""
-        call = parse_tool_call(body.decode("utf-8", errors="replace"))
+        call = self._read_call(body)
         if call is None:
             markup = self._markup
             self._raw_text_item(markup.text[markup.call_open] + body + markup.text[markup.call_close])
@@ -171,6 +171,10 @@ class HermesOutputParser:
             name, arguments = call
             index = self._start("tool_call", name)
             self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
+
+    def _read_call(self, body: bytes) -> tuple[str, str] | None:
+        """(name, arguments JSON) of a call's body, or None (a family writing its body otherwise says how)."""
+        return parse_tool_call(body.decode("utf-8", errors="replace"))
 
     def _raw_text_item(self, raw: bytes) -> None:
         text = raw.decode("utf-8", errors="replace")

@@ -54,7 +54,7 @@ from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
 from gateway.formats.family import Family, ParserFactory
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 
-__all__ = ["FAMILY", "NEMOTRON_V3", "argument_dict", "parsers", "template_messages"]
+__all__ = ["FAMILY", "NEMOTRON_V3", "argument_dict", "merge_system_messages", "parsers", "template_messages"]
 
 FUNCTION_OPEN = "<function="
 FUNCTION_CLOSE = "</function>"

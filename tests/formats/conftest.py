@@ -368,3 +368,14 @@ def nemotron_v3_tokenizer():
 def nemotron_v3_format():
     """The HF format on it: Qwen3's XML calls and `<think>`, picked from the template."""
     return _stand_in_format("NEMOTRON_V3")
+
+
+@pytest.fixture(scope="session")
+def internlm2_format():
+    """InternLM2's control tokens on a stand-in BPE, with vLLM's InternLM2 tool template."""
+    return _stand_in_format("INTERNLM2")
+
+
+@pytest.fixture(scope="session")
+def internlm2_tokenizer(internlm2_format):
+    return internlm2_format.tokenizer

@@ -13,7 +13,8 @@ from tests.tokenfix.test_incremental import SETTINGS, both_ways, continuations
 FAMILIES = ["qwen36_format", "glm_format", "deepseek_format", "kimi_format", "deepseek_v4_format",
             "deepseek_v32_format", "minimax_format", "seed_oss_format", "step3p5_format", "llama4_format",
             "olmo3_format", "lfm2_format", "llama4_json_format", "xlam_format", "phi4_mini_format",
-            "llama32_format", "granite4_format", "nemotron_v3_format"]
+            "llama32_format", "granite4_format", "nemotron_v3_format",
+            "internlm2_format"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -167,6 +167,9 @@ SPEAKERS = [
             call=lambda name, args: test_qwen_xml_parser.call(name, *((k, value_text(v)) for k, v in args.items())),
             calls="\n".join, end="<|im_end|>", think=lambda text: f"{text}\n</think>\n",
             lookalike="«</parameter>\n</function>»", extra={"contract-agent-turn": family_cases.NEMOTRON_V3_TURN}),
+    Speaker("internlm", "internlm2_format", "internlm2_tokenizer", "internlm", None, test_json_calls.INTERNLM2_MARKUP,
+            call=lambda name, args: test_json_calls.internlm2_action(_json_call(name, args)), end="<|im_end|>",
+            lookalike="«<|action_end|>»", extra={"contract-agent-turn": test_json_calls.INTERNLM2_TURN}),
 ]
 
 
@@ -193,7 +196,7 @@ DIFFERENCES = [
     Difference("cut-off-call", frozenset({
         "hermes", "xml", "glm", "deepseek", "minimax", "dsml_v41", "dsml_v4", "dsml_v32", "gemma4", "llama3_json",
         "seed_oss", "step3p5", "llama4_pythonic", "lfm2", "llama4_json", "xlam", "pythonic", "granite4",
-        "nemotron_v3"}),
+        "nemotron_v3", "internlm"}),
         frozenset({"cut-off-call"}),
         BOTH,
         "A call cut off by the length limit: vLLM's two answers disagree with each other (the non-streamed one "
@@ -202,7 +205,7 @@ DIFFERENCES = [
         "a call until it is whole)."),
     Difference("marker-in-string", frozenset({
         "hermes", "xml", "glm", "deepseek", "kimi", "dsml_v41", "dsml_v4", "dsml_v32", "gemma4", "seed_oss",
-        "step3p5", "lfm2", "olmo3", "xlam", "granite4", "nemotron_v3"}), frozenset({"lookalike-in-argument"}),
+        "step3p5", "lfm2", "olmo3", "xlam", "granite4", "nemotron_v3", "internlm"}), frozenset({"lookalike-in-argument"}),
         BOTH,
         "An argument string spelling the family's closing markup as text: vLLM's parsers search the decoded "
         "text, so the value (or the call) ends there; the gateway switches on the markers' token ids and "
@@ -231,6 +234,10 @@ DIFFERENCES = [
         "parallel-calls", "typed-arguments", "lookalike-in-argument", "contract-agent-turn"}), frozenset({"whole"}),
         "vLLM's non-streamed phi4_mini_json answer ends the list at the first `]` (`functools\\[(.*?)\\]`), so "
         "calls whose arguments hold a list (or a `]` in a string) are lost; the gateway reads the whole JSON list."),
+    Difference("internlm-one-action", frozenset({"internlm"}), frozenset({"parallel-calls", "contract-agent-turn"}),
+        BOTH, "More than one `<|action_start|><|plugin|>` action in an answer (vLLM's own template writes one per "
+        "call): vLLM's internlm parser splits the answer on the marker into exactly two parts and raises "
+        "(ValueError) on a third, in both answers; the gateway reads each action as a call."),
     Difference("olmo3-stream", frozenset({"olmo3"}), frozenset({
         "one-call", "parallel-calls", "typed-arguments", "text-then-call", "lookalike-in-argument",
         "contract-agent-turn"}), frozenset({"stream"}),

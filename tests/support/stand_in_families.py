@@ -74,6 +74,11 @@ LFM2 = StandIn("lfm2-tokenizer-v1", "lfm2.5-8b-a1b.jinja", (
     "<|tool_call_start|>", "<|tool_call_end|>", "<|tool_response_start|>", "<|tool_response_end|>", "<image>"),
     eos="<|im_end|>", bos="<|startoftext|>", pad="<|pad|>")
 
+# InternLM2's special tokens (its tokenizer is SentencePiece; ids here are the stand-in's).
+INTERNLM2 = StandIn("internlm2-tokenizer-v1", "internlm2-tool.jinja", (
+    "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<|action_start|>", "<|action_end|>", "<|interpreter|>",
+    "<|plugin|>"), eos="</s>", bos="<s>")
+
 
 # Granite 4.0's role and call tokens (its own ids are not known here; `<tool_call>` is special there, as vLLM's
 # granite4 parser says by keeping special tokens).
