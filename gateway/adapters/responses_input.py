@@ -102,19 +102,20 @@ def parse_request(body: Any, earlier_calls: Mapping[str, str] | None = None) -> 
                               param="background", code="unsupported_value")
     return ResponsesRequest(
         conversation=conversation, sampling=sampling, model=request.model, stream=bool(request.stream),
-        echo=_echo(request, sampling), store=store, prompt_cache_key=request.prompt_cache_key,
+        echo=_echo(request, sampling, body.get("tools") or ()), store=store, prompt_cache_key=request.prompt_cache_key,
         return_token_ids=return_token_ids, text_logprobs=text_logprobs, background=background,
         tools=request.tools or [], generated=generated, truncate=request.truncation == "auto",
         listed=mcp_tools.listed_in(given), approvals=mcp_tools.approvals_in(given), compact=compact)
 
 
-def _echo(request: ResponsesBody, sampling: SamplingOptions) -> dict[str, Any]:
+def _echo(request: ResponsesBody, sampling: SamplingOptions, sent_tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The request's fields as the Response object repeats them, with the values this gateway uses
-    where the request left one out (OpenAI sends them all, and Open Responses requires them)."""
+    where the request left one out (OpenAI sends them all, and Open Responses requires them);
+    `sent_tools`: the body's own `tools`, which the model validated."""
     choice = request.tool_choice
     echo = {
         "instructions": request.instructions,
-        "tools": [_echoed_tool(tool) for tool in request.tools or ()],
+        "tools": [_echoed_tool(tool, sent) for tool, sent in zip(request.tools or (), sent_tools, strict=True)],
         "tool_choice": choice if isinstance(choice, str) else choice.model_dump(exclude_unset=True) if choice else "auto",
         "parallel_tool_calls": request.parallel_tool_calls is not False,
         "temperature": sampling.temperature,
@@ -141,15 +142,15 @@ def _echo(request: ResponsesBody, sampling: SamplingOptions) -> dict[str, Any]:
     return echo
 
 
-def _echoed_tool(tool: ResponsesTool) -> dict[str, Any]:
-    """A tool as the client sent it, as the Response object shows it: a function's `strict` and
-    `parameters` always there, an MCP server's credentials never."""
-    shown = tool.model_dump(exclude_unset=True)
+def _echoed_tool(tool: ResponsesTool, sent: dict[str, Any]) -> dict[str, Any]:
+    """A tool as the client sent it (`sent`: its validated JSON, not dumped again from the model),
+    as the Response object shows it: a function's `strict` and `parameters` always there, an MCP
+    server's credentials never."""
     if isinstance(tool, FunctionTool):
-        return {**shown, "strict": tool.strict, "parameters": tool.parameters}
+        return {**sent, "strict": tool.strict, "parameters": tool.parameters}
     if isinstance(tool, McpServerTool):
-        return mcp_tools.echoed(shown)
-    return shown
+        return mcp_tools.echoed(sent)
+    return dict(sent)
 
 
 def input_items(found: str | Sequence[InputItem], earlier_calls: Mapping[str, str],
