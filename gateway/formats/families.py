@@ -9,6 +9,7 @@ are read from here. Adding a family is a module declaring its `Family` and a lin
 from __future__ import annotations
 
 from gateway.formats import (
+    apertus,
     deepseek,
     dsml,
     gemma4,
@@ -47,6 +48,7 @@ FAMILIES: tuple[Family, ...] = (
     json_list.XLAM,  # xLAM: a JSON list of calls
     json_list.PHI4_MINI,  # Phi-4-mini: functools[ and a JSON list of calls
     llama3_json.FAMILY,  # Llama 3.1-3.3: "parameters":  and <|eot_id|>
+    apertus.FAMILY,  # Apertus: <|tools_prefix|>[{NAME: {…}}]<|tools_suffix|>
     internlm.FAMILY,  # InternLM2: <|action_start|><|plugin|> and a JSON call
     seed_oss.FAMILY,  # Seed-OSS: <seed:tool_call> (Qwen3's XML calls)
     step3p5.FAMILY,  # Step-3.5/3.7: a tool_response turn (Qwen3's XML calls)

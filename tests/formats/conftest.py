@@ -379,3 +379,14 @@ def internlm2_format():
 @pytest.fixture(scope="session")
 def internlm2_tokenizer(internlm2_format):
     return internlm2_format.tokenizer
+
+
+@pytest.fixture(scope="session")
+def apertus_format():
+    """Apertus' control tokens on a stand-in BPE, with vLLM's Apertus tool template."""
+    return _stand_in_format("APERTUS")
+
+
+@pytest.fixture(scope="session")
+def apertus_tokenizer(apertus_format):
+    return apertus_format.tokenizer

@@ -1,7 +1,7 @@
 """JSON calls in families of their own: as the whole answer in Llama 4 with vLLM's JSON template
 (`{"name": …, "parameters": {…}}`, Llama 4's turns), xLAM (`[{"name": …, "arguments": {…}}]`) and
 Phi-4-mini (`functools[{…}]`); between marker tokens in InternLM2 (`<|action_start|><|plugin|>\n{…}
-<|action_end|>`); read off vLLM's templates for them (stand-in vocabularies with each family's control
+<|action_end|>`) and Apertus (`<|tools_prefix|>[{NAME: {…}}, …]<|tools_suffix|>`); read off vLLM's templates for them (stand-in vocabularies with each family's control
 tokens: tests/support/stand_in_families.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from gateway.core.conversation import Tool
 from gateway.formats.llama3_json import argument_dicts
 from gateway.formats.qwen_xml import merge_system_messages
 from tests.support.family_contract import OutputContract, RenderContract
-from tests.support.stand_in_families import INTERNLM2, LLAMA4_JSON, PHI4_MINI, XLAM
+from tests.support.stand_in_families import APERTUS, INTERNLM2, LLAMA4_JSON, PHI4_MINI, XLAM
 
 SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
     "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
@@ -34,6 +34,8 @@ XLAM_MARKUP = markup(XLAM, "<|im_end|>", "<|im_start|>", "<|endoftext|>")
 PHI4_MARKUP = markup(PHI4_MINI, "<|end|>", "<|endoftext|>", "<|user|>")
 INTERNLM2_MARKUP = markup(INTERNLM2, "<|action_start|>", "<|action_end|>", "<|plugin|>", "<|interpreter|>", "<|im_end|>",
                           "<|im_start|>", "</s>")
+APERTUS_MARKUP = markup(APERTUS, "<|tools_prefix|>", "<|tools_suffix|>", "<|assistant_end|>", "<|assistant_start|>",
+                        "<|inner_prefix|>", "<|inner_suffix|>")
 LLAMA4_TURN = SHELL_CALL.replace('"arguments"', '"parameters"') + "; " + READ_CALL + "<|eot|>"
 XLAM_TURN = f"[{SHELL_CALL}, {READ_CALL}]<|im_end|>"
 PHI4_TURN = f"functools[{SHELL_CALL}, {READ_CALL}]<|end|>"
@@ -44,6 +46,14 @@ def internlm2_action(call: str) -> str:
     return f"<|action_start|><|plugin|>\n{call}<|action_end|>"
 
 
+def apertus_calls(*calls: str) -> str:
+    """Calls (`{NAME: {…}}` each) as Apertus writes them: one list between its markers."""
+    return "<|tools_prefix|>[" + ", ".join(calls) + "]<|tools_suffix|>"
+
+
+APERTUS_TURN = "Running them 🗼." + apertus_calls(
+    '{"shell": {"command": ["pytest", "-q"], "workdir": "/srv/東京 🗼", "timeout_ms": 60000}}',
+    '{"read_file": {"path": "pyproject.toml"}}')
 INTERNLM2_TURN = "Running them 🗼." + internlm2_action(SHELL_CALL) + internlm2_action(READ_CALL) + "<|im_end|>"
 
 
@@ -110,8 +120,19 @@ INTERNLM2_CONTRACT = OutputContract(
          [("text", None, '<|action_start|><|plugin|>\n{"name": "read_file", "arguments": {"path": "a')]),
         ("<|action_end|> stray <|plugin|>", [("text", None, "<|action_end|> stray <|plugin|>")]),
     ], fragments=[*INTERNLM2_MARKUP, *FRAGMENTS], json_arguments=True)
-CONTRACTS = [LLAMA4_CONTRACT, XLAM_CONTRACT, PHI4_CONTRACT, INTERNLM2_CONTRACT]
+APERTUS_CONTRACT = OutputContract(
+    "apertus", format="apertus_format", tokenizer="apertus_tokenizer", markup=APERTUS_MARKUP, tools=TOOLS,
+    agent_turn=APERTUS_TURN, agent_items=[("text", None, "Running them 🗼."), *ITEMS],
+    split_turn=apertus_calls('{"shell": {"command": ["a"], "workdir": "é/東京]x"}}'), split_items=SPLIT_ITEMS,
+    malformed=[
+        ('<|tools_prefix|>[{"read_file": "a"}]<|tools_suffix|>', [("text", None, '<|tools_prefix|>[{"read_file": "a"}]<|tools_suffix|>')]),
+        ("<|tools_prefix|>[]<|tools_suffix|>", [("text", None, "<|tools_prefix|>[]<|tools_suffix|>")]),
+        ('<|tools_prefix|>[{"read_file": {"path": "a', [("text", None, '<|tools_prefix|>[{"read_file": {"path": "a')]),
+        ('[{"read_file": {}}]<|assistant_end|>', [("text", None, '[{"read_file": {}}]')]),
+    ], fragments=[*APERTUS_MARKUP, *FRAGMENTS, '"read_file": ', '{"read_file": {}}'], json_arguments=True)
+CONTRACTS = [LLAMA4_CONTRACT, XLAM_CONTRACT, PHI4_CONTRACT, INTERNLM2_CONTRACT, APERTUS_CONTRACT]
 RENDERS = [RenderContract("llama4_json", "llama4_json_format", "llama4_json_tokenizer", argument_dicts, seed=41),
            RenderContract("xlam", "xlam_format", "xlam_tokenizer", argument_dicts, seed=5),
            RenderContract("phi4_mini_json", "phi4_mini_format", "phi4_mini_tokenizer", seed=6),
-           RenderContract("internlm", "internlm2_format", "internlm2_tokenizer", merge_system_messages, seed=8)]
+           RenderContract("internlm", "internlm2_format", "internlm2_tokenizer", merge_system_messages, seed=8),
+           RenderContract("apertus", "apertus_format", "apertus_tokenizer", merge_system_messages, seed=9)]

@@ -170,6 +170,10 @@ SPEAKERS = [
     Speaker("internlm", "internlm2_format", "internlm2_tokenizer", "internlm", None, test_json_calls.INTERNLM2_MARKUP,
             call=lambda name, args: test_json_calls.internlm2_action(_json_call(name, args)), end="<|im_end|>",
             lookalike="«<|action_end|>»", extra={"contract-agent-turn": test_json_calls.INTERNLM2_TURN}),
+    Speaker("apertus", "apertus_format", "apertus_tokenizer", "apertus", None, test_json_calls.APERTUS_MARKUP,
+            call=lambda name, args: f'{{"{name}": {json_args(args)}}}',
+            calls=lambda calls: test_json_calls.apertus_calls(*calls), end="<|assistant_end|>",
+            lookalike="«<|tools_suffix|>»", extra={"contract-agent-turn": test_json_calls.APERTUS_TURN}),
 ]
 
 
@@ -196,7 +200,7 @@ DIFFERENCES = [
     Difference("cut-off-call", frozenset({
         "hermes", "xml", "glm", "deepseek", "minimax", "dsml_v41", "dsml_v4", "dsml_v32", "gemma4", "llama3_json",
         "seed_oss", "step3p5", "llama4_pythonic", "lfm2", "llama4_json", "xlam", "pythonic", "granite4",
-        "nemotron_v3", "internlm"}),
+        "nemotron_v3", "internlm", "apertus"}),
         frozenset({"cut-off-call"}),
         BOTH,
         "A call cut off by the length limit: vLLM's two answers disagree with each other (the non-streamed one "
@@ -205,7 +209,8 @@ DIFFERENCES = [
         "a call until it is whole)."),
     Difference("marker-in-string", frozenset({
         "hermes", "xml", "glm", "deepseek", "kimi", "dsml_v41", "dsml_v4", "dsml_v32", "gemma4", "seed_oss",
-        "step3p5", "lfm2", "olmo3", "xlam", "granite4", "nemotron_v3", "internlm"}), frozenset({"lookalike-in-argument"}),
+        "step3p5", "lfm2", "olmo3", "xlam", "granite4", "nemotron_v3", "internlm",
+        "apertus"}), frozenset({"lookalike-in-argument"}),
         BOTH,
         "An argument string spelling the family's closing markup as text: vLLM's parsers search the decoded "
         "text, so the value (or the call) ends there; the gateway switches on the markers' token ids and "

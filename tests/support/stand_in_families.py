@@ -90,6 +90,12 @@ NEMOTRON_V3 = StandIn("nemotron-v3-tokenizer-v1", "nemotron-3-nano.jinja", (
     "<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
     "<tool_response>", "</tool_response>"), eos="<|im_end|>", bos="<s>")
 
+# Apertus' control tokens (ids are the stand-in's); a turn ends at <|assistant_end|>, a call turn at <|tools_suffix|>.
+APERTUS = StandIn("apertus-tokenizer-v1", "apertus.jinja", (
+    "<s>", "</s>", "<pad>", "<|system_start|>", "<|system_end|>", "<|developer_start|>", "<|developer_end|>",
+    "<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>", "<|inner_prefix|>", "<|inner_suffix|>",
+    "<|tools_prefix|>", "<|tools_suffix|>"), eos="<|assistant_end|>", bos="<s>", pad="<pad>")
+
 
 def stand_in_dir(family: StandIn) -> Path:
     """The family's stand-in tokenizer dir (built once)."""
