@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.hf_parser import HermesOutputParser
-from gateway.formats.qwen_xml import merge_system_messages
+from gateway.formats.shared import merge_system_messages
 
 __all__ = ["FAMILY"]
 

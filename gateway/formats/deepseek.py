@@ -39,8 +39,8 @@ from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.call_section import CallSectionParser
 from gateway.formats.family import Family, ParserFactory
-from gateway.formats.glm import is_valid_name
 from gateway.formats.hf_parser import Markup
+from gateway.formats.shared import is_valid_name
 
 __all__ = ["FAMILY", "DeepSeekToolCallParser"]
 

@@ -34,9 +34,8 @@ from typing import Any
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.family import Family, ParserFactory, Turns
-from gateway.formats.glm import is_valid_name
 from gateway.formats.hf_parser import HermesOutputParser, Markup
-from gateway.formats.qwen_xml import argument_dict
+from gateway.formats.shared import argument_dict, is_valid_name
 
 __all__ = ["FAMILY"]
 

@@ -44,9 +44,9 @@ from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.call_section import CallSectionParser
 from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.hf_parser import Markup
-from gateway.formats.qwen_xml import argument_dict
+from gateway.formats.shared import MAX_NAME, is_valid_name, with_argument_dicts
 
-__all__ = ["FAMILY", "MAX_NAME", "convert_arg_value", "is_valid_name"]
+__all__ = ["FAMILY", "convert_arg_value"]
 
 ARG_TOKENS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
 TEMPLATE_MARKER = "<arg_key>"
@@ -55,8 +55,6 @@ STOP_TOKENS = ("<|user|>", "<|observation|>", "<|endoftext|>")
 # Tokens that open a message. A rendered assistant turn ends where the next one opens, so these
 # count turns for the exact-token splice (the model's own stop token is one of them).
 TURN_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
-MAX_NAME = 256
-_FORBIDDEN_IN_NAME = frozenset("{}<>\"' \t\n\r")
 _TYPE_ALIASES = {
     "str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
     "int": "integer", "int32": "integer", "int64": "integer", "uint": "integer", "uint32": "integer",
@@ -233,10 +231,6 @@ class GlmToolCallParser(CallSectionParser):
         self._events.append(ItemDelta(self._call_index, text))
 
 
-def is_valid_name(name: str) -> bool:
-    return 0 < len(name) <= MAX_NAME and not any(c in _FORBIDDEN_IN_NAME for c in name)
-
-
 def _properties(parameters: dict[str, Any]) -> dict[str, Any]:
     properties = parameters.get("properties") if isinstance(parameters, dict) else None
     return properties if isinstance(properties, dict) else {}
@@ -344,20 +338,6 @@ def _finite(value: Any) -> bool:
 
 # Rendering ------------------------------------------------------------------------------------
 
-def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`hf_messages`' messages as GLM's templates take them: tool-call arguments as dicts."""
-    return [_with_argument_dicts(message) for message in messages]
-
-
-def _with_argument_dicts(message: dict[str, Any]) -> dict[str, Any]:
-    calls = message.get("tool_calls")
-    if not calls:
-        return message
-    converted = [{**call, "function": {**call["function"], "arguments": argument_dict(call["function"]["arguments"])}}
-                 for call in calls]
-    return {**message, "tool_calls": converted}
-
-
 def _parsers(vocab: dict[str, int]) -> ParserFactory:
     arg_ids = tuple(vocab[t] for t in ARG_TOKENS)
     return lambda shared, starts, tools: GlmToolCallParser(shared.token_bytes, shared.markup, arg_ids,
@@ -369,4 +349,4 @@ FAMILY = Family(
     name="glm", tool_parsers=("glm45", "glm47"), reasoning_parsers=("glm45", "glm47"),
     detect=lambda template: TEMPLATE_MARKER in template, markup=ARG_TOKENS, needs=(*ARG_TOKENS, *TURN_TOKENS),
     turns=Turns(stops=STOP_TOKENS, terminators=TURN_TOKENS, openers=TURN_TOKENS, stops_close_turns=False),
-    prepare=template_messages, parsers=_parsers)
+    prepare=with_argument_dicts, parsers=_parsers)

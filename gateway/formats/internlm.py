@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.hf_parser import HermesOutputParser, parse_tool_call
-from gateway.formats.qwen_xml import merge_system_messages
+from gateway.formats.shared import merge_system_messages
 
 __all__ = ["FAMILY"]
 

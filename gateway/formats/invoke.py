@@ -34,8 +34,9 @@ from typing import Any
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemKind, ParseEvent
-from gateway.formats.glm import convert_arg_value, is_valid_name
+from gateway.formats.glm import convert_arg_value
 from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.shared import is_valid_name
 
 __all__ = ["InvokeToolCallParser", "Tags"]
 

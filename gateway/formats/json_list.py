@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 
 from gateway.formats.family import CHATML, Family, ParserFactory, Turns
-from gateway.formats.llama3_json import Llama3JsonParser, argument_dicts
+from gateway.formats.llama3_json import Llama3JsonParser
+from gateway.formats.shared import with_argument_dicts
 
 __all__ = ["PHI4_MINI", "XLAM"]
 
@@ -56,7 +57,7 @@ def _parsers(parser: type[JsonListParser]) -> ParserFactory:
 
 XLAM = Family(
     name="xlam", tool_parsers=("xlam",), detect=lambda template: "Salesforce xLAM" in template,
-    markers={"call_open": None, "call_close": None}, turns=CHATML, prepare=argument_dicts,
+    markers={"call_open": None, "call_close": None}, turns=CHATML, prepare=with_argument_dicts,
     parsers=lambda vocab: _parsers(JsonListParser))
 PHI4_MINI = Family(
     name="phi4_mini_json", tool_parsers=("phi4_mini_json",), detect=lambda template: "functools[" in template,

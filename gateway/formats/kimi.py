@@ -21,7 +21,7 @@ import re
 
 from gateway.formats.deepseek import DeepSeekToolCallParser
 from gateway.formats.family import Family, ParserFactory
-from gateway.formats.glm import is_valid_name
+from gateway.formats.shared import is_valid_name
 
 __all__ = ["FAMILY"]
 

@@ -32,11 +32,10 @@ from typing import Any
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
 from gateway.formats.family import Family, ParserFactory, Turns
-from gateway.formats.glm import is_valid_name
 from gateway.formats.hf_parser import HermesOutputParser, Markup
-from gateway.formats.qwen_xml import argument_dict
+from gateway.formats.shared import argument_dict, is_valid_name, with_argument_dicts
 
-__all__ = ["FAMILY", "LLAMA4", "Llama3JsonParser", "argument_dicts"]
+__all__ = ["FAMILY", "LLAMA4", "Llama3JsonParser"]
 
 PYTHON_TAG = "<|python_tag|>"
 TEMPLATE_MARKER = '"parameters": '  # vLLM's llama3.1 JSON template writes calls with it
@@ -169,12 +168,6 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return shaped
 
 
-def argument_dicts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each call's arguments as the dict a template writes with `tojson` (Llama 4's, xLAM's)."""
-    return [{**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": argument_dict(c["function"]["arguments"])}}
-                                 for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in messages]
-
-
 def _parsers(vocab: dict[str, int]) -> ParserFactory:
     return lambda shared, starts, tools: Llama3JsonParser(shared.token_bytes, shared.markup, shared.stop_ids, tools)
 
@@ -189,4 +182,4 @@ LLAMA4 = Family(
     detect=lambda template: TEMPLATE_MARKER in template and "<|header_start|>" in template,
     markers={"call_open": PYTHON_TAG, "call_close": None},
     turns=Turns(stops=("<|eot|>", "<|eom|>", "<|end_of_text|>"), terminators=("<|eot|>", "<|eom|>")),
-    prepare=argument_dicts, parsers=_parsers, image="<|image|>")
+    prepare=with_argument_dicts, parsers=_parsers, image="<|image|>")

@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.call_section import CallSectionParser
-from gateway.formats.glm import MAX_NAME, is_valid_name
 from gateway.formats.hf_parser import Markup
+from gateway.formats.shared import MAX_NAME, is_valid_name
 
 __all__ = ["CALL_ID_SHAPE", "MistralToolCallParser"]
 

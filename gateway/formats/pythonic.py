@@ -34,7 +34,7 @@ from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.llama3_json import Llama3JsonParser
-from gateway.formats.qwen_xml import argument_dict
+from gateway.formats.shared import with_argument_dicts
 
 __all__ = ["LFM2", "LLAMA4", "LLAMA32", "OLMO3", "parse_pythonic"]
 
@@ -114,23 +114,10 @@ def _not_json(value: Any) -> Any:
     raise ValueError(f"not a JSON value: {value!r}")
 
 
-def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`hf_messages`' messages with each call's arguments as the dict the template iterates."""
-    shaped = []
-    for message in messages:
-        calls = message.get("tool_calls")
-        if calls:
-            message = {**message, "tool_calls": [
-                {**call, "function": {**call["function"], "arguments": argument_dict(call["function"]["arguments"])}}
-                for call in calls]}
-        shaped.append(message)
-    return shaped
-
-
 def lfm2_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`template_messages`, with a turn's reasoning under `thinking`, where LFM2's template reads it."""
+    """`with_argument_dicts`, with a turn's reasoning under `thinking`, where LFM2's template reads it."""
     return [{**{k: v for k, v in m.items() if k != "reasoning_content"}, "thinking": m["reasoning_content"]}
-            if "reasoning_content" in m else m for m in template_messages(messages)]
+            if "reasoning_content" in m else m for m in with_argument_dicts(messages)]
 
 
 def _parsers(vocab: dict[str, int]) -> ParserFactory:
@@ -147,12 +134,12 @@ LLAMA4 = Family(
     detect=lambda template: TEMPLATE_MARKER in template and "<|header_start|>" in template,
     markers={"call_open": PYTHON_START, "call_close": None},
     turns=Turns(stops=("<|eot|>", "<|eom|>", "<|end_of_text|>"), terminators=("<|eot|>",)),
-    prepare=template_messages, parsers=_parsers, image="<|image|>")
+    prepare=with_argument_dicts, parsers=_parsers, image="<|image|>")
 OLMO3 = Family(
     name="olmo3", tool_parsers=("olmo3",), reasoning_parsers=("olmo3",),
     detect=lambda template: "<function_calls>" in template,
     markers={"call_open": "<function_calls>", "call_close": "</function_calls>"},
-    needs=("<function_calls>", "</function_calls>"), prepare=template_messages, parsers=_tagged_parsers)
+    needs=("<function_calls>", "</function_calls>"), prepare=with_argument_dicts, parsers=_tagged_parsers)
 LFM2 = Family(
     name="lfm2", tool_parsers=("lfm2",),
     detect=lambda template: "<|tool_call_start|>" in template,
@@ -163,4 +150,4 @@ LLAMA32 = Family(
     name="pythonic", tool_parsers=("pythonic",), detect=lambda template: LLAMA32_MARKER in template,
     markers={"call_open": "<|python_tag|>", "call_close": None},
     turns=Turns(stops=("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"), terminators=("<|eot_id|>",)),
-    prepare=template_messages, parsers=_parsers)
+    prepare=with_argument_dicts, parsers=_parsers)

@@ -53,8 +53,9 @@ from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
 from gateway.formats.family import Family, ParserFactory
 from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.shared import merge_system_messages, with_argument_dicts
 
-__all__ = ["FAMILY", "NEMOTRON_V3", "argument_dict", "merge_system_messages", "parsers", "template_messages"]
+__all__ = ["FAMILY", "NEMOTRON_V3", "parsers", "template_messages"]
 
 FUNCTION_OPEN = "<function="
 FUNCTION_CLOSE = "</function>"
@@ -439,41 +440,7 @@ def _json_safe(value: Any, text: str) -> Any:
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`hf_messages`' messages as the Qwen3.5/3.6 template takes them: tool-call arguments as
     dicts, one leading system message (see the module docstring)."""
-    return merge_system_messages([_with_argument_dicts(message) for message in messages])
-
-
-def merge_system_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    leading = 0
-    while leading < len(messages) and messages[leading]["role"] == "system":
-        leading += 1
-    out: list[dict[str, Any]] = []
-    if leading:
-        texts = [m["content"] for m in messages[:leading]]
-        out.append({"role": "system", "content": "\n\n".join(texts)})
-    for message in messages[leading:]:
-        out.append({**message, "role": "user"} if message["role"] == "system" else message)
-    return out
-
-
-def _with_argument_dicts(message: dict[str, Any]) -> dict[str, Any]:
-    calls = message.get("tool_calls")
-    if not calls:
-        return message
-    converted = []
-    for call in calls:
-        function = call["function"]
-        converted.append({**call, "function": {**function, "arguments": argument_dict(function["arguments"])}})
-    return {**message, "tool_calls": converted}
-
-
-def argument_dict(arguments: str) -> dict[str, Any]:
-    """A call's JSON arguments as the dict the template iterates ({} when they are not a JSON
-    object: only a malformed history has such a call, and the template cannot write it)."""
-    try:
-        parsed = json.loads(arguments)
-    except ValueError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+    return merge_system_messages(with_argument_dicts(messages))
 
 
 def parsers(vocab: dict[str, int]) -> ParserFactory:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.formats import glm
+from gateway.formats.shared import with_argument_dicts
 from tests.formats.test_glm_parser import KNOWN_IDS, TOOLS, ids_of, parse
 from tests.support import family_render
 from tests.support.family_contract import RenderContract
@@ -102,7 +102,7 @@ CALL_TURN = ("\n<think>Run pytest.</think>\n", ("<tool_call>shell\n<arg_key>comm
 
 
 def reference_ids(tokenizer, conversation: Conversation) -> list[int]:
-    return family_render.reference_ids(tokenizer, conversation, glm.template_messages)
+    return family_render.reference_ids(tokenizer, conversation, with_argument_dicts)
 
 
 def parsed_items(fmt, ids: list[int]) -> list[Item]:
@@ -142,4 +142,4 @@ async def test_a_message_the_model_did_not_open_replaces_its_stop_token(glm_form
 
 
 # Checked with every family's in tests/formats/test_family_contract.py.
-RENDER = RenderContract("glm", "glm_format", "glm_tokenizer", glm.template_messages, seed=4747)
+RENDER = RenderContract("glm", "glm_format", "glm_tokenizer", with_argument_dicts, seed=4747)

@@ -7,8 +7,8 @@ tokens: tests/support/stand_in_families.py)."""
 from __future__ import annotations
 
 from gateway.core.conversation import Tool
-from gateway.formats.llama3_json import argument_dicts
 from gateway.formats.qwen_xml import merge_system_messages
+from gateway.formats.shared import with_argument_dicts
 from tests.support.family_contract import OutputContract, RenderContract
 from tests.support.stand_in_families import APERTUS, INTERNLM2, LLAMA4_JSON, PHI4_MINI, XLAM
 
@@ -131,8 +131,8 @@ APERTUS_CONTRACT = OutputContract(
         ('[{"read_file": {}}]<|assistant_end|>', [("text", None, '[{"read_file": {}}]')]),
     ], fragments=[*APERTUS_MARKUP, *FRAGMENTS, '"read_file": ', '{"read_file": {}}'], json_arguments=True)
 CONTRACTS = [LLAMA4_CONTRACT, XLAM_CONTRACT, PHI4_CONTRACT, INTERNLM2_CONTRACT, APERTUS_CONTRACT]
-RENDERS = [RenderContract("llama4_json", "llama4_json_format", "llama4_json_tokenizer", argument_dicts, seed=41),
-           RenderContract("xlam", "xlam_format", "xlam_tokenizer", argument_dicts, seed=5),
+RENDERS = [RenderContract("llama4_json", "llama4_json_format", "llama4_json_tokenizer", with_argument_dicts, seed=41),
+           RenderContract("xlam", "xlam_format", "xlam_tokenizer", with_argument_dicts, seed=5),
            RenderContract("phi4_mini_json", "phi4_mini_format", "phi4_mini_tokenizer", seed=6),
            RenderContract("internlm", "internlm2_format", "internlm2_tokenizer", merge_system_messages, seed=8),
            RenderContract("apertus", "apertus_format", "apertus_tokenizer", merge_system_messages, seed=9)]

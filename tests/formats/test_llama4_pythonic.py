@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.core.conversation import Tool
-from gateway.formats.pythonic import parse_pythonic, template_messages
+from gateway.formats.pythonic import parse_pythonic
+from gateway.formats.shared import with_argument_dicts
 from tests.support.family_contract import OutputContract, RenderContract
 from tests.support.stand_in_families import LLAMA4, LLAMA32
 
@@ -69,7 +70,7 @@ CONTRACT = OutputContract(
     fragments=FRAGMENTS,
     json_arguments=True,
 )
-RENDER = RenderContract("llama4_pythonic", "llama4_format", "llama4_tokenizer", template_messages, seed=4)
+RENDER = RenderContract("llama4_pythonic", "llama4_format", "llama4_tokenizer", with_argument_dicts, seed=4)
 
 LLAMA32_MARKUP = {token: LLAMA32.ids()[token] for token in ("<|eot_id|>", "<|eom_id|>", "<|python_tag|>",
                                                              "<|start_header_id|>")}
@@ -88,4 +89,4 @@ LLAMA32_CONTRACT = OutputContract(
     split_items=[("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京)x"}')],
     malformed=[(output.replace("<|eot|>", "<|eot_id|>"), items) for output, items in MALFORMED],
     fragments=[*LLAMA32_MARKUP, *FRAGMENTS[len(MARKUP):]], json_arguments=True)
-LLAMA32_RENDER = RenderContract("pythonic", "llama32_format", "llama32_tokenizer", template_messages, seed=32)
+LLAMA32_RENDER = RenderContract("pythonic", "llama32_format", "llama32_tokenizer", with_argument_dicts, seed=32)

@@ -5,7 +5,8 @@ pythonic calls between marker tokens, read off vLLM's Olmo 3 template and the pu
 from __future__ import annotations
 
 from gateway.core.conversation import Tool
-from gateway.formats.pythonic import lfm2_messages, template_messages
+from gateway.formats.pythonic import lfm2_messages
+from gateway.formats.shared import with_argument_dicts
 from tests.support.family_contract import OutputContract, RenderContract
 from tests.support.stand_in_families import LFM2, OLMO3
 
@@ -66,5 +67,5 @@ LFM2_CONTRACT = OutputContract(
     split_items=[("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京)x"}')],
     malformed=_malformed("<|tool_call_start|>[", "]<|tool_call_end|>"), fragments=_fragments(LFM2_MARKUP),
     json_arguments=True)
-OLMO3_RENDER = RenderContract("olmo3", "olmo3_format", "olmo3_tokenizer", template_messages, seed=3)
+OLMO3_RENDER = RenderContract("olmo3", "olmo3_format", "olmo3_tokenizer", with_argument_dicts, seed=3)
 LFM2_RENDER = RenderContract("lfm2", "lfm2_format", "lfm2_tokenizer", lfm2_messages, seed=2)
