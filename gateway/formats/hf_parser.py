@@ -163,7 +163,7 @@ class HermesOutputParser:
     def _json_call(self, body: bytes) -> None:
         """A hermes call's body, `{"name": …, "arguments": …}`, as one tool-call item; as text
         (with its markup) when it is not one."""
-        call = self._read_call(body)
+        call = self._call_of(body)
         if call is None:
             markup = self._markup
             self._raw_text_item(markup.text[markup.call_open] + body + markup.text[markup.call_close])
@@ -172,7 +172,7 @@ class HermesOutputParser:
             index = self._start("tool_call", name)
             self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
 
-    def _read_call(self, body: bytes) -> tuple[str, str] | None:
+    def _call_of(self, body: bytes) -> tuple[str, str] | None:
         """(name, arguments JSON) of a call's body, or None (a family writing its body otherwise says how)."""
         return parse_tool_call(body.decode("utf-8", errors="replace"))
 

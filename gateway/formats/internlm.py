@@ -32,7 +32,7 @@ CALL_OPEN, CALL_CLOSE, PLUGIN, INTERPRETER = "<|action_start|>", "<|action_end|>
 class InternLMParser(HermesOutputParser):
     """Hermes' parser reading a `<|plugin|>` action's JSON (`arguments` or `parameters`) as the call."""
 
-    def _read_call(self, body: bytes) -> tuple[str, str] | None:
+    def _call_of(self, body: bytes) -> tuple[str, str] | None:
         plugin = PLUGIN.encode()
         if not body.startswith(plugin):
             return None
