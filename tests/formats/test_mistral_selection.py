@@ -42,14 +42,6 @@ def test_the_tokenizer_option_points_at_the_tekken_file(model_dir, tmp_path):
     assert isinstance(fmt, MistralFormat)
 
 
-def test_the_cli_takes_vllm_s_mistral_names():
-    from gateway.ops.flags import build_parser
-
-    args = build_parser().parse_args(["serve", "--tool-call-parser", "mistral", "--reasoning-parser", "mistral",
-                                      "--chat-format", "mistral"])
-    assert (args.tool_parser, args.reasoning_parser, args.chat_format) == ("mistral", "mistral", "mistral")
-
-
 def test_mistral_names_without_a_tekken_file_say_what_is_missing(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
     with pytest.raises(ValueError, match="tekken.json"):
