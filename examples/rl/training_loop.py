@@ -99,7 +99,7 @@ class Rollouts:
         for thread in self._threads:
             thread.join(600)
 
-    def held(self, rollout_id: str, max_tokens: int = 512, timeout: float = 300.0) -> threading.Thread:
+    def held(self, rollout_id: str, max_tokens: int = 3000, timeout: float = 300.0) -> threading.Thread:
         """A rollout of `max_tokens` streaming on its own thread, returned once it has streamed its
         first tokens (a step that follows lands in the middle of it)."""
         started = threading.Event()

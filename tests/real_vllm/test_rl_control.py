@@ -28,7 +28,8 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.vllm
 
 MODEL = "tiny-qwen3"
-LONG = 512  # tokens: a generation that is still running when a pause sent after its first tokens lands
+LONG = 2048  # tokens: ~13 s of generation on an idle core, far longer than a pause takes to land
+HELD = 3000  # tokens of the stream a keep pause freezes
 PROMPT = [785, 6722, 315, 9625, 374, 12095, 13, 576, 6722, 315, 9856, 374] * 12  # 144 ids: a cached 128-token block
 
 
@@ -80,11 +81,11 @@ def greedy(url: str, max_tokens: int = 8, **extra) -> dict:
 
 
 class Streaming(threading.Thread):
-    """A streamed generate through the gateway, read on its own thread: `first` is set at the first token."""
+    """A streamed generate through the gateway, read on its own thread."""
 
     def __init__(self, url: str, max_tokens: int, rollout_id: str) -> None:
         super().__init__(daemon=True)
-        self.url, self.first, self.events = url, threading.Event(), []
+        self.url, self.events = url, []
         self.body = {"model": MODEL, "token_ids": PROMPT[:20], "stream": True, "rollout_id": rollout_id,
                      "sampling_params": {"temperature": 1.0, "seed": 7, "max_tokens": max_tokens, "ignore_eos": True}}
 
@@ -93,7 +94,6 @@ class Streaming(threading.Thread):
             for line in response.iter_lines():
                 if line.startswith("data: {"):
                     self.events.append(orjson.loads(line[6:]))
-                    self.first.set()
 
     @property
     def token_ids(self) -> list[int]:
@@ -104,13 +104,40 @@ class Streaming(threading.Thread):
         return next(c["weight_versions"] for e in self.events for c in e["choices"] if c.get("weight_versions"))
 
 
+def generated(replicas: list[VLLMProcess]) -> float:
+    """vLLM's own count of tokens generated so far, over the replicas (their /metrics, read directly)."""
+    total = 0.0
+    for replica in replicas:
+        for line in httpx.get(replica.url + "/metrics", timeout=60).text.splitlines():
+            if line.startswith("vllm:generation_tokens_total{"):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def decoding(stream: Streaming, replicas: list[VLLMProcess]) -> None:
+    """Start `stream` and return once a replica has generated tokens of it — read from vLLM itself,
+    not from the relayed stream, which may lag far behind on a loaded box — so a pause sent next
+    lands in the middle of its generation."""
+    before = generated(replicas)
+    stream.start()
+    wait_for(lambda: generated(replicas) > before, "a replica generates the stream's first tokens")
+
+
+@pytest.fixture(autouse=True)
+def resumed(stack) -> Iterator[None]:
+    """However a test ends, the fleet is left running for the next one."""
+    yield
+    url, _ = stack
+    if httpx.get(url + "/is_paused", timeout=300).json()["is_paused"]:
+        httpx.post(url + "/resume", timeout=300)
+
+
 def test_a_keep_pause_carries_a_stream_across_a_real_weight_update(stack, replicas, step_dirs):
     url, runtime = stack
     before = greedy(url)
     assert before["weight_versions"] == [{"version": "default", "start": 0, "end": 8}]
-    stream = Streaming(url, max_tokens=1500, rollout_id="rl-keep")
-    stream.start()
-    assert stream.first.wait(120)
+    stream = Streaming(url, max_tokens=HELD, rollout_id="rl-keep")
+    decoding(stream, replicas)
 
     assert call(url, "POST", "/pause?mode=keep") == {"status": "paused"}
     assert call(url, "GET", "/is_paused") == {"is_paused": True}
@@ -134,8 +161,8 @@ def test_a_keep_pause_carries_a_stream_across_a_real_weight_update(stack, replic
     assert waiting["weight_versions"] == [{"version": "step-1", "start": 0, "end": 8}]
     spans = stream.spans
     assert [s["version"] for s in spans] == ["default", "step-1"]  # vLLM's own spans, through the gateway
-    assert spans[0]["start"] == 0 and 0 < spans[0]["end"] == spans[1]["start"] and spans[1]["end"] == 1500
-    assert len(stream.token_ids) == 1500
+    assert spans[0]["start"] == 0 and 0 < spans[0]["end"] == spans[1]["start"] and spans[1]["end"] == HELD
+    assert len(stream.token_ids) == HELD
 
     exported = call(url, "GET", "/v1/rollouts/rl-keep")
     generated = exported["turns"][0]
@@ -143,7 +170,7 @@ def test_a_keep_pause_carries_a_stream_across_a_real_weight_update(stack, replic
                                              "end": generated["prompt_end"] + s["end"]} for s in spans]
     per_token = exported["weight_versions"]
     assert per_token[:generated["prompt_end"]] == [None] * 20
-    assert per_token[generated["prompt_end"]:] == ["default"] * spans[0]["end"] + ["step-1"] * (1500 - spans[0]["end"])
+    assert per_token[generated["prompt_end"]:] == ["default"] * spans[0]["end"] + ["step-1"] * (HELD - spans[0]["end"])
 
 
 def test_a_reset_clears_the_routers_index_and_the_new_weights_answer_differently(stack, step_dirs):
@@ -187,7 +214,7 @@ def test_a_trainer_drives_three_steps_with_rollouts_streaming_and_every_token_ta
     print(summary, timing)  # shown with -s: the figure docs/benchmarks.md reports comes from the example's CLI
 
 
-def test_a_generation_cut_by_an_abort_pause_resumes_to_the_uninterrupted_greedy_ids(stack):
+def test_a_generation_cut_by_an_abort_pause_resumes_to_the_uninterrupted_greedy_ids(stack, replicas):
     """A partial rollout on real vLLM: a greedy stream is cut by `pause?mode=abort` after its first
     tokens, the fleet relabelled (same weights) and resumed; the client's one stream holds exactly
     the ids of an uninterrupted greedy run, and both version spans."""
@@ -200,8 +227,7 @@ def test_a_generation_cut_by_an_abort_pause_resumes_to_the_uninterrupted_greedy_
 
     stream = Streaming(url, max_tokens=LONG, rollout_id="rl-partial")
     stream.body.update(sampling_params=params, partial_rollout=True)
-    stream.start()
-    assert stream.first.wait(120)
+    decoding(stream, replicas)
     assert call(url, "POST", "/pause?mode=abort") == {"status": "paused"}
     call(url, "POST", "/update_weight_version", {"new_version": f"{version}-relabelled"})
     assert call(url, "POST", "/resume") == {"status": "resumed"}
