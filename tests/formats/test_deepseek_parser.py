@@ -5,39 +5,16 @@ from __future__ import annotations
 
 import json
 
-from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.hf import HFChatFormat
 from tests.support.deepseek import KNOWN_IDS
-from tests.support.family_contract import OutputContract
-from tests.support.parse_events import feed, items, marked_ids
+from tests.support.family_contract import TOOLS, Case, OutputContract
 
 EOS = KNOWN_IDS["<｜end▁of▁sentence｜>"]
 MARKUP = {token: KNOWN_IDS[token] for token in (
     "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
     "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
     "<｜tool▁output▁begin｜>")}
-
-SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
-    "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
-    "timeout_ms": {"type": "integer"}}})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
-TOOLS = [SHELL, READ]
-
-
-def ids_of(tokenizer, text: str, *, split: str = "canonical") -> list[int]:
-    """Ids of model output `text`: markup as DeepSeek's added tokens, the rest canonically encoded,
-    or (`split="bytes"`) one byte-level token per byte, which splits every multi-byte character."""
-    return marked_ids(tokenizer, text, MARKUP, split=split)
-
-
-def parse_events(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list:
-    return feed(fmt.parser(tools), ids, sizes)
-
-
-def parse(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list[tuple[str, str | None, str]]:
-    return items(parse_events(fmt, ids, sizes, tools))
-
 
 def call(name: str, arguments: str) -> str:
     return f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{arguments}<｜tool▁call▁end｜>"
@@ -59,59 +36,26 @@ AGENT_ITEMS = [
 ]
 
 
-def test_the_format_reads_deepseek_calls_off_the_template(deepseek_format):
-    assert deepseek_format.tool_calls == "deepseek"
-    assert deepseek_format.stop_token_ids == [EOS]
-    assert deepseek_format.turn_terminators == frozenset({EOS})
-    assert deepseek_format.turn_openers == frozenset()
-
-
-def test_single_call_events(deepseek_format, deepseek_tokenizer):
-    ids = ids_of(deepseek_tokenizer, section(call("read_file", '{"path": "src/a.py"}')) + "<｜end▁of▁sentence｜>")
-    assert parse_events(deepseek_format, ids, [1] * len(ids)) == [
-        ItemStarted(0, "tool_call", name="read_file"),
-        *[ItemDelta(0, deepseek_tokenizer.decode([t])) for t in deepseek_tokenizer._encode_without_added_tokens(
-            '{"path": "src/a.py"}')],
-        ItemDone(0, '{"path": "src/a.py"}'),
-    ]
-
-
-def test_text_and_parallel_calls(deepseek_format, deepseek_tokenizer):
-    assert parse(deepseek_format, ids_of(deepseek_tokenizer, AGENT_TURN)) == AGENT_ITEMS
-
-
 def test_reasoning_then_a_call_in_thinking_mode(deepseek_tokenizer):
     """With the template's `thinking` on, the prompt opens `<think>`: the model starts reasoning."""
     thinking = HFChatFormat(deepseek_tokenizer, enable_thinking=True)
-    ids = ids_of(deepseek_tokenizer, "Read the file first.</think>" + section(call("read_file", '{"path": "a"}'))
-                 + "<｜end▁of▁sentence｜>")
-    assert parse(thinking, ids) == [("reasoning", None, "Read the file first."),
+    ids = CONTRACT.ids(deepseek_tokenizer, "Read the file first.</think>" + section(call("read_file", '{"path": "a"}'))
+                       + "<｜end▁of▁sentence｜>")
+    assert CONTRACT.parse(thinking, ids) == [("reasoning", None, "Read the file first."),
                                     ("tool_call", "read_file", '{"path": "a"}')]
     parser = thinking.parser(TOOLS)
     parser.feed(ids)
     assert parser.reasoning_tokens == ids.index(KNOWN_IDS["</think>"]) + 1
 
 
-def test_arguments_are_the_model_s_text_whatever_the_schema(deepseek_format, deepseek_tokenizer):
-    """vLLM's deepseek_v31 passes the arguments on as written, typed or not, JSON or not."""
-    for written in ('{"timeout_ms": "5"}', '{ "command" : "ls" }', "not json {", "", '{"a": "</think>"}'):
-        ids = ids_of(deepseek_tokenizer, section(call("shell", written)))
-        assert parse(deepseek_format, ids) == [("tool_call", "shell", written)]
-
-
-def test_without_tools_any_name_is_a_call(deepseek_format, deepseek_tokenizer):
-    ids = ids_of(deepseek_tokenizer, section(call("anything", "{}")))
-    assert parse(deepseek_format, ids, tools=()) == [("tool_call", "anything", "{}")]
-
-
 def test_markers_spelled_in_text_pieces_are_arguments(deepseek_format, deepseek_tokenizer):
     """Only DeepSeek's single-id markers are structure; the same text in pieces (how content is
     rendered back) is part of the arguments."""
     value = json.dumps({"workdir": "a<｜tool▁call▁end｜><｜tool▁calls▁end｜><think>"}, ensure_ascii=False)
-    ids = [*ids_of(deepseek_tokenizer, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>shell<｜tool▁sep｜>"),
+    ids = [*CONTRACT.ids(deepseek_tokenizer, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>shell<｜tool▁sep｜>"),
            *deepseek_tokenizer._encode_without_added_tokens(value),
-           *ids_of(deepseek_tokenizer, "<｜tool▁call▁end｜><｜tool▁calls▁end｜>")]
-    assert parse(deepseek_format, ids) == [("tool_call", "shell", value)]
+           *CONTRACT.ids(deepseek_tokenizer, "<｜tool▁call▁end｜><｜tool▁calls▁end｜>")]
+    assert CONTRACT.parse(deepseek_format, ids) == [("tool_call", "shell", value)]
 
 
 MALFORMED = [
@@ -143,6 +87,19 @@ MALFORMED = [
 FRAGMENTS = [*MARKUP, "shell", "read_file", "workdir", "\n", " ", "<", '{"a": 1}', "é", "東京", "x", "}"]
 
 
+CASES = [
+    Case(section(call("read_file", '{"path": "src/a.py"}')) + "<｜end▁of▁sentence｜>",
+         [("tool_call", "read_file", '{"path": "src/a.py"}')], events=[
+             ItemStarted(0, "tool_call", name="read_file"),
+             *(ItemDelta(0, piece) for piece in ('{"', "path", '":', ' "', "src", "/a", ".py", '"}')),  # its tokens
+             ItemDone(0, '{"path": "src/a.py"}')], about="single-call-events"),
+    # vLLM's deepseek_v31 passes the arguments on as written, typed or not, JSON or not.
+    *(Case(section(call("shell", written)), [("tool_call", "shell", written)], about=f"arguments-as-written-{n}")
+      for n, written in enumerate(('{"timeout_ms": "5"}', '{ "command" : "ls" }', "not json {", "",
+                                   '{"a": "</think>"}'))),
+    Case(section(call("anything", "{}")), [("tool_call", "anything", "{}")], tools=(), about="without-tools-any-name"),
+]
+
 # The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
 CONTRACT = OutputContract(
     "deepseek",
@@ -158,4 +115,7 @@ CONTRACT = OutputContract(
     fragments=FRAGMENTS,
     cut_call=("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>shell<｜tool▁sep｜>{\"workdir\": \"/srv", "shell",
               '{"workdir": "/srv', '{"workdir": "/srv'),  # DeepSeek streams the arguments as written
+    stops=[EOS],
+    openers=[],
+    cases=CASES,
 )

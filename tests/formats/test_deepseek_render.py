@@ -11,7 +11,7 @@ import random
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.hf import HFChatFormat
 from gateway.tokenfix.locality import failing_kinds
-from tests.formats.test_deepseek_parser import TOOLS, call, ids_of, section
+from tests.formats.test_deepseek_parser import CONTRACT, TOOLS, call, section
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support import family_render
 from tests.support.deepseek import KNOWN_IDS, LAST_ADDED_ID, V31_TOKENS
@@ -20,6 +20,7 @@ from tests.support.family_contract import RenderContract
 BOS, EOS = KNOWN_IDS["<｜begin▁of▁sentence｜>"], KNOWN_IDS["<｜end▁of▁sentence｜>"]
 USER, ASSISTANT, THINK, THINK_END = (KNOWN_IDS[t] for t in ("<｜User｜>", "<｜Assistant｜>", "<think>", "</think>"))
 OUTPUT, OUTPUT_END = KNOWN_IDS["<｜tool▁output▁begin｜>"], KNOWN_IDS["<｜tool▁output▁end｜>"]
+ids_of = CONTRACT.ids
 
 
 def test_the_added_tokens_are_deepseek_v31s(deepseek_tokenizer):

@@ -12,7 +12,6 @@ from gateway.formats import families, hermes
 from gateway.formats.family import Family
 from gateway.formats.hf import HFChatFormat
 from gateway.ops.flags import add_gateway_args
-from tests.support import family_cases
 
 
 def _choices(flag: str) -> list[str]:
@@ -84,13 +83,3 @@ def test_each_declaration_is_a_family():
     assert all(isinstance(f, Family) for f in families.FAMILIES)
     assert families.FAMILIES[-2] is hermes.HERMES  # detects any template: after every specific one
 
-
-@pytest.mark.parametrize("cases", family_cases.FAMILIES.values(), ids=str)
-def test_the_format_reads_the_family_off_its_template(cases, request):
-    """Each family of tests/support/family_cases.py, from its published template alone: its calls, its stop
-    tokens, and the turns a render counts."""
-    chat_format = request.getfixturevalue(cases.contract.format)
-    vocab = request.getfixturevalue(cases.contract.tokenizer).get_vocab()
-    assert chat_format.tool_calls == cases.contract.family
-    assert chat_format.stop_token_ids == [vocab[t] for t in cases.stops]
-    assert chat_format.turn_terminators == frozenset({vocab[cases.stops[0]]})

@@ -52,6 +52,8 @@ RENDERS = [module.RENDER for module in (test_deepseek_render, test_glm_render, t
     test_olmo3_lfm2.OLMO3_RENDER, test_olmo3_lfm2.LFM2_RENDER, *test_json_calls.RENDERS,
     test_llama4_pythonic.LLAMA32_RENDER, *(cases.render for cases in family_cases.FAMILIES.values())]
 MALFORMED = [(contract, output, expected) for contract in CONTRACTS for output, expected in contract.malformed]
+CASES = [pytest.param(contract, case, id=f"{contract}-{case.about or n}")
+         for contract in CONTRACTS for n, case in enumerate(contract.cases)]
 
 
 def test_every_registered_family_keeps_the_contract():
@@ -64,6 +66,39 @@ def family(request: pytest.FixtureRequest):
     """(contract, its format, its tokenizer) for the parametrised contract."""
     contract: OutputContract = request.param
     return contract, request.getfixturevalue(contract.format), request.getfixturevalue(contract.tokenizer)
+
+
+@pytest.mark.parametrize("family", [c for c in CONTRACTS if c.stops], ids=str, indirect=True)
+def test_the_format_reads_the_family_off_its_template(family):
+    """Its calls, its stop ids (eos first), and the turns a render counts."""
+    contract, chat_format, _ = family
+    assert chat_format.tool_calls == contract.family
+    assert chat_format.stop_token_ids == list(contract.stops)
+    assert chat_format.turn_terminators == frozenset(contract.stops if contract.terminators is None
+                                                     else contract.terminators)
+    if contract.openers is not None:
+        assert chat_format.turn_openers == frozenset(contract.openers)
+
+
+@pytest.mark.parametrize(("family", "case"), CASES, indirect=["family"])
+def test_each_output_of_the_family_parses_as_declared(family, case):
+    contract, chat_format, tokenizer = family
+    ids = contract.ids(tokenizer, case.output)
+    assert contract.parse(chat_format, ids, tools=case.tools) == case.items
+    assert contract.parse(chat_format, ids, [1] * len(ids), tools=case.tools) == case.items
+    if case.events is not None:
+        assert contract.events(chat_format, ids, [1] * len(ids), tools=case.tools) == list(case.events)
+
+
+@pytest.mark.parametrize("family", [c for c in CONTRACTS if c.streamed], ids=str, indirect=True)
+def test_a_string_value_streams_as_it_is_written(family):
+    contract, chat_format, tokenizer = family
+    output, value = contract.streamed
+    ids = contract.ids(tokenizer, output)
+    deltas = [e.text for e in contract.events(chat_format, ids, [1] * len(ids)) if isinstance(e, ItemDelta)]
+    assert deltas[:2] == ["{", '"path": "'] and deltas[-2:] == ['"', "}"]
+    assert len(deltas) > 10  # the value came in pieces, as the tokens did
+    assert json.loads("".join(deltas)) == {"path": value}
 
 
 @pytest.mark.parametrize("split", ["canonical", "bytes"])

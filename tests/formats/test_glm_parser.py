@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.glm import convert_arg_value
-from tests.support.family_contract import OutputContract
+from tests.support.family_contract import Case, OutputContract
 from tests.support.glm import KNOWN_IDS
-from tests.support.parse_events import feed, items, marked_ids
 
 ENDOFTEXT, USER, OBSERVATION = KNOWN_IDS["<|endoftext|>"], KNOWN_IDS["<|user|>"], KNOWN_IDS["<|observation|>"]
 MARKUP = {token: KNOWN_IDS[token] for token in (
@@ -36,20 +33,6 @@ READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path
 TOOLS = [SHELL, READ]
 
 
-def ids_of(tokenizer, text: str, *, split: str = "canonical") -> list[int]:
-    """Ids of model output `text`: markup as GLM's added tokens, the rest canonically encoded,
-    or (`split="bytes"`) one byte-level token per byte, which splits every multi-byte character."""
-    return marked_ids(tokenizer, text, MARKUP, split=split)
-
-
-def parse_events(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list:
-    return feed(fmt.parser(tools), ids, sizes)
-
-
-def parse(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list[tuple[str, str | None, str]]:
-    return items(parse_events(fmt, ids, sizes, tools))
-
-
 def call(name: str, *params: tuple[str, str], newlines: bool = True) -> str:
     """A call as GLM-4.5/4.6 writes it (`newlines`) or as GLM-4.7 and GLM-5 do."""
     n = "\n" if newlines else ""
@@ -57,50 +40,22 @@ def call(name: str, *params: tuple[str, str], newlines: bool = True) -> str:
     return f"<tool_call>{name}{body}{n}</tool_call>"
 
 
-# What GLM-4.6 writes after its generation prompt (`<|assistant|>`), ending on the token that opens
-# the tool results.
-AGENT_TURN = (
-    "\n<think>The user wants the tests run in 東京's repo 🗼.</think>\nRunning them.\n"
-    + call("shell", ("command", '["pytest", "-q"]'), ("workdir", "/srv/app"), ("timeout_ms", "60000")) + "\n"
-    + call("read_file", ("path", "pyproject.toml")) + "<|observation|>"
-)
+def agent_turn(*, newlines: bool = True) -> str:
+    """What GLM-4.6 (`newlines`) or GLM-4.7 writes after its generation prompt (`<|assistant|>`), ending on
+    the token that opens the tool results."""
+    return ("\n<think>The user wants the tests run in 東京's repo 🗼.</think>\nRunning them.\n"
+            + call("shell", ("command", '["pytest", "-q"]'), ("workdir", "/srv/app"), ("timeout_ms", "60000"),
+                   newlines=newlines) + "\n"
+            + call("read_file", ("path", "pyproject.toml"), newlines=newlines) + "<|observation|>")
+
+
+AGENT_TURN = agent_turn()
 AGENT_ITEMS = [
     ("reasoning", None, "The user wants the tests run in 東京's repo 🗼."),
     ("text", None, "Running them."),
     ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
     ("tool_call", "read_file", '{"path": "pyproject.toml"}'),
 ]
-
-
-def test_the_format_reads_glm_calls_off_the_template(glm_format):
-    assert glm_format.tool_calls == "glm"
-    assert glm_format.stop_token_ids == [ENDOFTEXT, USER, OBSERVATION]
-    assert glm_format.turn_terminators == frozenset(KNOWN_IDS[t] for t in (
-        "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"))
-
-
-def test_single_call_events(glm_format, glm_tokenizer):
-    ids = ids_of(glm_tokenizer, "\n<think>Read it.</think>\n" + call("read_file", ("path", "src/a.py")) + "<|observation|>")
-    assert parse_events(glm_format, ids, [1] * len(ids)) == [
-        ItemStarted(0, "reasoning"), ItemDelta(0, "Read"), ItemDelta(0, " it"), ItemDelta(0, "."),
-        ItemDone(0, "Read it."),
-        ItemStarted(1, "tool_call", name="read_file"),
-        ItemDelta(1, "{"), ItemDelta(1, '"path": "'), ItemDelta(1, "src"), ItemDelta(1, "/a"), ItemDelta(1, ".py"),
-        ItemDelta(1, '"'), ItemDelta(1, "}"), ItemDone(1, '{"path": "src/a.py"}'),
-    ]
-
-
-@pytest.mark.parametrize("newlines", [True, False], ids=["glm-4.6", "glm-4.7"])
-def test_reasoning_text_and_parallel_calls(glm_format, glm_tokenizer, newlines):
-    turn = AGENT_TURN if newlines else AGENT_TURN.replace("\n<arg", "<arg").replace("\n</tool_call>", "</tool_call>")
-    assert ("<tool_call>shell<arg_key>" in turn) is not newlines
-    assert parse(glm_format, ids_of(glm_tokenizer, turn)) == AGENT_ITEMS
-
-
-def test_calls_without_reasoning_or_text_and_without_arguments(glm_format, glm_tokenizer):
-    turn = "\n<think></think>\n" + call("read_file") + call("read_file", ("path", "b")) + "<|observation|>"
-    assert parse(glm_format, ids_of(glm_tokenizer, turn)) == [
-        ("tool_call", "read_file", "{}"), ("tool_call", "read_file", '{"path": "b"}')]
 
 
 TYPED = [
@@ -126,13 +81,6 @@ TYPED = [
 ]
 
 
-@pytest.mark.parametrize(("name", "written", "expected"), TYPED)
-def test_arguments_are_typed_by_the_schema(glm_format, glm_tokenizer, name, written, expected):
-    turn = "\n<think></think>\n" + call("shell", (name, written)) + "<|observation|>"
-    [(_, _, arguments)] = parse(glm_format, ids_of(glm_tokenizer, turn))
-    assert arguments == "{" + json.dumps(name) + ": " + expected + "}"
-
-
 def test_conversion_edge_values():
     assert convert_arg_value("true", {"type": "integer"}) is True  # vLLM's last resort: any JSON
     assert convert_arg_value("[1e999]", {"type": "array"}) == "[1e999]"  # no JSON for infinity
@@ -141,29 +89,14 @@ def test_conversion_edge_values():
     assert convert_arg_value("x", None) == "x"
 
 
-def test_without_tools_every_value_is_text_and_any_name_a_call(glm_format, glm_tokenizer):
-    turn = "\n<think></think>\n" + call("anything", ("timeout_ms", "5"), ("login", "true")) + "<|observation|>"
-    assert parse(glm_format, ids_of(glm_tokenizer, turn), tools=()) == [
-        ("tool_call", "anything", '{"timeout_ms": "5", "login": "true"}')]
-
-
-def test_a_string_value_streams_as_it_is_written(glm_format, glm_tokenizer):
-    value = "def main():\n    print('<b>hi</b>')\n    return 0\n"
-    ids = ids_of(glm_tokenizer, "\n<think></think>\n" + call("read_file", ("path", value)) + "<|observation|>")
-    deltas = [e.text for e in parse_events(glm_format, ids, [1] * len(ids)) if isinstance(e, ItemDelta)]
-    assert deltas[:2] == ["{", '"path": "'] and deltas[-2:] == ['"', "}"]
-    assert len(deltas) > 10
-    assert json.loads("".join(deltas)) == {"path": value}
-
-
 def test_tags_spelled_in_text_pieces_are_value(glm_format, glm_tokenizer):
     """Only GLM's single-id tags are structure; the same text in pieces (how content is rendered
     back) is part of the value."""
     value = "a</arg_value><arg_key>x</arg_key><tool_call>"
     pieces = glm_tokenizer._encode_without_added_tokens(value)
-    ids = [*ids_of(glm_tokenizer, "<tool_call>shell<arg_key>workdir</arg_key><arg_value>"), *pieces,
-           *ids_of(glm_tokenizer, "</arg_value></tool_call><|observation|>")]
-    assert parse(glm_format, ids) == [("tool_call", "shell", json.dumps({"workdir": value}))]
+    ids = [*CONTRACT.ids(glm_tokenizer, "<tool_call>shell<arg_key>workdir</arg_key><arg_value>"), *pieces,
+           *CONTRACT.ids(glm_tokenizer, "</arg_value></tool_call><|observation|>")]
+    assert CONTRACT.parse(glm_format, ids) == [("tool_call", "shell", json.dumps({"workdir": value}))]
 
 
 MALFORMED = [
@@ -195,6 +128,29 @@ FRAGMENTS = ["<tool_call>", "</tool_call>", "<think>", "</think>", "<arg_key>", 
              " ", "<", "true", '{"a": 1}', "é", "東京", "x", "null"]
 
 
+def _typed(name: str, written: str, expected: str) -> Case:
+    return Case("\n<think></think>\n" + call("shell", (name, written)) + "<|observation|>",
+                [("tool_call", "shell", "{" + json.dumps(name) + ": " + expected + "}")], about=f"typed-{name}-{written!r}")
+
+
+CASES = [
+    Case("\n<think>Read it.</think>\n" + call("read_file", ("path", "src/a.py")) + "<|observation|>",
+         [("reasoning", None, "Read it."), ("tool_call", "read_file", '{"path": "src/a.py"}')], events=[
+             ItemStarted(0, "reasoning"), ItemDelta(0, "Read"), ItemDelta(0, " it"), ItemDelta(0, "."),
+             ItemDone(0, "Read it."),
+             ItemStarted(1, "tool_call", name="read_file"),
+             ItemDelta(1, "{"), ItemDelta(1, '"path": "'), ItemDelta(1, "src"), ItemDelta(1, "/a"), ItemDelta(1, ".py"),
+             ItemDelta(1, '"'), ItemDelta(1, "}"), ItemDone(1, '{"path": "src/a.py"}')], about="single-call-events"),
+    Case(agent_turn(newlines=False), AGENT_ITEMS, about="glm-4.7-calls"),  # no newlines between a call's tags
+    Case("\n<think></think>\n" + call("read_file") + call("read_file", ("path", "b")) + "<|observation|>",
+         [("tool_call", "read_file", "{}"), ("tool_call", "read_file", '{"path": "b"}')], about="no-reasoning-no-arguments"),
+    *(_typed(*typed) for typed in TYPED),
+    # Without tools every value is text and any name a call.
+    Case("\n<think></think>\n" + call("anything", ("timeout_ms", "5"), ("login", "true")) + "<|observation|>",
+         [("tool_call", "anything", '{"timeout_ms": "5", "login": "true"}')], tools=(), about="without-tools"),
+]
+STREAMED_VALUE = "def main():\n    print('<b>hi</b>')\n    return 0\n"
+
 # The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
 CONTRACT = OutputContract(
     "glm",
@@ -212,4 +168,8 @@ CONTRACT = OutputContract(
     cut_call=("\n<think></think>\n<tool_call>shell\n<arg_key>workdir</arg_key>\n<arg_value>/srv", "shell",
               '{"workdir": "/srv', '{"workdir": "/srv"}'),
     json_arguments=True,
+    stops=[ENDOFTEXT, USER, OBSERVATION],
+    terminators=[KNOWN_IDS[t] for t in ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")],
+    cases=CASES,
+    streamed=("\n<think></think>\n" + call("read_file", ("path", STREAMED_VALUE)) + "<|observation|>", STREAMED_VALUE),
 )

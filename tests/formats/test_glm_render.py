@@ -9,7 +9,7 @@ import json
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.shared import with_argument_dicts
-from tests.formats.test_glm_parser import KNOWN_IDS, TOOLS, ids_of, parse
+from tests.formats.test_glm_parser import CONTRACT, KNOWN_IDS, TOOLS
 from tests.support import family_render
 from tests.support.family_contract import RenderContract
 from tests.support.glm import ADDED_TOKENS, FIRST_ADDED_ID
@@ -17,6 +17,7 @@ from tests.support.glm import ADDED_TOKENS, FIRST_ADDED_ID
 USER, ASSISTANT, OBSERVATION, SYSTEM = (KNOWN_IDS[t] for t in ("<|user|>", "<|assistant|>", "<|observation|>",
                                                                "<|system|>"))
 RESPONSE, RESPONSE_END = KNOWN_IDS["<tool_response>"], KNOWN_IDS["</tool_response>"]
+ids_of, parse = CONTRACT.ids, CONTRACT.parse
 
 
 def test_the_added_tokens_are_glms(glm_tokenizer):

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
-from tests.support.family_contract import OutputContract
+from tests.support.family_contract import Case, OutputContract
 from tests.support.kimi import KNOWN_IDS
-from tests.support.parse_events import feed, items, marked_ids
 
 IM_END, EOS = KNOWN_IDS["<|im_end|>"], KNOWN_IDS["[EOS]"]
 MARKUP = {token: KNOWN_IDS[token] for token in (
@@ -20,20 +19,6 @@ SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
     "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"}}})
 READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
 TOOLS = [SHELL, READ]
-
-
-def ids_of(tokenizer, text: str, *, split: str = "canonical") -> list[int]:
-    """Ids of model output `text`: markup as Kimi's added tokens, the rest canonically encoded, or
-    (`split="bytes"`) one byte-level token per byte, which splits every multi-byte character."""
-    return marked_ids(tokenizer, text, MARKUP, split=split)
-
-
-def parse_events(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list:
-    return feed(fmt.parser(tools), ids, sizes)
-
-
-def parse(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list[tuple[str, str | None, str]]:
-    return items(parse_events(fmt, ids, sizes, tools))
 
 
 def call(head: str, arguments: str) -> str:
@@ -57,30 +42,10 @@ AGENT_ITEMS = [
 ]
 
 
-def test_the_format_reads_kimi_calls_off_the_template(kimi_format):
-    assert kimi_format.tool_calls == "kimi"
-    assert kimi_format.stop_token_ids == [EOS, IM_END]
-    assert kimi_format.turn_terminators == frozenset({EOS, IM_END})  # every stop id the template never writes closes a turn
-
-
 def test_calls_keep_the_model_s_ids(kimi_format, kimi_tokenizer):
-    events = parse_events(kimi_format, ids_of(kimi_tokenizer, AGENT_TURN))
+    events = CONTRACT.events(kimi_format, CONTRACT.ids(kimi_tokenizer, AGENT_TURN))
     assert [(e.name, e.call_id) for e in events if isinstance(e, ItemStarted) and e.kind == "tool_call"] == [
         ("shell", "functions.shell:0"), ("read_file", "functions.read_file:1")]
-
-
-def test_single_call_events(kimi_format, kimi_tokenizer):
-    arguments = '{"path": "src/a.py"}'
-    ids = ids_of(kimi_tokenizer, section(call("functions.read_file:0", arguments)) + "<|im_end|>")
-    assert parse_events(kimi_format, ids, [1] * len(ids)) == [
-        ItemStarted(0, "tool_call", name="read_file", call_id="functions.read_file:0"),
-        *[ItemDelta(0, kimi_tokenizer.decode([t])) for t in kimi_tokenizer._encode_without_added_tokens(arguments)],
-        ItemDone(0, arguments),
-    ]
-
-
-def test_reasoning_text_and_parallel_calls(kimi_format, kimi_tokenizer):
-    assert parse(kimi_format, ids_of(kimi_tokenizer, AGENT_TURN)) == AGENT_ITEMS
 
 
 MALFORMED = [
@@ -102,14 +67,19 @@ MALFORMED = [
 ]
 
 
-def test_without_tools_any_name_is_a_call(kimi_format, kimi_tokenizer):
-    ids = ids_of(kimi_tokenizer, section(call("functions.anything:7", "{}")))
-    assert parse(kimi_format, ids, tools=()) == [("tool_call", "anything", "{}")]
-
-
 FRAGMENTS = [*MARKUP, "functions.shell:0", "functions.read_file:1", "shell", "\n", " ", "<", '{"a": 1}', "é",
              "東京", "x", "}"]
 
+
+CASES = [
+    Case(section(call("functions.read_file:0", '{"path": "src/a.py"}')) + "<|im_end|>",
+         [("tool_call", "read_file", '{"path": "src/a.py"}')], events=[
+             ItemStarted(0, "tool_call", name="read_file", call_id="functions.read_file:0"),
+             *(ItemDelta(0, piece) for piece in ('{"', "path", '":', ' "', "src", "/a", ".py", '"}')),  # its tokens
+             ItemDone(0, '{"path": "src/a.py"}')], about="single-call-events"),
+    Case(section(call("functions.anything:7", "{}")), [("tool_call", "anything", "{}")], tools=(),
+         about="without-tools-any-name"),
+]
 
 # The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
 CONTRACT = OutputContract(
@@ -124,4 +94,6 @@ CONTRACT = OutputContract(
     split_items=[("reasoning", None, "é"), ("tool_call", "shell", '{"workdir": "é/東京 x"}')],
     malformed=MALFORMED,
     fragments=FRAGMENTS,
+    stops=[EOS, IM_END],  # every stop id the template never writes closes a turn
+    cases=CASES,
 )

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
-from tests.formats.test_kimi_parser import TOOLS, call, ids_of, section
+from tests.formats.test_kimi_parser import CONTRACT, TOOLS, call, section
 from tests.support import family_render
 from tests.support.family_contract import RenderContract
 from tests.support.kimi import FIRST_ADDED_ID, KNOWN_IDS, VOCAB_SIZE
+
+ids_of = CONTRACT.ids
 
 IM_END, ASSISTANT, MIDDLE = KNOWN_IDS["<|im_end|>"], KNOWN_IDS["<|im_assistant|>"], KNOWN_IDS["<|im_middle|>"]
 

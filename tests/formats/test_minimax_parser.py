@@ -3,14 +3,11 @@ kept verbatim and typed by the tool's schema as vLLM's `minimax_m2` parser types
 
 from __future__ import annotations
 
-import pytest
-
 from gateway.core.conversation import Item, Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from tests.support import family_render
-from tests.support.family_contract import OutputContract
+from tests.support.family_contract import Case, OutputContract
 from tests.support.minimax import KNOWN_IDS
-from tests.support.parse_events import feed, items, marked_ids
 
 EOS = KNOWN_IDS["[e~["]
 MARKUP = {token: KNOWN_IDS[token] for token in ("<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>",
@@ -23,10 +20,6 @@ READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path
 TOOLS = [SHELL, READ]
 
 
-def ids_of(tokenizer, text: str, *, split: str = "canonical") -> list[int]:
-    return marked_ids(tokenizer, text, MARKUP, split=split)
-
-
 def invoke(name: str, *params: tuple[str, str]) -> str:
     return (f'<invoke name="{name}">\n' + "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in params)
             + "</invoke>\n")
@@ -35,10 +28,6 @@ def invoke(name: str, *params: tuple[str, str]) -> str:
 def block(*invokes: str) -> str:
     """As MiniMax writes (and its template renders) a call turn's calls: after a newline."""
     return "\n<minimax:tool_call>\n" + "".join(invokes) + "</minimax:tool_call>"
-
-
-def parse(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list[tuple[str, str | None, str]]:
-    return items(feed(fmt.parser(tools), ids, sizes))
 
 
 def parse_items(fmt, ids: list[int]) -> list[Item]:
@@ -56,46 +45,11 @@ AGENT_ITEMS = [
 ]
 
 
-def test_the_format_reads_minimax_calls_off_the_template(minimax_format):
-    assert minimax_format.tool_calls == "minimax"
-    assert minimax_format.stop_token_ids == [EOS] and minimax_format.turn_terminators == frozenset({EOS})
-
-
-def test_single_call_streams_one_parameter_at_a_time(minimax_format, minimax_tokenizer):
-    ids = ids_of(minimax_tokenizer, "</think>" + block(invoke("shell", ("workdir", "/a b"), ("timeout_ms", "5"))))
-    assert feed(minimax_format.parser(TOOLS), ids, [1] * len(ids)) == [
-        ItemStarted(0, "tool_call", name="shell"), ItemDelta(0, "{"), ItemDelta(0, '"workdir": "/a b"'),
-        ItemDelta(0, ', "timeout_ms": 5'), ItemDelta(0, "}"), ItemDone(0, '{"workdir": "/a b", "timeout_ms": 5}')]
-
-
-def test_reasoning_text_and_parallel_calls(minimax_format, minimax_tokenizer):
-    assert parse(minimax_format, ids_of(minimax_tokenizer, AGENT_TURN)) == AGENT_ITEMS
-
-
-def test_a_call_straight_from_reasoning_ends_it(minimax_format, minimax_tokenizer):
-    ids = ids_of(minimax_tokenizer, "Read it." + block(invoke("read_file", ("path", "a"))))
-    assert parse(minimax_format, ids) == [("reasoning", None, "Read it."), ("tool_call", "read_file", '{"path": "a"}')]
-
-
-@pytest.mark.parametrize(("params", "arguments"), [
-    ((("timeout_ms", "5"),), '{"timeout_ms": 5}'),
-    ((("workdir", "5"),), '{"workdir": "5"}'),  # a string parameter stays text
-    ((("command", '["a", "b c"]'),), '{"command": ["a", "b c"]}'),
-    ((("login", "true"),), '{"login": true}'),
-    ((("timeout_ms", "soon"),), '{"timeout_ms": "soon"}'),  # unparsable: its text
-    ((("other", "[1, 2]"),), '{"other": "[1, 2]"}'),  # undeclared: verbatim text, as vLLM keeps it
-    ((("workdir", " a\n"),), '{"workdir": " a\\n"}'),  # whitespace inside the tags is the value's
-])
-def test_values_are_typed_by_the_tool_schema(minimax_format, minimax_tokenizer, params, arguments):
-    ids = ids_of(minimax_tokenizer, "</think>" + block(invoke("shell", *params)))
-    assert parse(minimax_format, ids) == [("tool_call", "shell", arguments)]
-
-
 def test_block_markers_spelled_in_text_pieces_are_text(minimax_format, minimax_tokenizer):
     spelled = '<minimax:tool_call>\n<invoke name="shell">\n</invoke>\n</minimax:tool_call>'
     pieces = minimax_tokenizer._encode_without_added_tokens(spelled)
     assert not set(pieces) & set(KNOWN_IDS.values())
-    assert parse(minimax_format, [KNOWN_IDS["</think>"], *pieces]) == [("text", None, spelled)]
+    assert CONTRACT.parse(minimax_format, [KNOWN_IDS["</think>"], *pieces]) == [("text", None, spelled)]
 
 
 MALFORMED = [
@@ -118,6 +72,28 @@ FRAGMENTS = [*MARKUP, "<", "</", 'invoke name="', "shell", '">', "</invoke>", '<
              "</parameter>", "\n", " ", "5", "é", "東京", "x", "[1", "]"]
 
 
+TYPED = [
+    # (parameters as written, the call's arguments)
+    ((("timeout_ms", "5"),), '{"timeout_ms": 5}'),
+    ((("workdir", "5"),), '{"workdir": "5"}'),  # a string parameter stays text
+    ((("command", '["a", "b c"]'),), '{"command": ["a", "b c"]}'),
+    ((("login", "true"),), '{"login": true}'),
+    ((("timeout_ms", "soon"),), '{"timeout_ms": "soon"}'),  # unparsable: its text
+    ((("other", "[1, 2]"),), '{"other": "[1, 2]"}'),  # undeclared: verbatim text, as vLLM keeps it
+    ((("workdir", " a\n"),), '{"workdir": " a\\n"}'),  # whitespace inside the tags is the value's
+]
+CASES = [
+    Case("</think>" + block(invoke("shell", ("workdir", "/a b"), ("timeout_ms", "5"))),
+         [("tool_call", "shell", '{"workdir": "/a b", "timeout_ms": 5}')], events=[
+             ItemStarted(0, "tool_call", name="shell"), ItemDelta(0, "{"), ItemDelta(0, '"workdir": "/a b"'),
+             ItemDelta(0, ', "timeout_ms": 5'), ItemDelta(0, "}"), ItemDone(0, '{"workdir": "/a b", "timeout_ms": 5}')],
+         about="one-parameter-at-a-time"),
+    Case("Read it." + block(invoke("read_file", ("path", "a"))),  # a call straight from reasoning ends it
+         [("reasoning", None, "Read it."), ("tool_call", "read_file", '{"path": "a"}')], about="call-ends-reasoning"),
+    *(Case("</think>" + block(invoke("shell", *params)), [("tool_call", "shell", arguments)], about=f"typed-{n}")
+      for n, (params, arguments) in enumerate(TYPED)),
+]
+
 # The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
 CONTRACT = OutputContract(
     "minimax",
@@ -134,4 +110,6 @@ CONTRACT = OutputContract(
     prefix="</think>",
     examples=400,
     seed=17,
+    stops=[EOS],
+    cases=CASES,
 )

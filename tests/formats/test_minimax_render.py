@@ -12,12 +12,13 @@ import pytest
 
 from gateway.core.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.qwen_xml import template_messages
-from tests.formats.test_minimax_parser import TOOLS, block, ids_of, invoke, parse_items
+from tests.formats.test_minimax_parser import CONTRACT, TOOLS, block, invoke, parse_items
 from tests.support import family_render
 from tests.support.family_contract import RenderContract
 from tests.support.minimax import FIRST_ADDED_ID, KNOWN_IDS, VOCAB_SIZE, added_tokens
 
 EOS, THINK = KNOWN_IDS["[e~["], KNOWN_IDS["<think>"]
+ids_of = CONTRACT.ids
 
 
 def test_the_added_tokens_are_minimax_m2s(minimax_tokenizer):

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.qwen_xml import convert_param_value
-from tests.support.family_contract import OutputContract
-from tests.support.parse_events import feed, items, marked_ids
+from tests.support.family_contract import Case, OutputContract
 
 IM_END, ENDOFTEXT = 248046, 248044
 CALL, CALL_END, THINK, THINK_END = 248058, 248059, 248068, 248069
@@ -34,21 +31,6 @@ SHELL = Tool("shell", "Run a command.", {
 READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
 TOOLS = [SHELL, READ]
 
-def ids_of(tokenizer, text: str, *, split: str = "canonical") -> list[int]:
-    """Ids of model output `text`: markup as its added tokens, the rest canonically encoded, or
-    (`split="bytes"`) one byte-level token per byte: a tokenization no encoder makes, which
-    splits every tag and every multi-byte character across tokens."""
-    return marked_ids(tokenizer, text, MARKUP, split=split)
-
-
-def parse_events(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list:
-    return feed(fmt.parser(tools), ids, sizes)
-
-
-def parse(fmt, ids: list[int], sizes=None, tools=TOOLS) -> list[tuple[str, str | None, str]]:
-    return items(parse_events(fmt, ids, sizes, tools))
-
-
 def call(name: str, *params: tuple[str, str]) -> str:
     body = "".join(f"<parameter={key}>\n{value}\n</parameter>\n" for key, value in params)
     return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
@@ -68,38 +50,6 @@ AGENT_ITEMS = [
     ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
     ("tool_call", "read_file", '{"path": "pyproject.toml"}'),
 ]
-
-
-def test_the_format_reads_xml_calls_off_the_template(qwen36_format):
-    assert qwen36_format.tool_calls == "xml"
-    assert qwen36_format.stop_token_ids == [IM_END, ENDOFTEXT]
-    assert qwen36_format.turn_terminators == frozenset({IM_END, ENDOFTEXT})  # either closes the turn
-
-
-def test_single_call_events(qwen36_format, qwen36_tokenizer):
-    ids = ids_of(qwen36_tokenizer, "I'll read it.\n</think>\n\n" + call("read_file", ("path", "src/a.py")) + "<|im_end|>")
-    assert parse_events(qwen36_format, ids, [1] * len(ids)) == [
-        ItemStarted(0, "reasoning"), ItemDelta(0, "I"), ItemDelta(0, "'ll"), ItemDelta(0, " read"),
-        ItemDelta(0, " it"), ItemDelta(0, "."), ItemDone(0, "I'll read it."),
-        ItemStarted(1, "tool_call", name="read_file"),
-        ItemDelta(1, "{"), ItemDelta(1, '"path": "'), ItemDelta(1, "src"), ItemDelta(1, "/a"), ItemDelta(1, ".py"),
-        ItemDelta(1, '"'), ItemDelta(1, "}"), ItemDone(1, '{"path": "src/a.py"}'),
-    ]
-
-
-def test_reasoning_text_and_parallel_calls(qwen36_format, qwen36_tokenizer):
-    assert parse(qwen36_format, ids_of(qwen36_tokenizer, AGENT_TURN)) == AGENT_ITEMS
-
-
-def test_calls_without_reasoning_or_text(qwen36_format, qwen36_tokenizer):
-    turn = "\n</think>\n\n" + call("read_file", ("path", "a")) + "\n" + call("read_file", ("path", "b")) + "<|im_end|>"
-    assert parse(qwen36_format, ids_of(qwen36_tokenizer, turn)) == [
-        ("tool_call", "read_file", '{"path": "a"}'), ("tool_call", "read_file", '{"path": "b"}')]
-
-
-def test_a_call_with_no_parameters(qwen36_format, qwen36_tokenizer):
-    turn = "</think>\n\n<tool_call>\n<function=read_file>\n</function>\n</tool_call><|im_end|>"
-    assert parse(qwen36_format, ids_of(qwen36_tokenizer, turn)) == [("tool_call", "read_file", "{}")]
 
 
 TYPED = [
@@ -128,13 +78,6 @@ TYPED = [
 ]
 
 
-@pytest.mark.parametrize(("name", "written", "expected"), TYPED)
-def test_parameters_are_typed_by_the_schema(qwen36_format, qwen36_tokenizer, name, written, expected):
-    turn = "</think>\n\n" + call("shell", (name, written)) + "<|im_end|>"
-    [(_, _, arguments)] = parse(qwen36_format, ids_of(qwen36_tokenizer, turn))
-    assert arguments == "{" + json.dumps(name) + ": " + expected + "}"
-
-
 def test_conversion_matches_vllm_on_edge_values():
     properties = SHELL.parameters["properties"]
     assert convert_param_value("inf", "ratio", properties) == "inf"
@@ -145,22 +88,6 @@ def test_conversion_matches_vllm_on_edge_values():
     assert convert_param_value("x", "path", {}) == "x"
 
 
-def test_without_tools_every_value_is_text(qwen36_format, qwen36_tokenizer):
-    turn = "</think>\n\n" + call("shell", ("timeout_ms", "5"), ("login", "true")) + "<|im_end|>"
-    assert parse(qwen36_format, ids_of(qwen36_tokenizer, turn), tools=()) == [
-        ("tool_call", "shell", '{"timeout_ms": "5", "login": "true"}')]
-
-
-def test_a_string_value_streams_as_it_is_written(qwen36_format, qwen36_tokenizer):
-    value = "def main():\n    print('<b>hi</b>')\n    return 0\n"
-    turn = "</think>\n\n" + call("read_file", ("path", value)) + "<|im_end|>"
-    ids = ids_of(qwen36_tokenizer, turn)
-    deltas = [e.text for e in parse_events(qwen36_format, ids, [1] * len(ids)) if isinstance(e, ItemDelta)]
-    assert deltas[:2] == ["{", '"path": "'] and deltas[-2:] == ['"', "}"]
-    assert len(deltas) > 10  # the value came in pieces, as the tokens did
-    assert json.loads("".join(deltas)) == {"path": value}
-
-
 MARKUP_IN_VALUES = [
     # literal markup inside values stays value
     ("a </parameter> b", "a </parameter> b"),
@@ -169,13 +96,6 @@ MARKUP_IN_VALUES = [
     ("if a < b and c </function> d", "if a < b and c </function> d"),
     ("<function=f>\n</function>", "<function=f>\n</function>"),
 ]
-
-
-@pytest.mark.parametrize(("written", "value"), MARKUP_IN_VALUES)
-def test_markup_inside_a_value_is_value(qwen36_format, qwen36_tokenizer, written, value):
-    turn = "</think>\n\n" + call("shell", ("workdir", written), ("login", "true")) + "<|im_end|>"
-    assert parse(qwen36_format, ids_of(qwen36_tokenizer, turn)) == [
-        ("tool_call", "shell", json.dumps({"workdir": value, "login": True}, ensure_ascii=False))]
 
 
 MALFORMED = [
@@ -214,6 +134,34 @@ FRAGMENTS = ["<tool_call>", "</tool_call>", "<think>", "</think>", "<|im_end|>",
              "</function>", "\n", " ", ">", "<", "true", "{\"a\": 1}", "é", "東京", "x", "null"]
 
 
+def _turn(*calls: str) -> str:
+    return "</think>\n\n" + "\n".join(calls) + "<|im_end|>"
+
+
+CASES = [
+    Case("I'll read it.\n</think>\n\n" + call("read_file", ("path", "src/a.py")) + "<|im_end|>",
+         [("reasoning", None, "I'll read it."), ("tool_call", "read_file", '{"path": "src/a.py"}')], events=[
+             ItemStarted(0, "reasoning"), ItemDelta(0, "I"), ItemDelta(0, "'ll"), ItemDelta(0, " read"),
+             ItemDelta(0, " it"), ItemDelta(0, "."), ItemDone(0, "I'll read it."),
+             ItemStarted(1, "tool_call", name="read_file"),
+             ItemDelta(1, "{"), ItemDelta(1, '"path": "'), ItemDelta(1, "src"), ItemDelta(1, "/a"), ItemDelta(1, ".py"),
+             ItemDelta(1, '"'), ItemDelta(1, "}"), ItemDone(1, '{"path": "src/a.py"}')], about="single-call-events"),
+    Case("\n" + _turn(call("read_file", ("path", "a")), call("read_file", ("path", "b"))),
+         [("tool_call", "read_file", '{"path": "a"}'), ("tool_call", "read_file", '{"path": "b"}')],
+         about="no-reasoning-or-text"),
+    Case("</think>\n\n<tool_call>\n<function=read_file>\n</function>\n</tool_call><|im_end|>",
+         [("tool_call", "read_file", "{}")], about="no-parameters"),
+    *(Case(_turn(call("shell", (name, written))), [("tool_call", "shell", "{" + json.dumps(name) + ": " + expected + "}")],
+           about=f"typed-{name}-{written!r}") for name, written, expected in TYPED),
+    # Without tools every value is text.
+    Case(_turn(call("shell", ("timeout_ms", "5"), ("login", "true"))),
+         [("tool_call", "shell", '{"timeout_ms": "5", "login": "true"}')], tools=(), about="without-tools"),
+    *(Case(_turn(call("shell", ("workdir", written), ("login", "true"))),
+           [("tool_call", "shell", json.dumps({"workdir": value, "login": True}, ensure_ascii=False))],
+           about=f"markup-in-value-{n}") for n, (written, value) in enumerate(MARKUP_IN_VALUES)),
+]
+STREAMED_VALUE = "def main():\n    print('<b>hi</b>')\n    return 0\n"
+
 # The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
 CONTRACT = OutputContract(
     "xml",
@@ -231,4 +179,7 @@ CONTRACT = OutputContract(
     cut_call=("</think>\n\n<tool_call>\n<function=shell>\n<parameter=workdir>\n/srv", "shell", '{"workdir": "/srv',
               '{"workdir": "/srv"}'),
     json_arguments=True,
+    stops=[IM_END, ENDOFTEXT],  # either closes the turn
+    cases=CASES,
+    streamed=(_turn(call("read_file", ("path", STREAMED_VALUE))), STREAMED_VALUE),
 )

@@ -12,13 +12,14 @@ from importlib.resources import files
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.hf_render import hf_messages
 from gateway.formats.qwen_xml import template_messages
-from tests.formats.test_qwen_xml_parser import SHELL, TOOLS, ids_of, parse
+from tests.formats.test_qwen_xml_parser import CONTRACT, SHELL, TOOLS
 from tests.support import family_render
 from tests.support.family_contract import RenderContract
 from tests.support.qwen36 import FIRST_ADDED_ID, KNOWN_IDS, added_tokens
 
 IM_START, IM_END = 248045, 248046
 CALL, CALL_END, RESPONSE, RESPONSE_END, THINK, THINK_END = 248058, 248059, 248066, 248067, 248068, 248069
+ids_of, parse = CONTRACT.ids, CONTRACT.parse
 
 
 # The fixture ----------------------------------------------------------------------------------

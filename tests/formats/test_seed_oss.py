@@ -3,19 +3,13 @@
 
 from __future__ import annotations
 
-from gateway.core.conversation import Tool
 from gateway.formats.qwen_xml import template_messages
-from tests.support.family_contract import OutputContract, RenderContract
+from tests.support.family_contract import TOOLS, OutputContract, RenderContract
 from tests.support.stand_in_families import SEED_OSS
 
 IDS = SEED_OSS.ids()
 MARKUP = {token: IDS[token] for token in ("<seed:think>", "</seed:think>", "<seed:tool_call>", "</seed:tool_call>",
                                           "<seed:eos>", "<seed:bos>")}
-SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
-    "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
-    "timeout_ms": {"type": "integer"}}})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
-TOOLS = [SHELL, READ]
 
 
 def call(name: str, *params: tuple[str, str]) -> str:
@@ -33,12 +27,6 @@ AGENT_ITEMS = [
     ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
     ("tool_call", "read_file", '{"path": "pyproject.toml"}'),
 ]
-
-
-def test_the_format_reads_seed_calls_off_the_template(seed_oss_format):
-    assert seed_oss_format.tool_calls == "seed_oss"
-    assert seed_oss_format.stop_token_ids == [IDS["<seed:eos>"]]
-    assert seed_oss_format.turn_terminators == frozenset({IDS["<seed:eos>"]})
 
 
 MALFORMED = [
@@ -67,5 +55,6 @@ CONTRACT = OutputContract(
     cut_call=("<seed:tool_call>\n<function=shell>\n<parameter=workdir>/srv", "shell", '{"workdir": "/srv',
               '{"workdir": "/srv"}'),
     json_arguments=True,
+    stops=[IDS["<seed:eos>"]],
 )
 RENDER = RenderContract("seed_oss", "seed_oss_format", "seed_oss_tokenizer", template_messages, seed=7)

@@ -4,20 +4,14 @@ tests/support/stand_in_families.py)."""
 
 from __future__ import annotations
 
-from gateway.core.conversation import Tool
 from gateway.formats.qwen_xml import template_messages
 from tests.formats.test_qwen_xml_parser import call
-from tests.support.family_contract import OutputContract, RenderContract
+from tests.support.family_contract import TOOLS, Case, OutputContract, RenderContract
 from tests.support.stand_in_families import STEP3P5
 
 IDS = STEP3P5.ids()
 MARKUP = {token: IDS[token] for token in ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>",
                                           "<|im_start|>")}
-SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
-    "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
-    "timeout_ms": {"type": "integer"}}})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
-TOOLS = [SHELL, READ]
 
 AGENT_TURN = ("The tests, in 東京's repo 🗼.\n</think>\nRunning them.\n"
               + call("shell", ("command", '["pytest", "-q"]'), ("workdir", "/srv/app"), ("timeout_ms", "60000"))
@@ -28,12 +22,6 @@ AGENT_ITEMS = [
     ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
     ("tool_call", "read_file", '{"path": "pyproject.toml"}'),
 ]
-
-
-def test_the_format_reads_step_calls_off_the_template(step3p5_format):
-    assert step3p5_format.tool_calls == "step3p5"
-    assert step3p5_format.stop_token_ids == [IDS["<|im_end|>"]]
-    assert step3p5_format.parser(TOOLS)._mode == "reasoning"  # the prompt opened `<think>`
 
 
 MALFORMED = [
@@ -62,5 +50,8 @@ CONTRACT = OutputContract(
     cut_call=("\n</think>\n<tool_call>\n<function=shell>\n<parameter=workdir>\n/srv", "shell", '{"workdir": "/srv',
               '{"workdir": "/srv"}'),
     json_arguments=True,
+    stops=[IDS["<|im_end|>"]],
+    # The prompt opened `<think>`: the output starts as reasoning.
+    cases=[Case("Checking.", [("reasoning", None, "Checking.")], about="starts-in-reasoning")],
 )
 RENDER = RenderContract("step3p5", "step3p5_format", "step3p5_tokenizer", template_messages, seed=35)

@@ -11,16 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.core.conversation import Tool
 from gateway.formats.qwen_xml import template_messages
-from tests.support.family_contract import Items, OutputContract, RenderContract
+from tests.support.family_contract import TOOLS, Items, OutputContract, RenderContract
 from tests.support.stand_in_families import GRANITE4, NEMOTRON_V3
 
-SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
-    "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
-    "timeout_ms": {"type": "integer"}}})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
-TOOLS = [SHELL, READ]
 AGENT_ITEMS: Items = [
     ("text", None, "Running them, in 東京's repo 🗼."),
     ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
@@ -31,9 +25,8 @@ FRAGMENTS = ["\n", " ", ">", "<", "{", "}", '"', ":", ",", "true", '{"a": 1}', "
 
 @dataclass(frozen=True)
 class Cases:
-    """One family's declarations: the tokens its format stops on (eos first), its contracts."""
+    """One family's declarations: its contracts."""
 
-    stops: tuple[str, ...]
     contract: OutputContract
     render: RenderContract
 
@@ -52,7 +45,6 @@ GRANITE4_TURN = ("Running them, in 東京's repo 🗼.\n"
                  + _hermes_call("shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}')
                  + "\n" + _hermes_call("read_file", '{"path": "pyproject.toml"}') + "<|end_of_text|>")
 GRANITE4_CASES = Cases(
-    stops=("<|end_of_text|>",),
     contract=OutputContract(
         "granite4", format="granite4_format", tokenizer="granite4_tokenizer", markup=GRANITE4_MARKUP, tools=TOOLS,
         agent_turn=GRANITE4_TURN, agent_items=AGENT_ITEMS,
@@ -67,7 +59,7 @@ GRANITE4_CASES = Cases(
         ],
         fragments=[*GRANITE4_MARKUP, '{"name": "shell", "arguments": ', '{"name": "read_file", "arguments": ',
                    '"path": ', "<think>", *FRAGMENTS],
-        json_arguments=True),
+        json_arguments=True, stops=[GRANITE4_IDS["<|end_of_text|>"]]),
     render=RenderContract("granite4", "granite4_format", "granite4_tokenizer", seed=40))
 
 
@@ -85,7 +77,6 @@ NEMOTRON_V3_TURN = ("The tests, in 東京's repo 🗼.\n</think>\nRunning them, 
                     + _xml_call("shell", ("command", '["pytest", "-q"]'), ("workdir", "/srv/app"), ("timeout_ms", "60000"))
                     + "\n" + _xml_call("read_file", ("path", "pyproject.toml")) + "\n<|im_end|>")
 NEMOTRON_V3_CASES = Cases(
-    stops=("<|im_end|>",),
     contract=OutputContract(
         "nemotron_v3", format="nemotron_v3_format", tokenizer="nemotron_v3_tokenizer", markup=NEMOTRON_V3_MARKUP,
         tools=TOOLS, agent_turn=NEMOTRON_V3_TURN, agent_items=[("reasoning", None, "The tests, in 東京's repo 🗼."),
@@ -104,7 +95,7 @@ NEMOTRON_V3_CASES = Cases(
         prefix="\n</think>\n",
         cut_call=("\n</think>\n<tool_call>\n<function=shell>\n<parameter=workdir>\n/srv", "shell", '{"workdir": "/srv',
                   '{"workdir": "/srv"}'),
-        json_arguments=True),
+        json_arguments=True, stops=[NEMOTRON_V3_IDS["<|im_end|>"]]),
     render=RenderContract("nemotron_v3", "nemotron_v3_format", "nemotron_v3_tokenizer", template_messages, seed=3))
 
 FAMILIES: dict[str, Cases] = {cases.contract.family: cases for cases in (GRANITE4_CASES, NEMOTRON_V3_CASES)}

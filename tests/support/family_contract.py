@@ -3,7 +3,9 @@ declare (`CONTRACT = OutputContract(...)`, `RENDER = RenderContract(...)`) and
 tests/formats/test_family_contract.py checks for all of them: a model turn parses to the same
 items however its ids are cut into feeds, a call whose ids split tags and multi-byte characters
 parses at every cut, a call cut off keeps what was streamed, malformed markup degrades to text, arbitrary output never raises and never
-depends on the feeds; and the prompt of any conversation is the template's own render.
+depends on the feeds; the format reads the family's stop ids off its template; each of a family's own cases
+(`Case`: an output and its items or exact events) parses as declared; and the prompt of any conversation is
+the template's own render.
 """
 
 from __future__ import annotations
@@ -13,9 +15,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.conversation import Tool
+from gateway.formats.base import ParseEvent
 from tests.support.parse_events import feed, items, marked_ids
 
 Items = list[tuple[str, str | None, str]]
+
+# The tools most families' contracts are declared against (a family whose cases type more kinds of
+# value declares its own).
+SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
+    "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
+    "timeout_ms": {"type": "integer"}}})
+READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
+TOOLS = [SHELL, READ]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One of a family's own outputs and what its parser makes of it: the items (fed whole and one id at
+    a time) and, where given, the exact events fed one id at a time."""
+
+    output: str
+    items: Items
+    events: Sequence[ParseEvent] | None = None
+    tools: Sequence[Tool] | None = None  # the request's tools, where not the contract's
+    about: str = ""  # what the case shows (its id in the suite)
 
 
 @dataclass(frozen=True)
@@ -39,6 +62,14 @@ class OutputContract:
     fuzz_format: str | None = None  # another fixture's format for the arbitrary output (default: `format`)
     examples: int = 300  # arbitrary outputs tried
     seed: int = 13  # of the random feed sizes of the agent turn
+    # What the format reads off the template: its stop ids (eos first), the ids that close a turn (default:
+    # the stops) and those that open one (unchecked when None); a family with no stops here checks them itself.
+    stops: Sequence[int] = ()
+    terminators: Sequence[int] | None = None
+    openers: Sequence[int] | None = None
+    cases: Sequence[Case] = ()  # the family's own outputs
+    # An output whose one call has a long multi-line "path" value, and the value: it streams in pieces.
+    streamed: tuple[str, str] | None = None
 
     def __str__(self) -> str:
         return self.family
@@ -48,8 +79,13 @@ class OutputContract:
         byte-level token per byte, which splits every tag and multi-byte character across tokens."""
         return marked_ids(tokenizer, text, self.markup, split=split)
 
-    def parse(self, chat_format: Any, ids: Sequence[int], sizes: Sequence[int] | None = None) -> Items:
-        return items(feed(chat_format.parser(self.tools), ids, sizes))
+    def events(self, chat_format: Any, ids: Sequence[int], sizes: Sequence[int] | None = None,
+               tools: Sequence[Tool] | None = None) -> list[ParseEvent]:
+        return feed(chat_format.parser(self.tools if tools is None else tools), ids, sizes)
+
+    def parse(self, chat_format: Any, ids: Sequence[int], sizes: Sequence[int] | None = None,
+              tools: Sequence[Tool] | None = None) -> Items:
+        return items(self.events(chat_format, ids, sizes, tools))
 
 
 @dataclass(frozen=True)
