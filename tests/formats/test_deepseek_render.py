@@ -8,14 +8,14 @@ from __future__ import annotations
 import json
 import random
 
-from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.hf import HFChatFormat
 from gateway.tokenfix.locality import failing_kinds
 from tests.formats.test_deepseek_parser import CONTRACT, TOOLS, call, section
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support import family_render
 from tests.support.deepseek import KNOWN_IDS, LAST_ADDED_ID, V31_TOKENS
-from tests.support.family_contract import RenderContract
+from tests.support.family_contract import AGENT_HISTORY, RenderContract
 
 BOS, EOS = KNOWN_IDS["<｜begin▁of▁sentence｜>"], KNOWN_IDS["<｜end▁of▁sentence｜>"]
 USER, ASSISTANT, THINK, THINK_END = (KNOWN_IDS[t] for t in ("<｜User｜>", "<｜Assistant｜>", "<think>", "</think>"))
@@ -57,26 +57,13 @@ def test_render_in_thinking_mode_equals_apply_chat_template(deepseek_tokenizer):
         assert thinking.render(case) == family_render.reference_ids(deepseek_tokenizer, case, enable_thinking=True), (n, case)
 
 
-def test_render_of_an_agent_history(deepseek_format):
-    case = Conversation(
-        instructions="You are a coding agent.",
-        tools=[Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})],
-        items=[
-            Message("developer", "Sandbox: read-only."),
-            Message("user", "Show pyproject."),
-            Reasoning("Read it."),
-            ToolCall("c1", "read_file", '{"path": "pyproject.toml"}'),
-            ToolOutput("c1", "[project]\nname = 'x'\n"),
-            Message("developer", "Network is off."),
-        ],
-    )
-    # Every system message joins the system prompt at the top; the template lists no tools (V3.1's
-    # clients describe them in the system prompt); the call turn's reasoning is not rendered.
-    assert deepseek_format.decode(deepseek_format.render(case)) == (
-        "<｜begin▁of▁sentence｜>You are a coding agent.\n\nSandbox: read-only.\n\nNetwork is off."
-        "<｜User｜>Show pyproject.<｜Assistant｜></think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>read_file"
-        '<｜tool▁sep｜>{"path": "pyproject.toml"}<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>'
-        "<｜tool▁output▁begin｜>[project]\nname = 'x'\n<｜tool▁output▁end｜>")
+# Every system message joins the system prompt at the top; the template lists no tools (V3.1's
+# clients describe them in the system prompt); the call turn's reasoning is not rendered.
+HISTORY = (AGENT_HISTORY, (
+    "<｜begin▁of▁sentence｜>You are a coding agent.\n\nSandbox: read-only.\n\nNetwork is off."
+    "<｜User｜>Show pyproject.<｜Assistant｜></think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>read_file"
+    '<｜tool▁sep｜>{"path": "pyproject.toml"}<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>'
+    "<｜tool▁output▁begin｜>[project]\nname = 'x'\n<｜tool▁output▁end｜>"))
 
 
 # Content stays content --------------------------------------------------------------------------
@@ -166,4 +153,5 @@ async def test_thinking_mode_keeps_the_reasoning_the_template_drops(deepseek_tok
 
 
 # Checked with every family's in tests/formats/test_family_contract.py.
-RENDER = RenderContract("deepseek", "deepseek_format", "deepseek_tokenizer", seed=3131)
+RENDER = RenderContract("deepseek", "deepseek_format", "deepseek_tokenizer", seed=3131,
+                         histories=[HISTORY])

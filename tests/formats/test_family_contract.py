@@ -32,7 +32,7 @@ from tests.formats import (
 )
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support import family_cases
-from tests.support.family_contract import OutputContract, RenderContract
+from tests.support.family_contract import OutputContract, RenderContract, rendered_as
 from tests.support.family_render import reference_ids
 
 DECLARED = {module.CONTRACT.family: module.CONTRACT for module in (
@@ -51,6 +51,8 @@ RENDERS = [module.RENDER for module in (test_deepseek_render, test_glm_render, t
                                         test_step3p5, test_llama4_pythonic)] + [
     test_olmo3_lfm2.OLMO3_RENDER, test_olmo3_lfm2.LFM2_RENDER, *test_json_calls.RENDERS,
     test_llama4_pythonic.LLAMA32_RENDER, *(cases.render for cases in family_cases.FAMILIES.values())]
+HISTORIES = [pytest.param(contract, conversation, expected, id=f"{contract}-{n}")
+             for contract in RENDERS for n, (conversation, expected) in enumerate(contract.histories)]
 MALFORMED = [(contract, output, expected) for contract in CONTRACTS for output, expected in contract.malformed]
 CASES = [pytest.param(contract, case, id=f"{contract}-{case.about or n}")
          for contract in CONTRACTS for n, case in enumerate(contract.cases)]
@@ -177,3 +179,10 @@ def test_render_equals_apply_chat_template_on_random_conversations(contract: Ren
     for n in range(2000):
         case = random_conversation(rng)
         assert chat_format.render(case) == reference_ids(tokenizer, case, contract.prepare), (n, case)
+
+
+@pytest.mark.parametrize(("contract", "conversation", "expected"), HISTORIES)
+def test_render_of_an_agent_history(contract: RenderContract, conversation, expected, request):
+    chat_format = request.getfixturevalue(contract.format)
+    text = chat_format.decode(chat_format.render(conversation))
+    assert rendered_as(text, expected), text

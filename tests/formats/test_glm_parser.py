@@ -8,7 +8,7 @@ import json
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.glm import convert_arg_value
-from tests.support.family_contract import Case, OutputContract
+from tests.support.family_contract import AGENT_CALLS, Case, OutputContract
 from tests.support.glm import KNOWN_IDS
 
 ENDOFTEXT, USER, OBSERVATION = KNOWN_IDS["<|endoftext|>"], KNOWN_IDS["<|user|>"], KNOWN_IDS["<|observation|>"]
@@ -50,12 +50,8 @@ def agent_turn(*, newlines: bool = True) -> str:
 
 
 AGENT_TURN = agent_turn()
-AGENT_ITEMS = [
-    ("reasoning", None, "The user wants the tests run in 東京's repo 🗼."),
-    ("text", None, "Running them."),
-    ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
-    ("tool_call", "read_file", '{"path": "pyproject.toml"}'),
-]
+AGENT_ITEMS = [("reasoning", None, "The user wants the tests run in 東京's repo 🗼."), ("text", None, "Running them."),
+               *AGENT_CALLS]
 
 
 TYPED = [

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 
-from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.shared import with_argument_dicts
 from tests.formats.test_glm_parser import CONTRACT, KNOWN_IDS, TOOLS
 from tests.support import family_render
-from tests.support.family_contract import RenderContract
+from tests.support.family_contract import AGENT_HISTORY, ELIDED, RenderContract
 from tests.support.glm import ADDED_TOKENS, FIRST_ADDED_ID
 
 USER, ASSISTANT, OBSERVATION, SYSTEM = (KNOWN_IDS[t] for t in ("<|user|>", "<|assistant|>", "<|observation|>",
@@ -30,27 +30,12 @@ def test_the_added_tokens_are_glms(glm_tokenizer):
         KNOWN_IDS["[gMASK]"], KNOWN_IDS["<sop>"], USER, *glm_tokenizer.encode("\nhi"), ASSISTANT]
 
 
-def test_render_of_an_agent_history(glm_format):
-    case = Conversation(
-        instructions="You are a coding agent.",
-        tools=[Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})],
-        items=[
-            Message("developer", "Sandbox: read-only."),
-            Message("user", "Show pyproject."),
-            Reasoning("Read it."),
-            ToolCall("c1", "read_file", '{"path": "pyproject.toml"}'),
-            ToolOutput("c1", "[project]\nname = 'x'\n"),
-            Message("developer", "Network is off."),
-        ],
-    )
-    text = glm_format.decode(glm_format.render(case))
-    assert text.startswith("[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions")
-    assert text.endswith(
-        "</tool_call><|system|>\nYou are a coding agent.<|system|>\nSandbox: read-only.<|user|>\nShow pyproject."
-        "<|assistant|>\n<think>Read it.</think>\n<tool_call>read_file\n<arg_key>path</arg_key>\n"
-        "<arg_value>pyproject.toml</arg_value>\n</tool_call><|observation|>\n<tool_response>\n[project]\n"
-        "name = 'x'\n\n</tool_response><|system|>\nNetwork is off.<|assistant|>"
-    )
+HISTORY = (AGENT_HISTORY, (
+    "[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions" + ELIDED
+    + "</tool_call><|system|>\nYou are a coding agent.<|system|>\nSandbox: read-only.<|user|>\nShow pyproject."
+    "<|assistant|>\n<think>Read it.</think>\n<tool_call>read_file\n<arg_key>path</arg_key>\n"
+    "<arg_value>pyproject.toml</arg_value>\n</tool_call><|observation|>\n<tool_response>\n[project]\n"
+    "name = 'x'\n\n</tool_response><|system|>\nNetwork is off.<|assistant|>"))
 
 
 # Content stays content --------------------------------------------------------------------------
@@ -143,4 +128,5 @@ async def test_a_message_the_model_did_not_open_replaces_its_stop_token(glm_form
 
 
 # Checked with every family's in tests/formats/test_family_contract.py.
-RENDER = RenderContract("glm", "glm_format", "glm_tokenizer", with_argument_dicts, seed=4747)
+RENDER = RenderContract("glm", "glm_format", "glm_tokenizer", with_argument_dicts, seed=4747,
+                         histories=[HISTORY])

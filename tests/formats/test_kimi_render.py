@@ -4,12 +4,13 @@ own ids) render back to the ids it wrote; a continued conversation keeps the mod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from tests.formats.test_kimi_parser import CONTRACT, TOOLS, call, section
 from tests.support import family_render
-from tests.support.family_contract import RenderContract
+from tests.support.family_contract import AGENT_HISTORY, ELIDED, RenderContract
 from tests.support.kimi import FIRST_ADDED_ID, KNOWN_IDS, VOCAB_SIZE
 
 ids_of = CONTRACT.ids
@@ -25,27 +26,19 @@ def test_the_added_tokens_are_kimis(kimi_tokenizer):
     assert all(t.special for i, t in kimi_tokenizer.added_tokens_decoder.items())
 
 
-def test_render_of_an_agent_history(kimi_format):
-    case = Conversation(
-        instructions="You are a coding agent.",
-        tools=[Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})],
-        items=[
-            Message("user", "Show pyproject."),
-            Reasoning("Read it."),
-            ToolCall("functions.read_file:0", "read_file", '{"path": "pyproject.toml"}'),
-            ToolOutput("functions.read_file:0", "[project]\nname = 'x'\n"),
-        ],
-    )
-    text = kimi_format.decode(kimi_format.render(case))
-    assert text.startswith('<|im_system|>tool_declare<|im_middle|>[{"type": "function", "function": {"name": "read_file"')
-    assert text.endswith(
-        "<|im_end|><|im_system|>system<|im_middle|>You are a coding agent.<|im_end|>"
-        "<|im_user|>user<|im_middle|>Show pyproject.<|im_end|>"
-        "<|im_assistant|>assistant<|im_middle|><think>Read it.</think><|tool_calls_section_begin|><|tool_call_begin|>"
-        'functions.read_file:0<|tool_call_argument_begin|>{"path": "pyproject.toml"}<|tool_call_end|>'
-        "<|tool_calls_section_end|><|im_end|>"
-        "<|im_system|>tool<|im_middle|>## Return of functions.read_file:0\n[project]\nname = 'x'\n<|im_end|>"
-        "<|im_assistant|>assistant<|im_middle|>")
+# Kimi's calls carry the ids the model wrote (`functions.NAME:IDX`).
+HISTORY = (dataclasses.replace(AGENT_HISTORY, items=[
+    Message("user", "Show pyproject."), Reasoning("Read it."),
+    ToolCall("functions.read_file:0", "read_file", '{"path": "pyproject.toml"}'),
+    ToolOutput("functions.read_file:0", "[project]\nname = 'x'\n")]), (
+    '<|im_system|>tool_declare<|im_middle|>[{"type": "function", "function": {"name": "read_file"' + ELIDED
+    + "<|im_end|><|im_system|>system<|im_middle|>You are a coding agent.<|im_end|>"
+    "<|im_user|>user<|im_middle|>Show pyproject.<|im_end|>"
+    "<|im_assistant|>assistant<|im_middle|><think>Read it.</think><|tool_calls_section_begin|><|tool_call_begin|>"
+    'functions.read_file:0<|tool_call_argument_begin|>{"path": "pyproject.toml"}<|tool_call_end|>'
+    "<|tool_calls_section_end|><|im_end|>"
+    "<|im_system|>tool<|im_middle|>## Return of functions.read_file:0\n[project]\nname = 'x'\n<|im_end|>"
+    "<|im_assistant|>assistant<|im_middle|>"))
 
 
 # Content stays content --------------------------------------------------------------------------
@@ -119,4 +112,5 @@ async def test_the_next_prompt_continues_after_an_answer(kimi_format, kimi_token
 
 
 # Checked with every family's in tests/formats/test_family_contract.py.
-RENDER = RenderContract("kimi", "kimi_format", "kimi_tokenizer", seed=2020)
+RENDER = RenderContract("kimi", "kimi_format", "kimi_tokenizer", seed=2020,
+                         histories=[HISTORY])

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gateway.core.conversation import Item, Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from tests.support import family_render
-from tests.support.family_contract import Case, OutputContract
+from tests.support.family_contract import AGENT_CALLS, Case, OutputContract
 from tests.support.minimax import KNOWN_IDS
 
 EOS = KNOWN_IDS["[e~["]
@@ -37,12 +37,8 @@ def parse_items(fmt, ids: list[int]) -> list[Item]:
 AGENT_TURN = ("\nThe tests first, in 東京's repo 🗼.\n</think>\n\nRunning them." + block(
     invoke("shell", ("command", '["pytest", "-q"]'), ("workdir", "/srv/app"), ("timeout_ms", "60000")),
     invoke("read_file", ("path", "pyproject.toml"))) + "[e~[")
-AGENT_ITEMS = [
-    ("reasoning", None, "The tests first, in 東京's repo 🗼."),
-    ("text", None, "Running them."),
-    ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
-    ("tool_call", "read_file", '{"path": "pyproject.toml"}'),
-]
+AGENT_ITEMS = [("reasoning", None, "The tests first, in 東京's repo 🗼."), ("text", None, "Running them."),
+               *AGENT_CALLS]
 
 
 def test_block_markers_spelled_in_text_pieces_are_text(minimax_format, minimax_tokenizer):

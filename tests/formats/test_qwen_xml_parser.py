@@ -8,7 +8,7 @@ import json
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.qwen_xml import convert_param_value
-from tests.support.family_contract import Case, OutputContract
+from tests.support.family_contract import AGENT_CALLS, Case, OutputContract
 
 IM_END, ENDOFTEXT = 248046, 248044
 CALL, CALL_END, THINK, THINK_END = 248058, 248059, 248068, 248069
@@ -44,12 +44,8 @@ AGENT_TURN = (
     + call("read_file", ("path", "pyproject.toml"))
     + "<|im_end|>"
 )
-AGENT_ITEMS = [
-    ("reasoning", None, "The user wants the tests run in 東京's repo 🗼."),
-    ("text", None, "Running them."),
-    ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
-    ("tool_call", "read_file", '{"path": "pyproject.toml"}'),
-]
+AGENT_ITEMS = [("reasoning", None, "The user wants the tests run in 東京's repo 🗼."), ("text", None, "Running them."),
+               *AGENT_CALLS]
 
 
 TYPED = [

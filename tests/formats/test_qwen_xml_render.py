@@ -14,7 +14,7 @@ from gateway.formats.hf_render import hf_messages
 from gateway.formats.qwen_xml import template_messages
 from tests.formats.test_qwen_xml_parser import CONTRACT, SHELL, TOOLS
 from tests.support import family_render
-from tests.support.family_contract import RenderContract
+from tests.support.family_contract import AGENT_HISTORY, ELIDED, RenderContract
 from tests.support.qwen36 import FIRST_ADDED_ID, KNOWN_IDS, added_tokens
 
 IM_START, IM_END = 248045, 248046
@@ -104,31 +104,16 @@ def conversation(rng: random.Random) -> Conversation:
     return Conversation(items=items, tools=tools, instructions=rng.choice([None, text(rng) or "Be brief."]))
 
 
-def test_render_of_an_agent_history(qwen36_format):
-    case = Conversation(
-        instructions="You are a coding agent.",
-        tools=[Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})],
-        items=[
-            Message("developer", "Sandbox: read-only."),
-            Message("user", "Show pyproject."),
-            Reasoning("Read it."),
-            ToolCall("c1", "read_file", '{"path": "pyproject.toml"}'),
-            ToolOutput("c1", "[project]\nname = 'x'\n"),
-            Message("developer", "Network is off."),
-        ],
-    )
-    text = qwen36_format.decode(qwen36_format.render(case))
-    assert text.startswith("<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>\n")
-    assert text.endswith(
-        "</IMPORTANT>\n\nYou are a coding agent.\n\nSandbox: read-only.<|im_end|>\n"
-        "<|im_start|>user\nShow pyproject.<|im_end|>\n"
-        "<|im_start|>assistant\n"  # a later developer message is a user query: earlier reasoning is dropped
-        "<tool_call>\n<function=read_file>\n<parameter=path>\npyproject.toml\n</parameter>\n</function>\n"
-        "</tool_call><|im_end|>\n"
-        "<|im_start|>user\n<tool_response>\n[project]\nname = 'x'\n</tool_response><|im_end|>\n"
-        "<|im_start|>user\nNetwork is off.<|im_end|>\n"
-        "<|im_start|>assistant\n<think>\n"
-    )
+HISTORY = (AGENT_HISTORY, (
+    "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>\n" + ELIDED
+    + "</IMPORTANT>\n\nYou are a coding agent.\n\nSandbox: read-only.<|im_end|>\n"
+    "<|im_start|>user\nShow pyproject.<|im_end|>\n"
+    "<|im_start|>assistant\n"  # a later developer message is a user query: earlier reasoning is dropped
+    "<tool_call>\n<function=read_file>\n<parameter=path>\npyproject.toml\n</parameter>\n</function>\n"
+    "</tool_call><|im_end|>\n"
+    "<|im_start|>user\n<tool_response>\n[project]\nname = 'x'\n</tool_response><|im_end|>\n"
+    "<|im_start|>user\nNetwork is off.<|im_end|>\n"
+    "<|im_start|>assistant\n<think>\n"))
 
 
 def test_instructions_and_developer_messages_become_one_system_message(qwen36_format, qwen36_tokenizer):
@@ -234,4 +219,5 @@ async def test_the_next_prompt_continues_the_model_s_own_ids(qwen36_format, qwen
 
 
 # Checked with every family's in tests/formats/test_family_contract.py.
-RENDER = RenderContract("xml", "qwen36_format", "qwen36_tokenizer", template_messages, seed=2026)
+RENDER = RenderContract("xml", "qwen36_format", "qwen36_tokenizer", template_messages, seed=2026,
+                         histories=[HISTORY])

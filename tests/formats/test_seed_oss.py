@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from gateway.formats.qwen_xml import template_messages
-from tests.support.family_contract import TOOLS, OutputContract, RenderContract
+from tests.support.family_contract import AGENT_CALLS, TOOLS, OutputContract, RenderContract
 from tests.support.stand_in_families import SEED_OSS
 
 IDS = SEED_OSS.ids()
@@ -21,12 +21,8 @@ def call(name: str, *params: tuple[str, str]) -> str:
 AGENT_TURN = ("<seed:think>The tests, in 東京's repo 🗼.</seed:think>\nRunning them.\n\n"
               + call("shell", ("command", '["pytest", "-q"]'), ("workdir", "/srv/app"), ("timeout_ms", "60000"))
               + "\n" + call("read_file", ("path", "pyproject.toml")) + "<seed:eos>")
-AGENT_ITEMS = [
-    ("reasoning", None, "The tests, in 東京's repo 🗼."),
-    ("text", None, "Running them."),
-    ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
-    ("tool_call", "read_file", '{"path": "pyproject.toml"}'),
-]
+AGENT_ITEMS = [("reasoning", None, "The tests, in 東京's repo 🗼."), ("text", None, "Running them."),
+               *AGENT_CALLS]
 
 
 MALFORMED = [

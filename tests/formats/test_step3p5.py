@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gateway.formats.qwen_xml import template_messages
 from tests.formats.test_qwen_xml_parser import call
-from tests.support.family_contract import TOOLS, Case, OutputContract, RenderContract
+from tests.support.family_contract import AGENT_CALLS, TOOLS, Case, OutputContract, RenderContract
 from tests.support.stand_in_families import STEP3P5
 
 IDS = STEP3P5.ids()
@@ -16,12 +16,8 @@ MARKUP = {token: IDS[token] for token in ("<think>", "</think>", "<tool_call>", 
 AGENT_TURN = ("The tests, in 東京's repo 🗼.\n</think>\nRunning them.\n"
               + call("shell", ("command", '["pytest", "-q"]'), ("workdir", "/srv/app"), ("timeout_ms", "60000"))
               + call("read_file", ("path", "pyproject.toml")) + "<|im_end|>")
-AGENT_ITEMS = [
-    ("reasoning", None, "The tests, in 東京's repo 🗼."),
-    ("text", None, "Running them."),
-    ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
-    ("tool_call", "read_file", '{"path": "pyproject.toml"}'),
-]
+AGENT_ITEMS = [("reasoning", None, "The tests, in 東京's repo 🗼."), ("text", None, "Running them."),
+               *AGENT_CALLS]
 
 
 MALFORMED = [

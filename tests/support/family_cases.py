@@ -12,14 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.formats.qwen_xml import template_messages
-from tests.support.family_contract import TOOLS, Items, OutputContract, RenderContract
+from tests.support.family_contract import AGENT_CALLS, TOOLS, Items, OutputContract, RenderContract
 from tests.support.stand_in_families import GRANITE4, NEMOTRON_V3
 
-AGENT_ITEMS: Items = [
-    ("text", None, "Running them, in 東京's repo 🗼."),
-    ("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
-    ("tool_call", "read_file", '{"path": "pyproject.toml"}'),
-]
+AGENT_ITEMS: Items = [("text", None, "Running them, in 東京's repo 🗼."), *AGENT_CALLS]
 FRAGMENTS = ["\n", " ", ">", "<", "{", "}", '"', ":", ",", "true", '{"a": 1}', "é", "東京", "x"]
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.core.conversation import Tool
+from gateway.core.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.base import ParseEvent
 from tests.support.parse_events import feed, items, marked_ids
 
@@ -27,6 +27,9 @@ SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
     "timeout_ms": {"type": "integer"}}})
 READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
 TOOLS = [SHELL, READ]
+# The calls of the contract's agent turn, as most families' parsers give them (after the turn's reasoning and text).
+AGENT_CALLS: Items = [("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
+                      ("tool_call", "read_file", '{"path": "pyproject.toml"}')]
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,35 @@ class RenderContract:
     tokenizer: str  # the fixture holding its tokenizer (and chat template)
     prepare: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None  # the family's message reshaping
     seed: int = 0  # of the random conversations
+    # Conversations and the text the format renders for each, exactly or (`ELIDED` between pieces) beginning,
+    # containing and ending as spelled: a reader sees the family's prompt.
+    histories: Sequence[tuple[Conversation, str]] = ()
 
     def __str__(self) -> str:
         return self.family
+
+
+ELIDED = "[…]"  # in an expected render: any text
+
+# An agent's history: instructions, developer messages before and after, reasoning, a call and its output.
+AGENT_HISTORY = Conversation(
+    instructions="You are a coding agent.", tools=[READ],
+    items=[Message("developer", "Sandbox: read-only."), Message("user", "Show pyproject."), Reasoning("Read it."),
+           ToolCall("c1", "read_file", '{"path": "pyproject.toml"}'), ToolOutput("c1", "[project]\nname = 'x'\n"),
+           Message("developer", "Network is off.")])
+
+
+def rendered_as(text: str, expected: str) -> bool:
+    """Whether `text` is `expected`, its `ELIDED` parts standing for any text."""
+    first, *pieces = expected.split(ELIDED)
+    if not pieces:
+        return text == expected
+    if not text.startswith(first) or not text.endswith(pieces[-1]):
+        return False
+    position = len(first)
+    for piece in pieces[:-1]:
+        position = text.find(piece, position)
+        if position < 0:
+            return False
+        position += len(piece)
+    return position <= len(text) - len(pieces[-1])
