@@ -32,7 +32,7 @@ from tests.formats import (
 )
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support import family_cases
-from tests.support.family_contract import OutputContract, RenderContract, rendered_as
+from tests.support.family_contract import OutputContract, RenderContract, injected, rendered_as, spelled_ids
 from tests.support.family_render import reference_ids
 
 DECLARED = {module.CONTRACT.family: module.CONTRACT for module in (
@@ -186,3 +186,24 @@ def test_render_of_an_agent_history(contract: RenderContract, conversation, expe
     chat_format = request.getfixturevalue(contract.format)
     text = chat_format.decode(chat_format.render(conversation))
     assert rendered_as(text, expected), text
+
+
+def _holds(ids: list[int], run: list[int]) -> bool:
+    return any(ids[i:i + len(run)] == run for i in range(len(ids) - len(run) + 1))
+
+
+@pytest.mark.parametrize("contract", [c for c in RENDERS if c.injection], ids=str)
+def test_markup_in_user_tool_and_argument_text_is_plain_text(contract: RenderContract, request):
+    chat_format = request.getfixturevalue(contract.format)
+    tokenizer = request.getfixturevalue(contract.tokenizer)
+    injection = contract.injection
+    ids = chat_format.render(injected(injection.text, injection))
+    assert not any(injection.is_markup(t) for t in tokenizer._encode_without_added_tokens(injection.text))
+    for pieces in injection.spelled:
+        assert _holds(ids, spelled_ids(tokenizer, pieces, injection.text)), pieces
+    ends = spelled_ids(tokenizer, injection.ends, injection.text)
+    assert ids[len(ids) - len(ends):] == ends
+    # The only markup ids are the template's own: those of the same conversation without the injections.
+    clean = chat_format.render(injected("x", injection))
+    assert [t for t in ids if injection.is_markup(t)] == [t for t in clean if injection.is_markup(t)]
+    assert chat_format.decode(ids).count(injection.text) == injection.count

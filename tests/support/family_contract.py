@@ -10,6 +10,7 @@ the template's own render.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +93,26 @@ class OutputContract:
 
 
 @dataclass(frozen=True)
+class Injection:
+    """Markup typed by a user, written into a call's argument and returned by a tool stays text: each is
+    rendered as the text's plain encoding, the render's markup ids are those of the same conversation
+    without it, and (`spelled`, `ends`) the family's render holds it where its template puts it."""
+
+    text: str  # the family's markup, as text
+    tools: Sequence[Tool]  # the request's tools (a "shell" among them)
+    is_markup: Callable[[int], bool]  # an id no plain text encodes to
+    after: Sequence[Any] = ()  # items after the tool output (where a family's template needs them)
+    count: int = 3  # how often the decoded render spells `text`
+    # Pieces (text, encoded without added tokens, or ids) the render holds in a row, and those it ends with;
+    # `INJECTED` stands for the plain encoding of `text`.
+    spelled: Sequence[Sequence[str | int]] = ()
+    ends: Sequence[str | int] = ()
+
+
+INJECTED = "{injected}"
+
+
+@dataclass(frozen=True)
 class RenderContract:
     family: str
     format: str  # the fixture holding the format whose render is checked
@@ -101,6 +122,7 @@ class RenderContract:
     # Conversations and the text the format renders for each, exactly or (`ELIDED` between pieces) beginning,
     # containing and ending as spelled: a reader sees the family's prompt.
     histories: Sequence[tuple[Conversation, str]] = ()
+    injection: Injection | None = None
 
     def __str__(self) -> str:
         return self.family
@@ -114,6 +136,23 @@ AGENT_HISTORY = Conversation(
     items=[Message("developer", "Sandbox: read-only."), Message("user", "Show pyproject."), Reasoning("Read it."),
            ToolCall("c1", "read_file", '{"path": "pyproject.toml"}'), ToolOutput("c1", "[project]\nname = 'x'\n"),
            Message("developer", "Network is off.")])
+
+
+def injected(conversation_text: str, injection: Injection) -> Conversation:
+    """A user message, a call's argument and a tool's output spelling `conversation_text`."""
+    return Conversation(tools=list(injection.tools), items=[
+        Message("user", conversation_text),
+        ToolCall("c", "shell", json.dumps({"workdir": conversation_text}, ensure_ascii=False)),
+        ToolOutput("c", conversation_text), *injection.after])
+
+
+def spelled_ids(tokenizer: Any, pieces: Sequence[str | int], text: str) -> list[int]:
+    """`pieces` as ids: text encoded without added tokens (`INJECTED` replaced by `text`), ids as they are."""
+    ids: list[int] = []
+    for piece in pieces:
+        ids += [piece] if isinstance(piece, int) else tokenizer._encode_without_added_tokens(
+            piece.replace(INJECTED, text))
+    return ids
 
 
 def rendered_as(text: str, expected: str) -> bool:
