@@ -1,8 +1,9 @@
 """Responses API stream events from parsed model output.
 
 One `ResponseWriter` per response. It turns the format parser's item events into the
-exact event sequence strict clients expect (OpenAI's Responses streaming events): created → in_progress →
-per item added → content/argument deltas → done → completed | incomplete | failed,
+exact event sequence strict clients expect (OpenAI's Responses streaming events): created →
+queued (a background response, until it runs) → in_progress → per item added →
+content/argument deltas → done → completed | incomplete | failed,
 numbered by `sequence_number`, with item ids stable from `added` to `done` and the
 full `output` in the final response. Events are plain dicts, serialized once by orjson.
 
@@ -63,6 +64,7 @@ class ResponseWriter:
         self.extra: dict[str, Any] = {}  # e.g. token ids when the client asked for them
         self.failure: tuple[str, str] | None = None  # the gateway's own error code and message, once failed
         self._seq = 0
+        self._created = False  # response.created was written (by `queued` or `start`)
         self._reasoning_delta, self._reasoning_done = REASONING_EVENTS[spec]
         self._null_usage = spec == "open-responses"
         self._open: dict[int, dict[str, Any]] = {}  # parser index -> output item being streamed
@@ -78,10 +80,19 @@ class ResponseWriter:
 
     # -- lifecycle -----------------------------------------------------------------
 
+    def queued(self) -> list[Event]:
+        """A background response accepted to run later: created, then queued (OpenAI's order;
+        `start` follows with in_progress once it runs)."""
+        self._created = True
+        snapshot = self.response("queued")
+        return [self._event("response.created", response=snapshot),
+                self._event("response.queued", response=snapshot)]
+
     def start(self) -> list[Event]:
         snapshot = self.response("in_progress")
-        return [self._event("response.created", response=snapshot),
-                self._event("response.in_progress", response=snapshot)]
+        created = [] if self._created else [self._event("response.created", response=snapshot)]
+        self._created = True
+        return [*created, self._event("response.in_progress", response=snapshot)]
 
     def completed(self, usage: dict[str, Any]) -> Event:
         return self._event("response.completed", response=self.response("completed", usage=usage))
@@ -109,7 +120,7 @@ class ResponseWriter:
             "completed_at": int(time.time()) if status == "completed" else None,
             "status": status,
             "model": self.model,
-            "output": self.output if status != "in_progress" else [],
+            "output": [] if status in ("queued", "in_progress") else self.output,
             "error": error,
             "incomplete_details": incomplete_details,
             **self.echo,

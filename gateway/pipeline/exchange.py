@@ -26,8 +26,9 @@ The exchange is the stores' one door for what a turn leaves behind (scripts/chec
 holds everything under gateway/ to it): besides the commit and the forget of a turn it runs, a
 WebSocket lane whose response could not even be made is forgotten here (`forget`), a turn
 that generates nothing (`warm_up`) is remembered here, and a writer whose response is kept while
-it runs (`Kept`: a background response) has its state stored here: queued once admitted, in
-progress once started, then failed or cancelled (a completed one is the commit's).
+it runs (`Kept`: a background response) has its state stored here: queued once admitted or while
+it waits in the gate's queue (`queue`), in progress once started, then failed or cancelled (a
+completed one is the commit's).
 
 A response made of several generations is several turns inside one exchange. A writer that
 runs tools itself (`RunsTools`: remote MCP tools, gateway/adapters/mcp_tools.py) is asked after
@@ -60,8 +61,8 @@ from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
 from gateway.tokenfix.record import TurnRecord
 
-__all__ = ["Kept", "Quiet", "ToolsRan", "admit", "forget", "prepare", "prepare_samples", "run", "run_samples",
-           "warm_up"]
+__all__ = ["Entering", "Kept", "Quiet", "ToolsRan", "forget", "prepare", "prepare_samples", "queue",
+           "release", "run", "run_samples", "warm_up"]
 
 
 class Writer(Protocol):
@@ -129,17 +130,46 @@ async def prepare_samples(runtime: Runtime, request: TurnRequest, rollout: Rollo
             for i, each in enumerate(rollouts)]
 
 
-async def admit(turn: Turn, writer: Writer | None = None) -> Pass:
-    """`turn`'s place at the gate, taken now: for work that answers before it runs (a background
-    response) and must be refused, if at all, before it answers; a `Kept` writer's response is
-    stored as queued. Hand it to `run`."""
-    admitted = await turn.runtime.gate.enter(turn.request)
+Entering = asyncio.Future[Pass]  # a place at the gate, taken or being waited for
+
+
+async def _admit(turn: Turn) -> Pass:
+    """`turn`'s place at the gate, taken now (waiting in a full gateway's queue, if it has one)."""
+    return await turn.runtime.gate.enter(turn.request)
+
+
+async def queue(turn: Turn, writer: Writer) -> Entering:
+    """`turn`'s place at the gate, for work that answers before it runs (a background response):
+    refused now, if at all (a 429, before anything is stored), else taken at once or waited for in
+    a full gateway's queue; either way a `Kept` writer's response is stored as queued before this
+    returns. Hand what it returns to `run` (which awaits it) or to `release`."""
+    queued: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def waits() -> None:
+        if not queued.done():
+            queued.set_result(None)
+
+    entering = asyncio.ensure_future(turn.runtime.gate.enter(turn.request, waits))
     try:
+        await asyncio.wait((entering, queued), return_when=asyncio.FIRST_COMPLETED)
+        if entering.done():
+            entering.result()  # refused: raised
         await _keep(turn, writer)
     except BaseException:
-        await admitted.leave(())
+        await release(entering)
         raise
-    return admitted
+    return entering
+
+
+async def release(entering: Entering) -> None:
+    """A place from `queue` that `run` will not use (its task was cancelled before it ran): given
+    back, or its wait in the queue ended."""
+    if not entering.done():
+        entering.cancel()
+        with contextlib.suppress(asyncio.CancelledError, APIError):
+            await entering
+    elif not entering.cancelled() and entering.exception() is None:
+        await entering.result().leave(())
 
 
 async def warm_up(turn: Turn) -> int:
@@ -154,23 +184,21 @@ def forget(lane: Lane) -> None:
     session.forget(lane)
 
 
-async def run(turn: Turn, writer: Writer, *, admitted: Pass | None = None) -> None:
+async def run(turn: Turn, writer: Writer, *, admitted: Pass | Entering | None = None) -> None:
     """Run `turn` to its end through `writer` (the steps above); `admitted`: its place at the gate,
-    if `admit` took it already (it is given back here all the same)."""
+    if `queue` took it already or waits for it (it is given back here all the same)."""
     await run_samples([turn], [writer], admitted=admitted)
 
 
-async def run_samples(turns: Sequence[Turn], writers: Sequence[Writer], *, admitted: Pass | None = None) -> None:
+async def run_samples(turns: Sequence[Turn], writers: Sequence[Writer], *,
+                      admitted: Pass | Entering | None = None) -> None:
     """`n` turns of one prompt (Chat Completions' `n`): one place at the gate, all accepted before
     any output, then generated together, turn i written by writer i."""
     if (response_id := turns[0].request.response_id) is not None:
         trace.answered_as(response_id)
-    if admitted is None:
-        try:
-            admitted = await admit(turns[0])
-        except APIError as exc:  # over a budget: nothing ran, so everything stays as it was (a lane's
-            await held(writers[0].failed(turns[0], exc))  # latest response too: the retry continues it)
-            return
+    entered = await _entered(turns[0], writers[0], admitted)
+    if entered is None:
+        return
     ran: list[TurnRecord] = [turn.record for turn in turns]
     try:
         await _run_admitted(turns, writers, ran)
@@ -178,7 +206,24 @@ async def run_samples(turns: Sequence[Turn], writers: Sequence[Writer], *, admit
         await _keep(turns[0], writers[0], cancelled=True)
         raise
     finally:
-        await admitted.leave(ran)
+        await entered.leave(ran)
+
+
+async def _entered(turn: Turn, writer: Writer, admitted: Pass | Entering | None) -> Pass | None:
+    """The place at the gate, taken or awaited; None once a refusal is written. Over a budget
+    nothing ran, so everything stays as it was (a lane's latest response too: the retry continues
+    it); a kept response waiting in the queue is stored as failed, or cancelled."""
+    if admitted is not None and not isinstance(admitted, asyncio.Future):
+        return admitted
+    try:
+        return await (admitted if admitted is not None else _admit(turn))
+    except APIError as exc:
+        await held(writer.failed(turn, exc))
+        await _keep(turn, writer)
+        return None
+    except asyncio.CancelledError:
+        await _keep(turn, writer, cancelled=True)
+        raise
 
 
 async def _run_admitted(turns: Sequence[Turn], writers: Sequence[Writer], ran: list[TurnRecord]) -> None:

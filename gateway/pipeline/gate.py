@@ -13,7 +13,7 @@ gate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from gateway.pipeline.request import TurnRequest
@@ -31,8 +31,9 @@ class Pass(Protocol):
 
 
 class Gate(Protocol):
-    async def enter(self, request: TurnRequest) -> Pass:
-        """A place for `request`, or APIError (429 with Retry-After) when a budget is spent."""
+    async def enter(self, request: TurnRequest, waits: Callable[[], None] | None = None) -> Pass:
+        """A place for `request`, or APIError (429 with Retry-After) when a budget is spent;
+        `waits` is called once if the request is queued to wait for its place (a full gateway)."""
 
 
 class _Free:
@@ -43,7 +44,7 @@ class _Free:
 class _Open:
     """No limits: every request passes."""
 
-    async def enter(self, request: TurnRequest) -> Pass:
+    async def enter(self, request: TurnRequest, waits: Callable[[], None] | None = None) -> Pass:
         return _FREE
 
 

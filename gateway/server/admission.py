@@ -19,6 +19,7 @@ import asyncio
 import heapq
 import itertools
 from collections import Counter
+from collections.abc import Callable
 
 from gateway.core.errors import APIError
 from gateway.core.service_tier import Tier, served_order
@@ -47,9 +48,10 @@ class Admission:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    async def enter(self, session: str, tier: Tier) -> None:
+    async def enter(self, session: str, tier: Tier, waits: Callable[[], None] | None = None) -> None:
         """Take a slot for a request of `session`, waiting in order for one when the gateway is
-        full and the queue has room; the 429 otherwise. Give it back with `leave(session)`."""
+        full and the queue has room (`waits` is called then, once queued); the 429 otherwise.
+        Give it back with `leave(session)`."""
         if self.limit is None or (self.active < self.limit and not self._waiting):
             self.active += 1
             self._sessions[session] += 1
@@ -61,6 +63,8 @@ class Admission:
         heapq.heappush(self._waiting, (order, turn))
         self._sessions[session] += 1
         try:
+            if waits is not None:
+                waits()
             await turn  # `release` hands this request the slot it frees
         except BaseException:
             self._forget(session)

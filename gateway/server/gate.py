@@ -11,7 +11,7 @@ the connection).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.core import tenancy, tracing
@@ -49,9 +49,9 @@ class ServerGate:
         self.admission = admission
         self.limits = limits
 
-    async def enter(self, request: TurnRequest) -> Pass:
+    async def enter(self, request: TurnRequest, waits: Callable[[], None] | None = None) -> Pass:
         session = request.session_key or request.connection_id or ""
-        await self.admission.enter(session, request.sampling.tier)
+        await self.admission.enter(session, request.sampling.tier, waits)
         tenant = tenancy.current.get()
         if tenant is not None:
             try:

@@ -1,5 +1,6 @@
 """Stored responses: retrieve, list input items, delete; `background: true` answers `queued`
-at once and is polled to its end, or cancelled (which aborts the generation upstream)."""
+at once (waiting in a full gateway's queue, too) and is polled to its end, or cancelled (which
+aborts the generation upstream); streamed, it is created, queued, then in progress."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import json
 import time
 
 import httpx
+import openai
 import pytest
+from openai.types.responses import ResponseCreatedEvent, ResponseInProgressEvent, ResponseQueuedEvent
 
 from tests.conformance.openai_schema import errors
 from tests.support.fake_vllm import Script
@@ -120,6 +123,8 @@ def test_a_streamed_background_response_can_be_replayed_after_any_event(stack, t
                       json={"model": "m", "input": "Work", "background": True, "stream": True}) as response:
         events = _events(response)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    lifecycle = ("ResponseCreatedEvent", "ResponseQueuedEvent", "ResponseInProgressEvent")
+    assert [errors(name, event) for name, event in zip(lifecycle, events, strict=False)] == [[], [], []]
     assert events[-1]["type"] == "response.completed"
     assert events[-1]["response"]["output"][0]["content"][0]["text"] == "All done"
     response_id = events[-1]["response"]["id"]
@@ -127,6 +132,54 @@ def test_a_streamed_background_response_can_be_replayed_after_any_event(stack, t
         with httpx.stream("GET", f"{stack.url}/v1/responses/{response_id}?stream=true&starting_after={after}",
                           timeout=30) as resumed:
             assert _events(resumed) == events[after + 1:]
+
+
+def test_a_streamed_background_response_is_created_queued_then_in_progress(stack, tokenizer):
+    """OpenAI's order for `background` + `stream`: response.created and response.queued (status
+    queued), then response.in_progress once it runs; read by the openai SDK's own event types."""
+    stack.reset()
+    stack.fake.queue(Script(ids(tokenizer, "All done") + [IM_END]))
+    with stack.client().responses.create(model="m", input="Work", background=True, stream=True) as stream:
+        events = list(stream)
+    assert [type(e) for e in events[:3]] == [ResponseCreatedEvent, ResponseQueuedEvent, ResponseInProgressEvent]
+    assert [e.response.status for e in events[:3]] == ["queued", "queued", "in_progress"]
+    assert all(e.response.background for e in events[:3])
+    assert events[-1].type == "response.completed" and events[-1].response.output_text == "All done"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert [e.type for e in events].count("response.created") == 1
+
+
+def test_a_background_response_waits_queued_in_a_full_gateway(qwen_tokenizer_dir, tokenizer):
+    """With the one slot held and room in the queue, a background create answers at once, queued
+    (streamed: created and queued only), stays queued while it waits, and runs once the slot is
+    free; one cancelled while it waits leaves the queue; beyond the queue, a 429 stores nothing."""
+    with fake_stack(qwen_tokenizer_dir, served_model_name="m", max_concurrent_requests=1,
+                    max_queued_requests=2) as stack:
+        stack.fake.queue(Script(ids(tokenizer, "busy"), hang=True), Script(ids(tokenizer, "Later") + [IM_END]),
+                         Script(ids(tokenizer, "ok") + [IM_END]))
+        client = stack.client(timeout=DEADLINE)  # a create that waits for its place fails, not hangs
+        busy = client.responses.create(model="m", input="Work", background=True)
+        _poll(stack, busy.id, {"in_progress"})
+        with client.responses.create(model="m", input="Wait", background=True, stream=True) as stream:
+            events = iter(stream)
+            first = [next(events), next(events)]
+            assert [(e.type, e.response.status) for e in first] == [("response.created", "queued"),
+                                                                     ("response.queued", "queued")]
+            waiting = client.responses.create(model="m", input="Also", background=True)
+            assert waiting.status == "queued" and waiting.output == []
+            with pytest.raises(openai.RateLimitError):
+                client.responses.create(model="m", input="Full", background=True)
+            assert [r.status for r in (client.responses.retrieve(first[0].response.id),
+                                       client.responses.retrieve(waiting.id))] == ["queued", "queued"]
+            assert client.responses.cancel(waiting.id).status == "cancelled"
+            assert len(stack.fake.requests) == 1  # neither waiting response reached the replica
+            client.responses.cancel(busy.id)
+            rest = list(events)
+        assert [e.type for e in rest[:1]] == ["response.in_progress"] and rest[-1].type == "response.completed"
+        assert rest[-1].response.output_text == "Later"
+        assert [e.sequence_number for e in first + rest] == list(range(len(first) + len(rest)))
+        assert client.responses.retrieve(waiting.id).status == "cancelled"
+        assert client.responses.create(model="m", input="x").output_text == "ok"  # every slot came back
 
 
 def test_a_dropped_background_stream_resumes_where_it_left_off(stack, tokenizer):

@@ -112,7 +112,7 @@ def test_a_background_response_cancelled_while_its_state_is_stored_leaves_no_ope
         monkeypatch.setattr(session, "store_snapshot", slow_snapshot)
         output = stored_responses.Background(made)
         output.log = EventLog()
-        admitted = await exchange.admit(made.turn, output)
+        admitted = await exchange.queue(made.turn, output)
         task = asyncio.create_task(stored_responses._background(made, output, admitted))
         await writing.wait()
         assert made.turn._stream is not None and made.turn._stream.connection is not None  # generating

@@ -8,7 +8,8 @@ poll sees `queued`/`in_progress`, then the final response. Its events are kept t
 (gateway/server/event_log.py): `stream: true` streams them as they come, and
 `GET /v1/responses/{id}?stream=true&starting_after=N` resumes after event N, in the process
 that runs it. The task holds its place at the gate (`--max-concurrent-requests`, the tenant's
-limits) until it ends, as a streamed response does. Cancelling reaches the task only in that process (elsewhere: 404
+limits) until it ends, as a streamed response does; in a full gateway with a queue
+(`--max-queued-requests`) it is answered at once all the same, and waits `queued` for its place. Cancelling reaches the task only in that process (elsewhere: 404
 from the task registry, the stored state stays).
 """
 
@@ -102,19 +103,21 @@ async def cancel_response(request: Request) -> Response:
 async def run_in_background(made: ResponseTurn) -> Response:
     """Start the turn as a task; answer the `queued` response now, or with `stream`, the
     events as they come (the client leaving does not stop the task). Its place at the gate is
-    taken first (a 429 over a budget, before anything is stored) and held by the task."""
+    taken first, or its wait for one in a full gateway's queue begun (a 429 over a budget, before
+    anything is stored), and held by the task."""
     output = Background(made)
-    admitted = await exchange.admit(made.turn, output)  # stored as queued
+    entering = await exchange.queue(made.turn, output)  # stored as queued
     response_id = made.writer.response_id
     log = output.log = _logs.open(response_id)
-    task = asyncio.create_task(_background(made, output, admitted))
+    output.queued()
+    task = asyncio.create_task(_background(made, output, entering))
     _running[response_id] = task
 
     def ended(_: asyncio.Task[None]) -> None:
         _running.pop(response_id, None)
         _logs.finished(response_id)
         if task.cancelled():  # possibly before the exchange ran, which gives the place back otherwise
-            _leaving.add(leaving := asyncio.ensure_future(admitted.leave(())))
+            _leaving.add(leaving := asyncio.ensure_future(exchange.release(entering)))
             leaving.add_done_callback(_leaving.discard)
 
     task.add_done_callback(ended)
@@ -123,7 +126,7 @@ async def run_in_background(made: ResponseTurn) -> Response:
     return JSONResponse(made.writer.response("queued"))
 
 
-async def _background(made: ResponseTurn, output: Background, admitted: Pass) -> None:
+async def _background(made: ResponseTurn, output: Background, admitted: Pass | exchange.Entering) -> None:
     """The exchange, its events into the response's log; the exchange stores its state as it goes
     (`in_progress` once a replica accepted the prompt, then the final response, `failed` or `cancelled`)."""
     with contextlib.suppress(asyncio.CancelledError):  # the exchange stored it as cancelled
@@ -146,6 +149,10 @@ class Background:
         assert self.log is not None, "opened when admitted"
         self.log.add(events)
         return None
+
+    def queued(self) -> None:
+        """The response's first events: created and queued (it runs once it has its place)."""
+        self._logged(self.writer.queued())
 
     def state(self, *, cancelled: bool = False) -> dict[str, Any]:
         last = self.output.last
