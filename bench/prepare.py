@@ -53,8 +53,8 @@ from gateway.core.sampling import GenerationDefaults
 from gateway.core.settings import Settings
 from gateway.formats.base import ChatFormat
 from gateway.pipeline.runtime import Runtime
-from gateway.sessions.responses import CachedResponse, ResponseCache
-from gateway.sessions.session_store import Session
+from gateway.store.responses import CachedResponse, ResponseCache
+from gateway.store.sessions import Session
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.pool import Pool
 from gateway.upstream.router import Router

@@ -1,6 +1,6 @@
 """`python -m bench.state_sizing`: what the shared state costs in Redis memory.
 
-Writes through the gateway's own backend (gateway/sessions/redis_store.py) into a private
+Writes through the gateway's own backend (gateway/store/redis/backend.py) into a private
 `redis-server` on loopback and asks Redis what each key takes (`MEMORY USAGE … SAMPLES 0`,
 allocator rounding included):
 
@@ -28,10 +28,10 @@ from typing import Any
 import redis
 
 from gateway.core.conversation import Conversation, Message
-from gateway.sessions.backend import open_store
-from gateway.sessions.responses import CachedResponse, ResponseStore
-from gateway.sessions.rollouts import RolloutStore
-from gateway.sessions.session_store import Session, SessionStore
+from gateway.store.backend import open_store
+from gateway.store.responses import CachedResponse, ResponseStore
+from gateway.store.rollouts import RolloutStore
+from gateway.store.sessions import Session, SessionStore
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 

@@ -29,10 +29,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from gateway.core.conversation import Conversation, Message
-from gateway.sessions.backend import Store, open_store
-from gateway.sessions.responses import ResponseStore
-from gateway.sessions.rollouts import RolloutStore
-from gateway.sessions.session_store import Session, SessionStore
+from gateway.store.backend import Store, open_store
+from gateway.store.responses import ResponseStore
+from gateway.store.rollouts import RolloutStore
+from gateway.store.sessions import Session, SessionStore
 from gateway.tokenfix.state import TokenState
 
 GROWTH = 600  # tokens a turn adds

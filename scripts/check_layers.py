@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-RANK = {"ops": 7, "server": 6, "adapters": 5, "ws": 5, "pipeline": 4, "sessions": 3, "tokenfix": 2,
+RANK = {"ops": 7, "server": 6, "adapters": 5, "ws": 5, "pipeline": 4, "store": 3, "tokenfix": 2,
         "formats": 1, "upstream": 1, "core": 0}
 IMPORT = re.compile(r"^\s*(?:from|import) gateway\.(\w+)", re.MULTILINE)
 # `from gateway.a.b import c, d` or `import gateway.a.b`, anywhere in a file.

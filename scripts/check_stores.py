@@ -1,6 +1,6 @@
 """The stores have one door (docs/architecture.md); prints every write that goes around it.
 
-The stores (gateway/sessions/: sessions, stored responses, rollouts, conversations, and a
+The stores (gateway/store/: sessions, stored responses, rollouts, conversations, and a
 WebSocket connection's cache of its lanes' latest responses) are written only by the door:
 gateway/pipeline/session.py (and gateway/pipeline/conversations.py for conversation records),
 and what a turn leaves behind only through the exchange (gateway/pipeline/exchange.py: its
@@ -46,7 +46,7 @@ def writes_around_the_door(root: Path) -> list[tuple[str, int, str]]:
     found = []
     for path in sorted((root / "gateway").rglob("*.py")):
         name = str(path.relative_to(root))
-        if name.startswith("gateway/sessions/"):
+        if name.startswith("gateway/store/"):
             continue
         tree = ast.parse(path.read_text())
         from_door = _imported_from_door(tree)

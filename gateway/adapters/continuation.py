@@ -17,7 +17,7 @@ from gateway.core.conversation import Conversation, ToolCall
 from gateway.pipeline import conversations
 from gateway.pipeline.request import InConversation
 from gateway.pipeline.runtime import Runtime
-from gateway.sessions.responses import CachedResponse
+from gateway.store.responses import CachedResponse
 
 __all__ = ["parse_continuation", "parse_in_conversation"]
 

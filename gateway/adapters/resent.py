@@ -33,7 +33,7 @@ from gateway.adapters.responses_input import ResponsesRequest, input_items, pars
 from gateway.core.conversation import Item
 from gateway.core.errors import APIError
 from gateway.formats.base import Covered
-from gateway.sessions.session_store import ResentPrefix, Session
+from gateway.store.sessions import ResentPrefix, Session
 from gateway.tokenfix.state import TokenState, context_digest
 
 __all__ = ["Resent", "parse_resent", "resent_prefix", "session_key"]

@@ -30,7 +30,7 @@ from gateway.pipeline.request import Lane, Recognised, RolloutCall, TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.steering import Steering
 from gateway.pipeline.turn import Turn
-from gateway.sessions.responses import CachedResponse, ResponseCache
+from gateway.store.responses import CachedResponse, ResponseCache
 
 __all__ = ["ResponseTurn", "from_http", "from_socket"]
 

@@ -1,6 +1,6 @@
 """The RL request fields shared by Chat Completions and the Responses API.
 
-- `rollout_id`: records the call in that rollout's trajectory (gateway/sessions/rollouts.py),
+- `rollout_id`: records the call in that rollout's trajectory (gateway/store/rollouts.py),
   continues from its exact tokens and pins it to one replica.
 - `response_mask`: one 0/1 per prompt token the call adds to the rollout (checked with 422).
 - `prompt_token_ids` + `generation_token_ids` on an assistant message (NeMo-RL's

@@ -12,13 +12,14 @@ __all__ = ["run"]
 def run(settings: Settings, workers: int = 1) -> None:
     from gateway.server.auth import KeyRing
     from gateway.server.tenant_limits import TenantLimits
-    from gateway.sessions import redis_keys, redis_url
+    from gateway.store.redis.keys import check_prefix
+    from gateway.store.redis.url import parse
 
     try:  # a malformed key or limits file, a --state-url it cannot use: stops here, before any worker starts
         KeyRing.load(settings), TenantLimits.load(settings)
         if settings.state_url:
-            redis_url.parse(settings.state_url)
-            redis_keys.check_prefix(settings.state_key_prefix)
+            parse(settings.state_url)
+            check_prefix(settings.state_key_prefix)
     except ValueError as exc:
         sys.exit(f"vllm-gateway: {exc}")
     if workers > 1:

@@ -2,7 +2,7 @@
 
 The routes of /v1/conversations and the `conversation` parameter of POST /v1/responses
 (HTTP and WebSocket) come through here; none of them touches the store
-(gateway/sessions/conversations.py). Ids are the caller's tenant's (`scoped`, as every
+(gateway/store/conversations.py). Ids are the caller's tenant's (`scoped`, as every
 other key): another tenant's conversation is an unknown one.
 
 A response in a conversation continues its exact tokens; when it ends normally its input
@@ -26,7 +26,7 @@ from gateway.core.errors import APIError, invalid_request
 from gateway.core.ids import new_id
 from gateway.core.tenancy import scoped
 from gateway.pipeline.runtime import Runtime
-from gateway.sessions.conversations import StoredConversation
+from gateway.store.conversations import StoredConversation
 from gateway.tokenfix.state import TokenState
 
 __all__ = ["append_turn", "change", "create", "delete", "load"]

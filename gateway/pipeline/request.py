@@ -15,9 +15,9 @@ from gateway.core.conversation import Conversation
 from gateway.core.sampling import SamplingOptions
 from gateway.formats.base import Covered
 from gateway.pipeline.steering import Steering
-from gateway.sessions.responses import CachedResponse, ResponseCache
-from gateway.sessions.rollouts import Pending
-from gateway.sessions.session_store import ResentPrefix
+from gateway.store.responses import CachedResponse, ResponseCache
+from gateway.store.rollouts import Pending
+from gateway.store.sessions import ResentPrefix
 from gateway.tokenfix.restore import Generated
 from gateway.tokenfix.state import TokenState
 

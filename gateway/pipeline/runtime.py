@@ -9,8 +9,8 @@ from gateway.core.sampling import GenerationDefaults
 from gateway.core.service_tier import FairShare
 from gateway.formats.base import ChatFormat
 from gateway.pipeline.gate import OPEN, Gate
-from gateway.sessions.backend import MemoryStore, Store
-from gateway.sessions.conversations import ConversationStore, MemoryConversations
+from gateway.store.backend import MemoryStore, Store
+from gateway.store.conversations import ConversationStore, MemoryConversations
 from gateway.upstream.pool import Pool
 
 __all__ = ["Runtime"]

@@ -32,7 +32,7 @@ turn with reasoning under its response id, its conversation's new items, its rol
 A turn that failed commits nothing — `forget` drops the lane's response, as the
 WebSocket spec wants — so a retry finds everything as it was.
 
-The stores are `runtime.store` (gateway/sessions/backend.py): in this process, or shared
+The stores are `runtime.store` (gateway/store/backend.py): in this process, or shared
 through Redis by every gateway process (`--state-url`); hence the awaits. This module is their
 door: nothing else writes them (gateway/pipeline/conversations.py writes the conversations),
 and what a turn leaves behind — `commit`, `forget`, a tool loop's `commit_generation`, a
@@ -65,10 +65,10 @@ from gateway.pipeline.request import Lane, TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.token_turn import TokenTurn
 from gateway.pipeline.turn import Turn
-from gateway.sessions.observer import FALLBACK
-from gateway.sessions.responses import CachedResponse, ResponseCache
-from gateway.sessions.rollouts import Pending
-from gateway.sessions.session_store import Session
+from gateway.store.observer import FALLBACK
+from gateway.store.responses import CachedResponse, ResponseCache
+from gateway.store.rollouts import Pending
+from gateway.store.sessions import Session
 from gateway.tokenfix import client_ids
 from gateway.tokenfix.restore import restore, uncovered
 from gateway.tokenfix.state import TokenState

@@ -22,7 +22,7 @@ from typing import Any
 from gateway.core.conversation import ToolOutput
 from gateway.pipeline import trace
 from gateway.pipeline.turn import Turn
-from gateway.sessions.rollouts import Pending
+from gateway.store.rollouts import Pending
 
 __all__ = ["following"]
 

@@ -55,11 +55,11 @@ from gateway.server.status import status_json, status_page, status_script
 from gateway.server.tenant_limits import TenantLimits
 from gateway.server.tracing import start as start_tracing
 from gateway.server.tracing import stop as stop_tracing
-from gateway.sessions.backend import open_conversations, open_store
-from gateway.sessions.observer import StoreObserver
-from gateway.sessions.responses import ResponseStore
-from gateway.sessions.rollouts import RolloutStore
-from gateway.sessions.session_store import SessionStore
+from gateway.store.backend import open_conversations, open_store
+from gateway.store.observer import StoreObserver
+from gateway.store.responses import ResponseStore
+from gateway.store.rollouts import RolloutStore
+from gateway.store.sessions import SessionStore
 from gateway.tokenfix.locality import failing_kinds
 from gateway.upstream.control import Fleet
 from gateway.upstream.disaggregation import SplitPolicy

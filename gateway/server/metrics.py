@@ -27,8 +27,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.server.recent import Recent
-from gateway.sessions.observer import StoreObserver
-from gateway.sessions.session_store import SessionStore
+from gateway.store.observer import StoreObserver
+from gateway.store.sessions import SessionStore
 from gateway.upstream.disaggregation import PREFILL_BUCKETS, SplitStats
 from gateway.upstream.outlier import EJECTION_KINDS
 from gateway.upstream.pool import Pool
@@ -44,7 +44,7 @@ ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0
 # A shared-store call on loopback takes ~0.1 ms; a 128k-token log read ~1 ms; the deadline is 0.5 s.
 STORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5)
 
-# Why a turn or write went on without the shared store (gateway/sessions/).
+# Why a turn or write went on without the shared store (gateway/store/).
 FALLBACK_REASONS = ("unreachable", "full", "conflict", "lost")
 
 # No `*_created` series (a creation timestamp beside every counter and histogram): Prometheus

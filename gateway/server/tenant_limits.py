@@ -16,7 +16,7 @@ for every tenant, overridden per tenant by `--tenant-limits FILE`, one line per 
 Without API keys there are no tenants, and only the server-wide limit applies.
 
 With a shared store (`--state-url`, and so with `--workers N`), the counts live in Redis
-(gateway/sessions/redis_limits.py): every process and pod holds a tenant to its limits
+(gateway/store/redis/limits.py): every process and pod holds a tenant to its limits
 together. While the store cannot answer, each process counts on its own (as without one).
 """
 
@@ -35,8 +35,8 @@ from gateway.core.errors import APIError
 from gateway.core.settings import Settings
 from gateway.core.tenancy import TENANT_NAME, Tenant
 from gateway.server.metrics import Metrics
-from gateway.sessions.backend import Store
-from gateway.sessions.redis_link import StoreDown
+from gateway.store.backend import Store
+from gateway.store.redis.link import StoreDown
 from gateway.tokenfix.record import TurnRecord
 
 __all__ = ["Limits", "TenantLimits"]
@@ -83,7 +83,7 @@ class TenantLimits:
     def share(self, store: Store) -> None:
         """Count in `store` when it is shared (Redis), so all processes count together."""
         if store.kind == "redis" and (self.named or self.default != Limits()):
-            from gateway.sessions.redis_limits import RedisLimits
+            from gateway.store.redis.limits import RedisLimits
 
             self.shared = RedisLimits(store.link, store.prefix, WINDOW)  # type: ignore[attr-defined]
 

@@ -33,7 +33,7 @@ from gateway.pipeline import exchange, trace
 from gateway.pipeline.request import Lane
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.steering import Steering
-from gateway.sessions.responses import ResponseCache
+from gateway.store.responses import ResponseCache
 from gateway.ws.error_events import connection_limit_reached, error_event, invalid_json, processing_error
 from gateway.ws.frames import frame_writer
 from gateway.ws.lanes import Lanes

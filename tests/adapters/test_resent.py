@@ -31,7 +31,7 @@ from gateway.core.sampling import GenerationDefaults, SamplingOptions
 from gateway.pipeline import session
 from gateway.pipeline.request import Recognised, TurnRequest
 from gateway.pipeline.runtime import Runtime
-from gateway.sessions.session_store import Session
+from gateway.store.sessions import Session
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState, history_digest
 from gateway.upstream.pool import Pool

@@ -23,7 +23,7 @@ from gateway.core.settings import Settings
 from gateway.ops.flags import build_parser
 from gateway.ops.vllm_process import VLLM_VERSION, vllm_python
 from gateway.server.app import create_app
-from gateway.sessions import redis_url
+from gateway.store.redis.url import parse
 
 ROOT = Path(__file__).parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -261,7 +261,7 @@ def test_compose_profiles_start_the_redis_topology_their_state_url_names(profile
     command = " ".join(line.lstrip("# ").rstrip("\\ ") for line in text.splitlines()
                        if line.startswith("#"))
     url = re.search(rf"COMPOSE_PROFILES={profile} +STATE_URL='?([^' ]+)", command).group(1)
-    address = redis_url.parse(url)
+    address = parse(url)
     services = compose_services()
     members = {name: s for name, s in services.items() if profile in s.get("profiles", [])}
     assert {host for host, _ in address.nodes} <= set(members)

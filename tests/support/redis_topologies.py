@@ -34,7 +34,7 @@ from tests.support.redis_server import SOCKET_TIMEOUT
 
 NODE_TIMEOUT_MS = 1000
 MASTER = "gateway"  # the Sentinel master's name
-FIXTURES = {"redis": "redis_server", "cluster": "redis_cluster", "sentinel": "redis_sentinel"}  # tests/sessions/
+FIXTURES = {"redis": "redis_server", "cluster": "redis_cluster", "sentinel": "redis_sentinel"}  # tests/store/
 
 
 def state_url(request: pytest.FixtureRequest, topology: str) -> str:

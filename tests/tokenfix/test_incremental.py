@@ -17,7 +17,7 @@ from gateway.pipeline import session
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
-from gateway.sessions.responses import CachedResponse
+from gateway.store.responses import CachedResponse
 from gateway.tokenfix.prompt import PromptBuilder
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.pool import Pool

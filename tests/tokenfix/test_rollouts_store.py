@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from gateway.core.conversation import Conversation
 from gateway.core.errors import APIError
-from gateway.sessions.rollouts import RolloutStore
+from gateway.store.rollouts import RolloutStore
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 

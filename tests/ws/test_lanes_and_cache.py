@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from gateway.adapters.continuation import parse_continuation
 from gateway.core.conversation import Conversation, Message, ToolCall
 from gateway.core.errors import APIError
-from gateway.sessions.responses import CachedResponse, ResponseCache
+from gateway.store.responses import CachedResponse, ResponseCache
 from gateway.ws.lanes import Lanes
 from gateway.ws.request import read_create
 

@@ -18,7 +18,7 @@ from gateway.adapters.request_schema import ConversationBody, ConversationUpdate
 from gateway.pipeline import conversations
 from gateway.pipeline.runtime import Runtime
 from gateway.server.http import JSONResponse, read_json
-from gateway.sessions.conversations import StoredConversation
+from gateway.store.conversations import StoredConversation
 
 __all__ = ["create_conversation", "create_items", "delete_conversation", "delete_item", "get_conversation", "get_item",
            "list_items", "update_conversation"]

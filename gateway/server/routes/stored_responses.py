@@ -36,7 +36,7 @@ from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
 from gateway.server.event_log import EventLog, EventLogs
 from gateway.server.http import JSONResponse, sse_response
-from gateway.sessions.responses import CachedResponse
+from gateway.store.responses import CachedResponse
 
 __all__ = ["Background", "cancel_response", "delete_response", "get_response", "list_input_items",
            "run_in_background"]

@@ -5,7 +5,7 @@ Any gateway process or pod continues any session exactly, and a restart loses no
 A session is a small header (`{prefix}s:{{key}}`: the id of its token log, a version, the
 token count and the `TokenState`'s metadata as JSON) and an append-only int32 log
 (`{prefix}s:{{key}}:{log}`), under one Redis Cluster hash tag, so in one slot
-(gateway/sessions/redis_keys.py). A turn that continues the session's tokens appends only
+(gateway/store/redis/keys.py). A turn that continues the session's tokens appends only
 what it added (its prompt delta and generation) and moves the header on, in one script call
 that first checks the header is still the version the turn continued; one that does not
 (a rewritten history, or another process's turn committed in between) writes a new log.
@@ -15,7 +15,7 @@ current (the common case: the same process served the previous turn), only the m
 suffix when the log grew, the whole log otherwise — always one round trip.
 
 A stored response is one hash (JSON metadata, int32 tokens) with a TTL; rollouts are in
-gateway/sessions/redis_rollouts.py. Every failure is soft (gateway/sessions/redis_link.py),
+gateway/store/redis/rollouts.py. Every failure is soft (gateway/store/linkpy),
 and every call is a single command or one script on one slot, so the same code runs on a
 single Redis, a Sentinel-managed one and a Redis Cluster.
 """
@@ -26,13 +26,14 @@ import os
 from array import array
 from typing import Any
 
-from gateway.sessions import codec, redis_keys
-from gateway.sessions.observer import FALLBACK, StoreObserver
-from gateway.sessions.redis_link import RedisLink, StoreDown
-from gateway.sessions.redis_rollouts import RedisRollouts
-from gateway.sessions.responses import CachedResponse, ResponseStore
-from gateway.sessions.rollouts import Pending, RolloutStore
-from gateway.sessions.session_store import ResentPrefix, Session, SessionStore
+from gateway.store.observer import FALLBACK, StoreObserver
+from gateway.store.redis import codec
+from gateway.store.redis.keys import tag
+from gateway.store.redis.link import RedisLink, StoreDown
+from gateway.store.redis.rollouts import RedisRollouts
+from gateway.store.responses import CachedResponse, ResponseStore
+from gateway.store.rollouts import Pending, RolloutStore
+from gateway.store.sessions import ResentPrefix, Session, SessionStore
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 
@@ -188,7 +189,7 @@ class RedisStore:
             pass
 
     def _session_key(self, key: str) -> str:
-        return f"{self.prefix}s:{redis_keys.tag(key)}"
+        return f"{self.prefix}s:{tag(key)}"
 
     # -- stored responses ----------------------------------------------------------------
 

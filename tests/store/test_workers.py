@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from gateway.ops.vllm_process import free_port
-from tests.sessions.test_two_gateways import FIRST, GENERATE, assert_exact, codex_turn, next_history, tool_call
+from tests.store.test_two_gateways import FIRST, GENERATE, assert_exact, codex_turn, next_history, tool_call
 from tests.support.fake_vllm import FakeVLLM
 from tests.support.gateway_server import wait_healthy
 from tests.support.redis_server import RedisServer

@@ -22,7 +22,7 @@ from gateway.core.settings import Settings
 from gateway.pipeline.runtime import Runtime
 from gateway.server.app import build_runtime
 from gateway.server.metrics import StoreMetrics
-from gateway.sessions import redis_link
+from gateway.store.redis import link
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, TOOL_CALL, ids
@@ -151,7 +151,7 @@ def test_a_rollout_with_calls_on_both_gateways_exports_whole_from_either(gateway
 
 
 def test_redis_restarted_mid_session_degrades_and_recovers(gateways, tokenizer, caplog, monkeypatch):
-    monkeypatch.setattr(redis_link, "RETRY_AFTER", 0.0)  # a failed store is tried again at once
+    monkeypatch.setattr(link, "RETRY_AFTER", 0.0)  # a failed store is tried again at once
     history = FIRST
     for step in range(2):
         gateways.fake.queue(tool_call(tokenizer, step))

@@ -15,17 +15,17 @@ import httpx
 import pytest
 import redis
 
-from gateway.sessions import redis_keys
-from gateway.sessions.backend import open_store
-from gateway.sessions.observer import StoreObserver
-from gateway.sessions.redis_limits import RedisLimits
-from gateway.sessions.redis_link import RedisLink
-from gateway.sessions.redis_url import parse
-from gateway.sessions.responses import ResponseStore
-from gateway.sessions.rollouts import RolloutStore
-from gateway.sessions.session_store import Session, SessionStore
-from tests.sessions.test_state_contract import call, state
-from tests.sessions.test_two_gateways import (
+from gateway.store.backend import open_store
+from gateway.store.observer import StoreObserver
+from gateway.store.redis.keys import tag
+from gateway.store.redis.limits import RedisLimits
+from gateway.store.redis.link import RedisLink
+from gateway.store.redis.url import parse
+from gateway.store.responses import ResponseStore
+from gateway.store.rollouts import RolloutStore
+from gateway.store.sessions import Session, SessionStore
+from tests.store.test_state_contract import call, state
+from tests.store.test_two_gateways import (
     FIRST,
     GENERATE,
     assert_exact,
@@ -86,9 +86,9 @@ def test_serve_with_a_state_url_it_cannot_use_stops_at_start_saying_why(qwen_tok
 
 
 def test_hash_tags_keep_an_id_whole_and_distinct():
-    assert redis_keys.tag("thread-1") == "{thread-1}"
-    assert redis_keys.tag("a}b{c") == "{a%7Db%7Bc}" != redis_keys.tag("a%7Db%7Bc") == "{a%257Db%257Bc}"
-    assert redis_keys.tag("") == "{%}"
+    assert tag("thread-1") == "{thread-1}"
+    assert tag("a}b{c") == "{a%7Db%7Bc}" != tag("a%7Db%7Bc") == "{a%257Db%257Bc}"
+    assert tag("") == "{%}"
     with pytest.raises(ValueError, match="must not contain braces"):
         open_store("redis://h:6379/0", SessionStore(), ResponseStore(), RolloutStore(), key_prefix="{gw}:")
 
@@ -181,10 +181,10 @@ def test_a_session_continues_exactly_after_its_master_is_killed_and_degrades_whe
         for step in range(2):
             gateways.fake.queue(tool_call(tokenizer, step))
             history = next_history(history, codex_turn((a, b)[step % 2], history, key="failover"), step)
-        master = cluster.master_of(redis_keys.tag("failover"))
+        master = cluster.master_of(tag("failover"))
         replica = cluster.replica_of(master)
         other_key = next(k for k in (f"elsewhere-{i}" for i in range(100))
-                         if cluster.master_of(redis_keys.tag(k)) != master)
+                         if cluster.master_of(tag(k)) != master)
         gateways.fake.queue(tool_call(tokenizer, 0))
         other = next_history(other, codex_turn(b, other, key=other_key), 0)
         cluster.wait_replicated(master)  # what the master acknowledged is on its replica

@@ -1,5 +1,5 @@
 """Per-tenant limits held together by two `vllm-gateway serve` processes on one real Redis
-(gateway/sessions/redis_limits.py): a tenant's request in flight on one process takes its only
+(gateway/store/redis/limits.py): a tenant's request in flight on one process takes its only
 slot on the other too, and tokens spent through one count against the minute on the other."""
 
 from __future__ import annotations

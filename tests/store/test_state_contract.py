@@ -16,12 +16,12 @@ from redis.exceptions import OutOfMemoryError
 
 from gateway.core.conversation import Conversation, Message, Tool, ToolCall
 from gateway.core.errors import APIError
-from gateway.sessions import backend
-from gateway.sessions.backend import Store
-from gateway.sessions.observer import StoreObserver
-from gateway.sessions.responses import CachedResponse, ResponseStore
-from gateway.sessions.rollouts import RolloutStore
-from gateway.sessions.session_store import ResentPrefix, Session, SessionStore
+from gateway.store import backend
+from gateway.store.backend import Store
+from gateway.store.observer import StoreObserver
+from gateway.store.responses import CachedResponse, ResponseStore
+from gateway.store.rollouts import RolloutStore
+from gateway.store.sessions import ResentPrefix, Session, SessionStore
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 from tests.support.redis_server import RedisServer

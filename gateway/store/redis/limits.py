@@ -1,7 +1,7 @@
 """Per-tenant limits counted in the shared Redis store, so N gateway processes or pods hold a
 tenant to its limits together, not N times over (gateway/server/tenant_limits.py decides).
 
-Per tenant, keys in one Redis Cluster slot (the tenant's hash tag, gateway/sessions/redis_keys.py),
+Per tenant, keys in one Redis Cluster slot (the tenant's hash tag, gateway/store/redis/keys.py),
 touched by one script call (one round trip) per request:
 
 - `{prefix}t:{{tenant}}:a`, a hash of the requests in flight by gateway process. A process
@@ -22,8 +22,8 @@ from collections import Counter
 from functools import partial
 from itertools import count
 
-from gateway.sessions import redis_keys
-from gateway.sessions.redis_link import RedisLink, StoreDown
+from gateway.store.redis.keys import tag
+from gateway.store.redis.link import RedisLink, StoreDown
 
 __all__ = ["RedisLimits"]
 
@@ -135,8 +135,8 @@ class RedisLimits:
             self._alive.cancel()
 
     def _keys(self, tenant: str) -> list[str]:
-        tagged = redis_keys.tag(tenant)
+        tagged = tag(tenant)
         return [f"{self.prefix}t:{tagged}:a", f"{self.prefix}t:{tagged}:s"]
 
     def _alive_prefix(self, tenant: str) -> str:
-        return f"{self.prefix}t:{redis_keys.tag(tenant)}:p:"
+        return f"{self.prefix}t:{tag(tenant)}:p:"

@@ -1,8 +1,8 @@
 """What a shared state backend tells the rest of the gateway: its figures, and why a lookup
 came back empty.
 
-Both the backends (gateway/sessions/redis_*.py) and the code that opens them
-(gateway/sessions/backend.py) use these, so they live apart from either.
+Both the backends (gateway/store/redis/) and the code that opens them
+(gateway/store/backend.py) use these, so they live apart from either.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Rollouts in Redis: the trajectory as append-only logs, one script call per model call.
 
 Keys under `{prefix}ro:{{id}}` (one Redis Cluster hash tag, so one slot, per rollout:
-gateway/sessions/redis_keys.py): a header hash (`v` calls so far, `n` tokens, `closed`
+gateway/store/redis/keys.py): a header hash (`v` calls so far, `n` tokens, `closed`
 segments, `seg` where the open segment starts, `meta` its `TokenState` metadata), and
 logs appended to by every call: `:t` int32 tokens (all segments in order), `:m` the loss
 mask (one byte per token), `:l` float64 logprobs (one per generated token), `:u` one JSON
@@ -26,9 +26,10 @@ from functools import partial
 from typing import Any
 
 from gateway.core.errors import APIError
-from gateway.sessions import codec, redis_keys
-from gateway.sessions.redis_link import RedisLink, StoreDown
-from gateway.sessions.rollouts import Pending, Rollout, RolloutStore, RolloutTurn, addition
+from gateway.store.redis import codec
+from gateway.store.redis.keys import tag, tag_start
+from gateway.store.redis.link import RedisLink, StoreDown
+from gateway.store.rollouts import Pending, Rollout, RolloutStore, RolloutTurn, addition
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 
@@ -225,7 +226,7 @@ class RedisRollouts:
     async def summary(self, prefix: str) -> dict[str, int]:
         """The rollouts the store holds whose id starts with `prefix` (one tenant's) and their tokens:
         a SCAN of the rollout headers, for a stats request, never on a model call's path."""
-        pattern = f"{self.prefix}ro:{_glob_literal(redis_keys.tag_start(prefix))}*"
+        pattern = f"{self.prefix}ro:{_glob_literal(tag_start(prefix))}*"
 
         async def count() -> list[Any]:
             keys = [key async for key in self.link.client.scan_iter(match=pattern, count=1000, _type="HASH")]
@@ -277,7 +278,7 @@ class RedisRollouts:
         self._held.pop(rollout_id, None)
 
     def _keys(self, rollout_id: str) -> tuple[str, str]:
-        tagged = redis_keys.tag(rollout_id)
+        tagged = tag(rollout_id)
         return f"{self.prefix}ro:{tagged}", f"{self.prefix}rg:{tagged}"
 
 

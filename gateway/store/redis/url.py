@@ -8,7 +8,7 @@
   (redis-py's `Sentinel`); `?sentinel_password=` authenticates to the sentinels themselves.
 
 Query options are redis-py's URL options (`socket_timeout`, `max_connections`, …);
-`socket_timeout` is also the deadline of a whole call (gateway/sessions/redis_link.py: 0.5 s
+`socket_timeout` is also the deadline of a whole call (gateway/store/linkpy: 0.5 s
 when the URL does not set it). A URL
 the gateway cannot use is a `ValueError` that says what is wrong, at start, never a
 `TypeError` from inside redis-py at the first turn.
@@ -102,7 +102,7 @@ def parse(url: str) -> StoreAddress:
 
 def connect(address: StoreAddress, *, timeout: float, **client: Any) -> Any:
     """redis-py's asyncio client for `address`: calls time out after `timeout` seconds; a
-    connection error is retried once (a cluster's by gateway/sessions/redis_link.py)."""
+    connection error is retried once (a cluster's by gateway/store/linkpy)."""
     from redis.asyncio import Redis
     from redis.asyncio.cluster import ClusterNode, RedisCluster
     from redis.asyncio.retry import Retry

@@ -9,7 +9,7 @@ leave the tokens a prefix of it; an item deleted makes them stale (they are drop
 prompt is rendered in full).
 
 `ConversationStore` is the interface; two backends: `MemoryConversations` (this process, least
-recently used out past a bound) and `RedisConversations` (gateway/sessions/redis_conversations.py,
+recently used out past a bound) and `RedisConversations` (gateway/store/redis/conversations.py,
 `--state-url`: shared by every gateway process). Writes name the version they read: a write
 over a conversation that moved on in between answers False, and the caller reads again.
 A deleted conversation leaves a tombstone for a while, so its id is answered as deleted, not unknown.

@@ -13,10 +13,10 @@ resend its history), so a store that cannot answer is a 503, not a silent fresh 
 from __future__ import annotations
 
 from gateway.core.errors import APIError
-from gateway.sessions import codec
-from gateway.sessions.conversations import StoredConversation
-from gateway.sessions.observer import StoreObserver
-from gateway.sessions.redis_link import RedisLink, StoreDown
+from gateway.store.conversations import StoredConversation
+from gateway.store.observer import StoreObserver
+from gateway.store.redis import codec
+from gateway.store.redis.link import RedisLink, StoreDown
 
 __all__ = ["RedisConversations"]
 

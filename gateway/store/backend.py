@@ -6,11 +6,11 @@ true` responses, RL rollouts — behind one small async interface, so the sessio
 knows which backend it holds:
 
 - `MemoryStore` (the default): this process's bounded in-memory stores;
-- `RedisStore` (gateway/sessions/redis_store.py, `--state-url`): shared by every gateway
+- `RedisStore` (gateway/store/redis/backend.py, `--state-url`): shared by every gateway
   process and pod, so any of them continues any session exactly, and a restart loses nothing.
 
 Reads that fail (the shared store unreachable, restarted, full) answer "nothing found" and
-say why in `FALLBACK` (gateway/sessions/observer.py), so a turn renders in full, flagged, instead of failing; only a
+say why in `FALLBACK` (gateway/store/observer.py), so a turn renders in full, flagged, instead of failing; only a
 rollout, whose trajectory must not silently restart, answers an error.
 """
 
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from gateway.sessions.conversations import ConversationStore, MemoryConversations
-from gateway.sessions.observer import StoreObserver
-from gateway.sessions.responses import CachedResponse, ResponseStore
-from gateway.sessions.rollouts import Pending, RolloutStore
-from gateway.sessions.session_store import Session, SessionStore
+from gateway.store.conversations import ConversationStore, MemoryConversations
+from gateway.store.observer import StoreObserver
+from gateway.store.responses import CachedResponse, ResponseStore
+from gateway.store.rollouts import Pending, RolloutStore
+from gateway.store.sessions import Session, SessionStore
 from gateway.tokenfix.record import TurnRecord
 from gateway.tokenfix.state import TokenState
 
@@ -125,16 +125,17 @@ class MemoryStore:
 def open_store(url: str | None, sessions: SessionStore, responses: ResponseStore, rollouts: RolloutStore, *,
                observer: StoreObserver | None = None, key_prefix: str = "gw:") -> Store:
     """The backend `url` names (a Redis, a Redis Cluster, a Sentinel-managed master: see
-    gateway/sessions/redis_url.py), or the in-process one for None; a ValueError saying what is
+    gateway/store/redis/url.py), or the in-process one for None; a ValueError saying what is
     wrong with a URL it cannot use. `key_prefix` namespaces every key (one Redis may serve
     several gateways or tenants)."""
     if not url:
         return MemoryStore(sessions, responses, rollouts)
-    from gateway.sessions import redis_keys, redis_url  # the redis client only where it is used
-    from gateway.sessions.redis_store import RedisStore
+    from gateway.store.redis.backend import RedisStore  # the redis client only where it is used
+    from gateway.store.redis.keys import check_prefix
+    from gateway.store.redis.url import parse
 
-    redis_url.parse(url)
-    redis_keys.check_prefix(key_prefix)
+    parse(url)
+    check_prefix(key_prefix)
 
     return RedisStore(url, sessions, responses, rollouts, observer=observer or StoreObserver(),
                       key_prefix=key_prefix)
@@ -145,6 +146,6 @@ def open_conversations(url: str | None, *, key_prefix: str = "gw:", observer: St
     """The backend `url` names (as `--state-url`), or the in-process one for None."""
     if not url:
         return MemoryConversations()
-    from gateway.sessions.redis_conversations import RedisConversations  # the redis client only where used
+    from gateway.store.redis.conversations import RedisConversations  # the redis client only where used
 
     return RedisConversations(url, key_prefix=key_prefix, observer=observer)

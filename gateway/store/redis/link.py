@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ClusterDownError, ConnectionError, RedisError, TryAgainError
 
-from gateway.sessions import redis_url
-from gateway.sessions.observer import FALLBACK, StoreObserver
+from gateway.store.observer import FALLBACK, StoreObserver
+from gateway.store.redis.url import connect, parse
 
 __all__ = ["RedisLink", "StoreDown"]
 
@@ -44,12 +44,12 @@ class StoreDown(Exception):
 
 class RedisLink:
     def __init__(self, url: str, observer: StoreObserver) -> None:
-        self.address = redis_url.parse(url)
+        self.address = parse(url)
         self.url = self.address.label
         self.observer = observer
         # One deadline for redis-py's socket and for the whole call: the URL's socket_timeout, else TIMEOUT.
         self.timeout = float(self.address.options.get("socket_timeout", TIMEOUT))
-        self.client = redis_url.connect(self.address, timeout=self.timeout)
+        self.client = connect(self.address, timeout=self.timeout)
         self.cluster = self.address.topology == "cluster"
         self._met = False  # a cluster's slot map was read
         self._down_until: dict[str, float] = {}  # node -> monotonic time it is left alone until
