@@ -4,7 +4,8 @@ Shared by the HTTP endpoint and WebSocket mode. A continuation sends only new it
 are appended to the earlier response's history, whose instructions, tools, tool choice
 and reasoning effort carry over unless the request sets them again. A request in a
 conversation (/v1/conversations) appends its items to the conversation's; only the items
-are the conversation's, the rest is the request's own.
+are the conversation's, the rest is the request's own. Both are pure: the exchange looked up
+what the body continues (gateway/pipeline/exchange.py `prepare_built`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from typing import Any
 from gateway.adapters import conversation_items, mcp_tools
 from gateway.adapters.responses_input import ResponsesRequest, parse_request
 from gateway.core.conversation import Conversation, ToolCall
-from gateway.pipeline import conversations
 from gateway.pipeline.request import InConversation
-from gateway.pipeline.runtime import Runtime
+from gateway.store.conversations import StoredConversation
 from gateway.store.responses import CachedResponse
 
 __all__ = ["parse_continuation", "parse_in_conversation"]
@@ -44,15 +44,11 @@ def parse_continuation(body: dict[str, Any], previous: CachedResponse | None) ->
     return parsed
 
 
-async def parse_in_conversation(runtime: Runtime, body: dict[str, Any]
-                                ) -> tuple[ResponsesRequest, InConversation] | None:
-    """A request with `conversation`: its new items appended to the conversation's history,
-    whose exact tokens it continues (instructions and tools are the request's own, as OpenAI's
-    conversations keep items only); None without one."""
-    conversation_id = conversation_items.conversation_id(body)
-    if conversation_id is None:
-        return None
-    stored = await conversations.load(runtime, conversation_id, param="conversation")
+def parse_in_conversation(body: dict[str, Any], stored: StoredConversation) -> tuple[ResponsesRequest, InConversation]:
+    """A request with `conversation` (`stored`, as the exchange found it): its new items appended
+    to the conversation's history, whose exact tokens it continues (instructions and tools are the
+    request's own, as OpenAI's conversations keep items only)."""
+    conversation_id = stored.conversation_id
     history = stored.history
     calls = {item.call_id: item.name for item in history if isinstance(item, ToolCall)}
     instructions = body.get("instructions")

@@ -2,9 +2,12 @@
 
 Routes and the WebSocket are thin: they parse a request and hand it to its API's builder
 (gateway/adapters/responses_turn.py, gateway/adapters/turns.py), which makes it a `TurnRequest`
-and has it prepared here (`prepare`: the call's place in its rollout, each sample's branch of it,
-the exact tokens the prompt continues and the replica affinity: gateway/pipeline/session.py); the
-turn and a `Writer` then go to `run`. Everything else about a turn's life happens here, in one
+and has it prepared here in one call (`prepare`: the call's place in its rollout, each sample's
+branch of it, the exact tokens the prompt continues and the replica affinity:
+gateway/pipeline/session.py). A Responses body that continues stored state is read here with its
+builder (`prepare_built`): the session it resends, its `conversation` or `previous_response_id` are
+looked up here and handed to the builder, which finishes the request. The turn and a `Writer`
+then go to `run`. Everything else about a turn's life happens here, in one
 order, for Responses (HTTP JSON, SSE, WebSocket, background, compaction), Chat Completions,
 Anthropic Messages and token-in alike:
 
@@ -54,15 +57,15 @@ from gateway.core.conversation import ToolOutput
 from gateway.core.errors import APIError
 from gateway.core.push import Hold, held
 from gateway.formats.base import ParseEvent
-from gateway.pipeline import session, tool_loop, trace
+from gateway.pipeline import conversations, session, tool_loop, trace
 from gateway.pipeline.gate import Pass
-from gateway.pipeline.request import Lane, RolloutCall, TurnRequest
+from gateway.pipeline.request import Builder, Found, Lane, RolloutCall, TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
 from gateway.tokenfix.record import TurnRecord
 
-__all__ = ["Entering", "Kept", "Quiet", "ToolsRan", "forget", "prepare", "prepare_samples", "queue",
-           "release", "run", "run_samples", "warm_up"]
+__all__ = ["Entering", "Kept", "Quiet", "ToolsRan", "forget", "prepare", "prepare_built", "prepare_samples",
+           "queue", "release", "run", "run_samples", "warm_up"]
 
 
 class Writer(Protocol):
@@ -128,6 +131,28 @@ async def prepare_samples(runtime: Runtime, request: TurnRequest, rollout: Rollo
         rollouts = [await session.branch_rollout(runtime, pending, rollout.rollout_id, i) for i in range(n)]
     return [await session.prepare(runtime, dataclasses.replace(request, rollout=each, sample=i))
             for i, each in enumerate(rollouts)]
+
+
+async def prepare_built(runtime: Runtime, builder: Builder) -> Turn:
+    """The turn of a request whose body continues what the stores hold (Responses): what it
+    resends or names looked up here, the request finished by its builder, then prepared as any."""
+    request, rollout = await builder.request(await _found(runtime, builder))
+    return await prepare(runtime, request, rollout)
+
+
+async def _found(runtime: Runtime, builder: Builder) -> Found:
+    """The session `builder`'s body resends whole, else what its body names."""
+    key = builder.session_key
+    resent = await session.recall(runtime, key, count=False) if key is not None else None
+    # `resent` is still the session under `key` (nothing was awaited since): counted as a hit
+    if key is not None and resent is not None and builder.resent(resent) and session.confirm(runtime, key, resent):
+        return Found(resent=resent)
+    named = builder.named()
+    if named.conversation_id is not None:
+        return Found(conversation=await conversations.load(runtime, named.conversation_id, param="conversation"))
+    if named.previous_response_id is not None:
+        return Found(previous=await session.previous_response(runtime, named.previous_response_id, named.cache))
+    return Found()
 
 
 Entering = asyncio.Future[Pass]  # a place at the gate, taken or being waited for

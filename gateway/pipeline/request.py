@@ -3,25 +3,30 @@
 The adapters (Responses over HTTP, SSE and WebSocket, Chat Completions, Messages, token-in)
 turn their API's body into this: the conversation and sampling, plus every source of exact earlier tokens
 the request names. gateway/pipeline/session.py chooses among them; nothing below changes it.
+
+A Responses body cannot be read whole without the stores (a resent history, `conversation`,
+`previous_response_id`): its adapter hands the exchange a `Builder`, the exchange looks up what
+the body names (`Named`) and hands back what it found (`Found`), and the builder finishes the request.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.core.conversation import Conversation
 from gateway.core.sampling import SamplingOptions
 from gateway.formats.base import Covered
 from gateway.pipeline.steering import Steering
+from gateway.store.conversations import StoredConversation
 from gateway.store.responses import CachedResponse, ResponseCache
 from gateway.store.rollouts import Pending
-from gateway.store.sessions import ResentPrefix
+from gateway.store.sessions import ResentPrefix, Session
 from gateway.tokenfix.restore import Generated
 from gateway.tokenfix.state import TokenState
 
-__all__ = ["InConversation", "Lane", "Recognised", "RolloutCall", "TokenIn", "TurnRequest"]
+__all__ = ["Builder", "Found", "InConversation", "Lane", "Named", "Recognised", "RolloutCall", "TokenIn", "TurnRequest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +106,40 @@ class TurnRequest:
     adapter: str | None = None  # the LoRA adapter `model` names: only the replicas holding it serve the turn
     token_in: TokenIn | None = None  # a token-in call: passed through, not rendered (gateway/pipeline/token_turn.py)
     steering: Steering | None = None  # WebSocket: the switch a `response.steer` stops the generation with
+
+
+@dataclass(frozen=True, slots=True)
+class Named:
+    """What a body continues that only the stores hold, as the body names it (at most one)."""
+
+    conversation_id: str | None = None  # `conversation` (/v1/conversations)
+    previous_response_id: str | None = None
+    cache: ResponseCache | None = None  # a WebSocket connection's: `previous_response_id` is looked for there first
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What the exchange found for a builder: the session its body resends (`Builder.resent` said so),
+    or what `Builder.named` named (None: not named; a name not found is the builder's 400 to raise)."""
+
+    resent: Session | None = None
+    conversation: StoredConversation | None = None
+    previous: CachedResponse | None = None
+
+
+class Builder(Protocol):
+    """An API's request read as far as its body goes without the stores; the exchange
+    (gateway/pipeline/exchange.py `prepare_built`) looks up the rest, in this order: the session
+    under `session_key` that the body may resend whole, else what `named` names."""
+
+    session_key: str | None  # the session a body resent whole would continue (None: none to look up)
+
+    def resent(self, found: Session) -> bool:
+        """Whether the body continues `found`, the session under `session_key`, from the bytes it
+        has in common with the request before. Pure: the exchange confirms the look with no await between."""
+
+    def named(self) -> Named:
+        """What the body continues when it resends no session (its 400s for a body that is not a request)."""
+
+    async def request(self, found: Found) -> tuple[TurnRequest, RolloutCall | None]:
+        """The request continuing what was found, and the rollout call it names."""
