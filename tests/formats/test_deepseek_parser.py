@@ -102,17 +102,10 @@ CASES = [
 
 # The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
 CONTRACT = OutputContract(
-    "deepseek",
-    format="deepseek_format",
-    tokenizer="deepseek_tokenizer",
-    markup=MARKUP,
-    tools=TOOLS,
-    agent_turn=AGENT_TURN,
-    agent_items=AGENT_ITEMS,
+    "deepseek", format="deepseek_format", tokenizer="deepseek_tokenizer", markup=MARKUP, tools=TOOLS,
+    agent_turn=AGENT_TURN, agent_items=AGENT_ITEMS, malformed=MALFORMED, fragments=FRAGMENTS,
     split_turn=("ok " + section(call("shell", '{"command": ["a"], "workdir": "é/東京 x"}')) + "<｜end▁of▁sentence｜>"),
     split_items=[("text", None, "ok "), ("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')],
-    malformed=MALFORMED,
-    fragments=FRAGMENTS,
     cut_call=("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>shell<｜tool▁sep｜>{\"workdir\": \"/srv", "shell",
               '{"workdir": "/srv', '{"workdir": "/srv'),  # DeepSeek streams the arguments as written
     stops=[EOS],

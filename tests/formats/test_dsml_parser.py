@@ -10,7 +10,7 @@ from gateway.core.conversation import Item, Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from tests.support import family_render
 from tests.support.deepseek_v4 import KNOWN_IDS
-from tests.support.family_contract import OutputContract
+from tests.support.family_contract import READ, OutputContract
 from tests.support.parse_events import feed, items, marked_ids
 
 EOS = KNOWN_IDS["<｜end▁of▁sentence｜>"]
@@ -20,7 +20,6 @@ MARKUP = {token: KNOWN_IDS[token] for token in ("｜DSML｜", "<think>", "</thin
 SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
     "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
     "timeout_ms": {"type": "integer"}, "login": {"type": "boolean"}, "env": {"type": "object"}}})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
 TOOLS = [SHELL, READ]
 
 
@@ -175,17 +174,10 @@ FRAGMENTS = [*MARKUP, "<", "</", "tool_calls>", "function_calls>", 'invoke name=
 
 # The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
 CONTRACT = OutputContract(
-    "dsml_v4",
-    format="deepseek_v4_chat_format",
-    tokenizer="deepseek_v4_tokenizer",
-    markup=MARKUP,
-    tools=TOOLS,
-    agent_turn=AGENT_TURN,
-    agent_items=AGENT_ITEMS,
+    "dsml_v4", format="deepseek_v4_chat_format", tokenizer="deepseek_v4_tokenizer", markup=MARKUP, tools=TOOLS,
+    agent_turn=AGENT_TURN, agent_items=AGENT_ITEMS, malformed=MALFORMED, fragments=FRAGMENTS,
     split_turn=("ok <" + block(invoke("shell", ("command", "false", '["a"]'), ("workdir", "true", "é/東京 x"))) + "<｜end▁of▁sentence｜>"),
     split_items=[("text", None, "ok <"), ("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')],
-    malformed=MALFORMED,
-    fragments=FRAGMENTS,
     fuzz_format="deepseek_v4_format",
     examples=400,
 )

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 
-from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.glm import convert_arg_value
-from tests.support.family_contract import AGENT_CALLS, Case, OutputContract
+from tests.support.family_contract import AGENT_CALLS, READ, Case, OutputContract, typed_shell
 from tests.support.glm import KNOWN_IDS
 
 ENDOFTEXT, USER, OBSERVATION = KNOWN_IDS["<|endoftext|>"], KNOWN_IDS["<|user|>"], KNOWN_IDS["<|observation|>"]
@@ -16,20 +15,7 @@ MARKUP = {token: KNOWN_IDS[token] for token in (
     "<tool_call>", "</tool_call>", "<think>", "</think>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
     "<|user|>", "<|observation|>", "<|endoftext|>", "<|assistant|>", "<|system|>")}
 
-SHELL = Tool("shell", "Run a command.", {
-    "type": "object",
-    "properties": {
-        "command": {"type": "array", "items": {"type": "string"}},
-        "workdir": {"type": "string"},
-        "timeout_ms": {"type": "integer"},
-        "ratio": {"type": "number"},
-        "login": {"type": "boolean"},
-        "env": {"type": "object"},
-        "note": {"type": ["string", "null"]},
-        "mode": {"enum": ["fast", "slow"]},
-    },
-})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
+SHELL = typed_shell(note={"type": ["string", "null"]}, mode={"enum": ["fast", "slow"]})
 TOOLS = [SHELL, READ]
 
 
@@ -149,17 +135,10 @@ STREAMED_VALUE = "def main():\n    print('<b>hi</b>')\n    return 0\n"
 
 # The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
 CONTRACT = OutputContract(
-    "glm",
-    format="glm_format",
-    tokenizer="glm_tokenizer",
-    markup=MARKUP,
-    tools=TOOLS,
-    agent_turn=AGENT_TURN,
-    agent_items=AGENT_ITEMS,
+    "glm", format="glm_format", tokenizer="glm_tokenizer", markup=MARKUP, tools=TOOLS,
+    agent_turn=AGENT_TURN, agent_items=AGENT_ITEMS, malformed=MALFORMED, fragments=FRAGMENTS,
     split_turn=("\n<think></think>\n" + call("shell", ("command", '["a"]'), ("workdir", "é/東京 x")) + "<|observation|>"),
     split_items=[("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')],
-    malformed=MALFORMED,
-    fragments=FRAGMENTS,
     prefix="\n<think></think>\n",
     cut_call=("\n<think></think>\n<tool_call>shell\n<arg_key>workdir</arg_key>\n<arg_value>/srv", "shell",
               '{"workdir": "/srv', '{"workdir": "/srv"}'),

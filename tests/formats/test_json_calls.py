@@ -6,17 +6,11 @@ tokens: tests/support/stand_in_families.py)."""
 
 from __future__ import annotations
 
-from gateway.core.conversation import Tool
 from gateway.formats.qwen_xml import merge_system_messages
 from gateway.formats.shared import with_argument_dicts
-from tests.support.family_contract import OutputContract, RenderContract
+from tests.support.family_contract import TOOLS, OutputContract, RenderContract
 from tests.support.stand_in_families import APERTUS, INTERNLM2, LLAMA4_JSON, PHI4_MINI, XLAM
 
-SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
-    "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
-    "timeout_ms": {"type": "integer"}}})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
-TOOLS = [SHELL, READ]
 ITEMS = [("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/東京 🗼", "timeout_ms": 60000}'),
          ("tool_call", "read_file", '{"path": "pyproject.toml"}')]
 SHELL_CALL = '{"name": "shell", "arguments": {"command": ["pytest", "-q"], "workdir": "/srv/東京 🗼", "timeout_ms": 60000}}'

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
-from tests.support.family_contract import Case, OutputContract
+from tests.support.family_contract import READ, Case, OutputContract
 from tests.support.kimi import KNOWN_IDS
 
 IM_END, EOS = KNOWN_IDS["<|im_end|>"], KNOWN_IDS["[EOS]"]
@@ -17,7 +17,6 @@ MARKUP = {token: KNOWN_IDS[token] for token in (
 
 SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
     "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"}}})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
 TOOLS = [SHELL, READ]
 
 
@@ -83,17 +82,10 @@ CASES = [
 
 # The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
 CONTRACT = OutputContract(
-    "kimi",
-    format="kimi_format",
-    tokenizer="kimi_tokenizer",
-    markup=MARKUP,
-    tools=TOOLS,
-    agent_turn=AGENT_TURN,
-    agent_items=AGENT_ITEMS,
+    "kimi", format="kimi_format", tokenizer="kimi_tokenizer", markup=MARKUP, tools=TOOLS,
+    agent_turn=AGENT_TURN, agent_items=AGENT_ITEMS, malformed=MALFORMED, fragments=FRAGMENTS,
     split_turn=("<think>é</think>" + section(call("functions.shell:3", '{"workdir": "é/東京 x"}')) + "<|im_end|>"),
     split_items=[("reasoning", None, "é"), ("tool_call", "shell", '{"workdir": "é/東京 x"}')],
-    malformed=MALFORMED,
-    fragments=FRAGMENTS,
     stops=[EOS, IM_END],  # every stop id the template never writes closes a turn
     cases=CASES,
 )

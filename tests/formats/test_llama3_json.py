@@ -23,6 +23,7 @@ from gateway.pipeline.runtime import Runtime
 from gateway.tokenfix.state import TokenState
 from gateway.upstream.pool import Pool
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
+from tests.support.family_contract import READ
 from tests.support.llama3 import EOS_IDS, KNOWN_IDS, llama3_tokenizer_dir
 from tests.support.parse_events import feed, items, marked_ids
 from tests.tokenfix.test_incremental import SETTINGS, both_ways, continuations
@@ -31,7 +32,6 @@ EOT, EOM, TAG = KNOWN_IDS["<|eot_id|>"], KNOWN_IDS["<|eom_id|>"], KNOWN_IDS["<|p
 MARKUP = {t: KNOWN_IDS[t] for t in ("<|eot_id|>", "<|eom_id|>", "<|python_tag|>", "<|start_header_id|>")}
 SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
     "command": {"type": "array", "items": {"type": "string"}}, "timeout_ms": {"type": "integer"}}})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
 TOOLS = [SHELL, READ]
 
 

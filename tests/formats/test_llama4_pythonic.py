@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.conversation import Tool
 from gateway.formats.pythonic import parse_pythonic
 from gateway.formats.shared import with_argument_dicts
-from tests.support.family_contract import OutputContract, RenderContract
+from tests.support.family_contract import TOOLS, OutputContract, RenderContract
 from tests.support.stand_in_families import LLAMA4, LLAMA32
 
 IDS = LLAMA4.ids()
 MARKUP = {token: IDS[token] for token in ("<|eot|>", "<|eom|>", "<|python_start|>", "<|header_start|>")}
-SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
-    "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
-    "timeout_ms": {"type": "integer"}}})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
-TOOLS = [SHELL, READ]
 
 AGENT_TURN = ('[shell(command=["pytest", "-q"], workdir="/srv/東京 🗼", timeout_ms=60000), '
               "read_file(path='pyproject.toml')]<|eot|>")
@@ -57,17 +51,10 @@ FRAGMENTS = [*MARKUP, "[", "]", "read_file(", "shell(", "path=", "'a'", '"b"', "
              "東京", "x", " "]
 
 CONTRACT = OutputContract(
-    "llama4_pythonic",
-    format="llama4_format",
-    tokenizer="llama4_tokenizer",
-    markup=MARKUP,
-    tools=TOOLS,
-    agent_turn=AGENT_TURN,
-    agent_items=AGENT_ITEMS,
+    "llama4_pythonic", format="llama4_format", tokenizer="llama4_tokenizer", markup=MARKUP, tools=TOOLS,
+    agent_turn=AGENT_TURN, agent_items=AGENT_ITEMS, malformed=MALFORMED, fragments=FRAGMENTS,
     split_turn="<|python_start|>[shell(command=['a'], workdir='é/東京)x')]<|eot|>",
     split_items=[("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京)x"}')],
-    malformed=MALFORMED,
-    fragments=FRAGMENTS,
     json_arguments=True,
 )
 RENDER = RenderContract("llama4_pythonic", "llama4_format", "llama4_tokenizer", with_argument_dicts, seed=4)

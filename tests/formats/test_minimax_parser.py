@@ -6,7 +6,7 @@ from __future__ import annotations
 from gateway.core.conversation import Item, Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from tests.support import family_render
-from tests.support.family_contract import AGENT_CALLS, Case, OutputContract
+from tests.support.family_contract import AGENT_CALLS, READ, Case, OutputContract
 from tests.support.minimax import KNOWN_IDS
 
 EOS = KNOWN_IDS["[e~["]
@@ -16,7 +16,6 @@ MARKUP = {token: KNOWN_IDS[token] for token in ("<think>", "</think>", "<minimax
 SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
     "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
     "timeout_ms": {"type": "integer"}, "login": {"type": "boolean"}}})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
 TOOLS = [SHELL, READ]
 
 
@@ -92,17 +91,10 @@ CASES = [
 
 # The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
 CONTRACT = OutputContract(
-    "minimax",
-    format="minimax_format",
-    tokenizer="minimax_tokenizer",
-    markup=MARKUP,
-    tools=TOOLS,
-    agent_turn=AGENT_TURN,
-    agent_items=AGENT_ITEMS,
+    "minimax", format="minimax_format", tokenizer="minimax_tokenizer", markup=MARKUP, tools=TOOLS,
+    agent_turn=AGENT_TURN, agent_items=AGENT_ITEMS, malformed=MALFORMED, fragments=FRAGMENTS,
     split_turn=("</think>ok <" + block(invoke("shell", ("command", '["a"]'), ("workdir", "é/東京 x"))) + "[e~["),
     split_items=[("text", None, "ok <"), ("tool_call", "shell", '{"command": ["a"], "workdir": "é/東京 x"}')],
-    malformed=MALFORMED,
-    fragments=FRAGMENTS,
     prefix="</think>",
     examples=400,
     seed=17,

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.mistral import load_mistral_format
+from tests.support.family_contract import READ
 from tests.support.mistral import IDS, tekken_file
 from tests.support.parse_events import feed, items
 
 SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
     "command": {"type": "array", "items": {"type": "string"}}, "timeout_ms": {"type": "integer"}}})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
 TOOLS = [SHELL, READ]
 _MARKUP = re.compile("(" + "|".join(map(re.escape, sorted(IDS, key=len, reverse=True))) + ")")
 

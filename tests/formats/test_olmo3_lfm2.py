@@ -4,17 +4,11 @@ pythonic calls between marker tokens, read off vLLM's Olmo 3 template and the pu
 
 from __future__ import annotations
 
-from gateway.core.conversation import Tool
 from gateway.formats.pythonic import lfm2_messages
 from gateway.formats.shared import with_argument_dicts
-from tests.support.family_contract import OutputContract, RenderContract
+from tests.support.family_contract import TOOLS, OutputContract, RenderContract
 from tests.support.stand_in_families import LFM2, OLMO3
 
-SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
-    "command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"},
-    "timeout_ms": {"type": "integer"}}})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
-TOOLS = [SHELL, READ]
 OLMO3_IDS, LFM2_IDS = OLMO3.ids(), LFM2.ids()
 OLMO3_MARKUP = {t: OLMO3_IDS[t] for t in ("<function_calls>", "</function_calls>", "<think>", "</think>", "<|im_end|>")}
 LFM2_MARKUP = {t: LFM2_IDS[t] for t in ("<|tool_call_start|>", "<|tool_call_end|>", "<think>", "</think>",

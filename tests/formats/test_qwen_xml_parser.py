@@ -5,30 +5,16 @@ from __future__ import annotations
 
 import json
 
-from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from gateway.formats.qwen_xml import convert_param_value
-from tests.support.family_contract import AGENT_CALLS, Case, OutputContract
+from tests.support.family_contract import AGENT_CALLS, READ, Case, OutputContract, typed_shell
 
 IM_END, ENDOFTEXT = 248046, 248044
 CALL, CALL_END, THINK, THINK_END = 248058, 248059, 248068, 248069
 MARKUP = {"<tool_call>": CALL, "</tool_call>": CALL_END, "<think>": THINK, "</think>": THINK_END,
           "<|im_end|>": IM_END, "<|endoftext|>": ENDOFTEXT}
 
-SHELL = Tool("shell", "Run a command.", {
-    "type": "object",
-    "properties": {
-        "command": {"type": "array", "items": {"type": "string"}},
-        "workdir": {"type": "string"},
-        "timeout_ms": {"type": "integer"},
-        "ratio": {"type": "number"},
-        "login": {"type": "boolean"},
-        "env": {"type": "object"},
-        "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-        "nothing": {"type": "null"},
-    },
-})
-READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
+SHELL = typed_shell(note={"anyOf": [{"type": "string"}, {"type": "null"}]}, nothing={"type": "null"})
 TOOLS = [SHELL, READ]
 
 def call(name: str, *params: tuple[str, str]) -> str:
@@ -160,17 +146,10 @@ STREAMED_VALUE = "def main():\n    print('<b>hi</b>')\n    return 0\n"
 
 # The contract every family's parser keeps (tests/formats/test_family_contract.py checks it).
 CONTRACT = OutputContract(
-    "xml",
-    format="qwen36_format",
-    tokenizer="qwen36_tokenizer",
-    markup=MARKUP,
-    tools=TOOLS,
-    agent_turn=AGENT_TURN,
-    agent_items=AGENT_ITEMS,
+    "xml", format="qwen36_format", tokenizer="qwen36_tokenizer", markup=MARKUP, tools=TOOLS,
+    agent_turn=AGENT_TURN, agent_items=AGENT_ITEMS, malformed=MALFORMED, fragments=FRAGMENTS,
     split_turn=("</think>\n\n" + call("shell", ("command", '["a"]'), ("workdir", "é/</parameter>x")) + "<|im_end|>"),
     split_items=[("tool_call", "shell", '{"command": ["a"], "workdir": "é/</parameter>x"}')],
-    malformed=MALFORMED,
-    fragments=FRAGMENTS,
     prefix="</think>\n\n",
     cut_call=("</think>\n\n<tool_call>\n<function=shell>\n<parameter=workdir>\n/srv", "shell", '{"workdir": "/srv',
               '{"workdir": "/srv"}'),

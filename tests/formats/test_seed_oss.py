@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from gateway.formats.qwen_xml import template_messages
-from tests.support.family_contract import AGENT_CALLS, TOOLS, OutputContract, RenderContract
+from tests.support.family_contract import AGENT_CALLS, TOOLS, XML_FRAGMENTS, OutputContract, RenderContract
 from tests.support.stand_in_families import SEED_OSS
 
 IDS = SEED_OSS.ids()
@@ -33,21 +33,12 @@ MALFORMED = [
     ("</seed:tool_call> stray", [("text", None, "</seed:tool_call> stray")]),
     ("done</seed:think>", [("text", None, "done</seed:think>")]),
 ]
-FRAGMENTS = [*MARKUP, "<function=shell>", "<function=", "<parameter=workdir>", "<parameter=", "</parameter>",
-             "</function>", "\n", " ", ">", "<", "true", '{"a": 1}', "é", "東京", "x"]
 
 CONTRACT = OutputContract(
-    "seed_oss",
-    format="seed_oss_format",
-    tokenizer="seed_oss_tokenizer",
-    markup=MARKUP,
-    tools=TOOLS,
-    agent_turn=AGENT_TURN,
-    agent_items=AGENT_ITEMS,
+    "seed_oss", format="seed_oss_format", tokenizer="seed_oss_tokenizer", markup=MARKUP, tools=TOOLS,
+    agent_turn=AGENT_TURN, agent_items=AGENT_ITEMS, malformed=MALFORMED, fragments=[*MARKUP, *XML_FRAGMENTS],
     split_turn=call("shell", ("command", '["a"]'), ("workdir", "é/</parameter>x")) + "<seed:eos>",
     split_items=[("tool_call", "shell", '{"command": ["a"], "workdir": "é/</parameter>x"}')],
-    malformed=MALFORMED,
-    fragments=FRAGMENTS,
     cut_call=("<seed:tool_call>\n<function=shell>\n<parameter=workdir>/srv", "shell", '{"workdir": "/srv',
               '{"workdir": "/srv"}'),
     json_arguments=True,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gateway.formats.qwen_xml import template_messages
 from tests.formats.test_qwen_xml_parser import call
-from tests.support.family_contract import AGENT_CALLS, TOOLS, Case, OutputContract, RenderContract
+from tests.support.family_contract import AGENT_CALLS, TOOLS, XML_FRAGMENTS, Case, OutputContract, RenderContract
 from tests.support.stand_in_families import STEP3P5
 
 IDS = STEP3P5.ids()
@@ -27,21 +27,12 @@ MALFORMED = [
     ("</tool_call> stray", [("text", None, "</tool_call> stray")]),
     ("done</think>", [("text", None, "done</think>")]),
 ]
-FRAGMENTS = [*MARKUP, "<function=shell>", "<function=", "<parameter=workdir>", "<parameter=", "</parameter>",
-             "</function>", "\n", " ", ">", "<", "true", '{"a": 1}', "é", "東京", "x"]
 
 CONTRACT = OutputContract(
-    "step3p5",
-    format="step3p5_format",
-    tokenizer="step3p5_tokenizer",
-    markup=MARKUP,
-    tools=TOOLS,
-    agent_turn=AGENT_TURN,
-    agent_items=AGENT_ITEMS,
+    "step3p5", format="step3p5_format", tokenizer="step3p5_tokenizer", markup=MARKUP, tools=TOOLS,
+    agent_turn=AGENT_TURN, agent_items=AGENT_ITEMS, malformed=MALFORMED, fragments=[*MARKUP, *XML_FRAGMENTS],
     split_turn="\n</think>\n" + call("shell", ("command", '["a"]'), ("workdir", "é/</parameter>x")) + "<|im_end|>",
     split_items=[("tool_call", "shell", '{"command": ["a"], "workdir": "é/</parameter>x"}')],
-    malformed=MALFORMED,
-    fragments=FRAGMENTS,
     prefix="\n</think>\n",
     cut_call=("\n</think>\n<tool_call>\n<function=shell>\n<parameter=workdir>\n/srv", "shell", '{"workdir": "/srv',
               '{"workdir": "/srv"}'),

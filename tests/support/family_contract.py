@@ -28,6 +28,19 @@ SHELL = Tool("shell", "Run a command.", {"type": "object", "properties": {
     "timeout_ms": {"type": "integer"}}})
 READ = Tool("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}})
 TOOLS = [SHELL, READ]
+# The shell tool's parameters, and those of more kinds (for the families that type values by the schema).
+TYPED_PARAMETERS = {**SHELL.parameters["properties"], "ratio": {"type": "number"}, "login": {"type": "boolean"},
+                    "env": {"type": "object"}}
+
+
+def typed_shell(**more: dict[str, Any]) -> Tool:
+    """The shell tool with `TYPED_PARAMETERS` and `more`."""
+    return Tool("shell", "Run a command.", {"type": "object", "properties": {**TYPED_PARAMETERS, **more}})
+
+
+# What arbitrary output of a family writing Qwen3's XML calls is made of, besides its markup.
+XML_FRAGMENTS = ["<function=shell>", "<function=", "<parameter=workdir>", "<parameter=", "</parameter>", "</function>",
+                 "\n", " ", ">", "<", "true", '{"a": 1}', "é", "東京", "x"]
 # The calls of the contract's agent turn, as most families' parsers give them (after the turn's reasoning and text).
 AGENT_CALLS: Items = [("tool_call", "shell", '{"command": ["pytest", "-q"], "workdir": "/srv/app", "timeout_ms": 60000}'),
                       ("tool_call", "read_file", '{"path": "pyproject.toml"}')]
