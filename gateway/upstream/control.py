@@ -16,7 +16,10 @@ What the gateway learns on the way is kept on each replica: its weight version (
 because a weight call failed on it or it missed the fleet's version, until an update brings it
 to the fleet's version. Pausing closes the pool's barrier (gateway/upstream/barrier.py) and
 resuming opens it once every replica answered. A reset of a replica's caches clears the
-router's index of it (gateway/upstream/router.py), so routing never counts on blocks it lost.
+router's index of it (gateway/upstream/router.py), so routing never counts on blocks it lost,
+and so does a change of its weights, so routing never counts on blocks computed with the weights
+before. A trainer's weight calls through `/collective_rpc` (its worker extension's methods)
+keep these books as the weight endpoints they stand for do.
 """
 
 from __future__ import annotations
@@ -40,8 +43,29 @@ __all__ = ["Answer", "Fleet", "FleetError"]
 log = logging.getLogger(__name__)
 
 RETRY_STATUS = frozenset({502, 503, 504})
-# Collective RPCs that change a replica's weights: a failure fences it, a success clears its cache index.
-WEIGHT_RPCS = frozenset({"reload_weights", "update_weights", "load_weights"})
+# Worker methods a trainer calls through `/collective_rpc` that start a weight update or change the
+# weights, by their names: vLLM's own (vllm/v1/worker/gpu_worker.py: `reload_weights`, and the
+# `start_weight_update`/`update_weights`/`finish_weight_update` its endpoints run), SkyRL's worker
+# extensions (NovaSky-AI/SkyRL new_inference_worker_wrap.py: `skyrl_start_weight_update`,
+# `update_weights_ipc`, `update_weights_nccl`, `skyrl_finish_weight_update`; vllm_worker.py:
+# `load_weights`), NeMo-RL's `update_weights_from_*`, open-instruct's `update_weight`, TRL's
+# `update_named_param`.
+_STARTS_UPDATE = frozenset({"start_weight_update", "start_draft_weight_update"})
+_CHANGES_WEIGHTS = ("update_weight", "load_weight", "reload_weight", "finish_weight_update",
+                    "finish_draft_weight_update", "update_named_param")
+_RELOADS_WHOLE = "reload_weights"  # the model's whole checkpoint, loaded again from disk
+
+
+def rpc_kind(method: str) -> str | None:
+    """What a `/collective_rpc` method does to the weights, as the weight endpoint it stands for:
+    "start" (`/start_weight_update`), "change" (`/update_weights`, `/finish_weight_update`),
+    "reload" (all of them at once), or None (anything else: the gateway keeps nothing about it)."""
+    name = method.removeprefix("skyrl_")
+    if name in _STARTS_UPDATE:
+        return "start"
+    if name == _RELOADS_WHOLE:
+        return "reload"
+    return "change" if name.startswith(_CHANGES_WEIGHTS) else None
 
 
 @dataclass(slots=True)
@@ -262,27 +286,35 @@ class Fleet:
 
     async def push(self, path: str, body: Any) -> dict[str, Any]:
         """A step of a weight update (`/start_weight_update`, `/update_weights`, …): sent to every
-        replica at once, never retried. A replica it failed on is fenced until a later update
-        starts on it (`/start_weight_update`) and it is labelled with the fleet's version."""
+        replica at once, never retried (`weights_touched` keeps the books)."""
         answers = await self.call("POST", path, body=body)
         if path != "/shutdown_weight_transfer_engine":
-            for answer in answers:
-                if not answer.ok:
-                    self.dirty.add(answer.replica.url)
-                elif path in ("/start_weight_update", "/start_draft_weight_update"):
-                    self.dirty.discard(answer.replica.url)
-        self.fence()
+            self.weights_touched(answers, "start" if path.lstrip("/") in _STARTS_UPDATE else "change")
         self.ensure(path.lstrip("/"), answers)
         return answers[0].body
+
+    def weights_touched(self, answers: Sequence[Answer], kind: str) -> None:
+        """The books after a weight call, whichever way it came (an endpoint or a `/collective_rpc`,
+        `rpc_kind`): a replica it failed on is fenced until a later update starts on it ("start")
+        or reloads its whole checkpoint ("reload") and it is labelled with the fleet's version;
+        one whose weights changed ("change", "reload"), or may have, no longer holds the blocks
+        the router's index counts on (they were computed with the weights before)."""
+        for answer in answers:
+            url = answer.replica.url
+            if not answer.ok:
+                self.dirty.add(url)
+            elif kind in ("start", "reload"):
+                self.dirty.discard(url)
+            if kind != "start":
+                self.pool.router.cleared(url)
+        self.fence()
 
     async def label(self, path: str, body: dict[str, Any] | None, version: str | None) -> dict[str, Any]:
         """`/finish_weight_update {weight_version}` or `/update_weight_version {new_version}`: the
         version becomes the fleet's, and each replica that took it is at it."""
         answers = await self.call("POST", path, body=body)
         if path == "/finish_weight_update":
-            for answer in answers:
-                if not answer.ok:
-                    self.dirty.add(answer.replica.url)
+            self.weights_touched(answers, "change")
         if version is not None:
             self.pool.weight_version = version
             for answer in answers:
@@ -309,13 +341,11 @@ class Fleet:
 
     async def collective_rpc(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """vLLM's `/collective_rpc` on every replica (never retried); `results` are the replicas'
-        lists one after another. A weight-loading method (`reload_weights`) fences a replica it
-        failed on, as `push` does."""
+        lists one after another. A method that starts a weight update or changes the weights
+        (`rpc_kind`) keeps the books as the weight endpoint it stands for (`weights_touched`)."""
         answers = await self.call("POST", "/collective_rpc", body=body)
-        if body.get("method") in WEIGHT_RPCS:
-            for answer in answers:
-                (self.dirty.discard if answer.ok else self.dirty.add)(answer.replica.url)
-            self.fence()
+        if (kind := rpc_kind(body["method"])) is not None:
+            self.weights_touched(answers, kind)
         self.ensure(f"collective_rpc {body.get('method')}", answers)
         if all(a.body is None for a in answers):
             return None

@@ -210,6 +210,72 @@ def test_a_reset_clears_the_index_of_the_replicas_it_reset(two):
     assert post(two, "/collective_rpc", {"method": "reload_weights"}).json() == {"results": [None, None, None]}
 
 
+def indexed(fleet: Fleet) -> list[int]:
+    """The blocks the router's index counts on, per replica."""
+    return [len(view.sent) for view in fleet.runtime.pool.router.views.values()]
+
+
+def fill_index(fleet: Fleet) -> None:
+    for _ in range(2):
+        for replica in fleet.replicas:
+            replica.queue(Script([1]))
+        post(fleet, "/v1/completions", {"model": "tiny-qwen3", "prompt": list(range(100, 164)), "max_tokens": 1})
+    assert sum(indexed(fleet)) > 0
+
+
+# Weight calls as trainers send them: vLLM's endpoint, its worker's methods through /collective_rpc, SkyRL's
+# worker extensions (new_inference_worker_wrap.py, vllm_worker.py), TRL's and open-instruct's.
+WEIGHT_CALLS = [("/update_weights", {"update_info": {"names": ["w"]}}),
+                ("/collective_rpc", {"method": "reload_weights"}),
+                ("/collective_rpc", {"method": "update_weights", "kwargs": {"update_info": {"names": ["w"]}}}),
+                ("/collective_rpc", {"method": "update_weights_nccl", "kwargs": {"update_info": {"names": ["w"]}}}),
+                ("/collective_rpc", {"method": "update_weights_ipc", "kwargs": {"update_info": {"names": ["w"]}}}),
+                ("/collective_rpc", {"method": "skyrl_finish_weight_update"}),
+                ("/collective_rpc", {"method": "load_weights", "args": ["<pickled request>"]}),
+                ("/collective_rpc", {"method": "update_named_param", "args": ["w", "torch.bfloat16", [4, 4]]}),
+                ("/collective_rpc", {"method": "update_weight", "args": ["w", "torch.bfloat16", [4, 4]]})]
+
+
+@pytest.mark.parametrize(("path", "body"), WEIGHT_CALLS, ids=[body.get("method", path) for path, body in WEIGHT_CALLS])
+def test_a_weight_change_clears_the_routers_index_whichever_way_it_comes(two, path, body):
+    """The blocks the replicas hold were computed with the weights before: routing stops counting on
+    them after a weight change through the endpoint or any worker method that changes weights."""
+    fill_index(two)
+    assert post(two, path, body).status_code == 200
+    assert indexed(two) == [0, 0]
+
+
+@pytest.mark.parametrize("method", ["test_rpc", "init_weight_update_communicator", "skyrl_start_weight_update"])
+def test_an_rpc_that_changes_no_weights_leaves_the_index(two, method):
+    fill_index(two)
+    before = indexed(two)
+    assert post(two, "/collective_rpc", {"method": method}).json() == {"results": [None, None, None]}
+    assert indexed(two) == before
+
+
+@pytest.mark.parametrize("recovery", ["skyrl_start_weight_update", "reload_weights"])
+def test_a_replica_failing_a_weight_rpc_is_out_of_routing_until_an_update_starts_or_reloads_it(two, recovery):
+    """As with /update_weights: the replica a worker's weight method failed on may hold half-loaded
+    weights, so it serves nothing until a new update starts on it (then it is at the fleet's version
+    again) or it reloads its whole checkpoint; an RPC that touches no weights changes nothing."""
+    a, b = two.replicas
+    a.collective = b.collective = None  # no rendezvous: b fails alone
+    b.fail["/collective_rpc"] = 500
+    failed = post(two, "/collective_rpc", {"method": "update_weights_ipc", "kwargs": {"update_info": {}}})
+    assert failed.status_code == 502 and failed.json()["error"]["code"] == "fleet_partial_failure"
+    assert b.url in failed.json()["error"]["message"] and a.url not in failed.json()["error"]["message"]
+    assert [r["fenced"] is None for r in httpx.get(two.url + "/health").json()["replicas"]] == [True, False]
+    for _ in range(3):
+        a.queue(Script([1, 2, 3]))
+        assert completion(two).status_code == 200
+    assert len(b.bodies("/v1/completions")) == 0 and len(a.bodies("/v1/completions")) == 3
+    del b.fail["/collective_rpc"]
+    assert post(two, "/collective_rpc", {"method": "test_rpc"}).status_code == 200
+    assert [r["fenced"] is None for r in httpx.get(two.url + "/health").json()["replicas"]] == [True, False]
+    assert post(two, "/collective_rpc", {"method": recovery}).status_code == 200
+    assert [r["fenced"] for r in httpx.get(two.url + "/health").json()["replicas"]] == [None, None]
+
+
 def test_trls_async_grpo_calls_drive_the_fleet(open_two):
     """TRL's async GRPO, call for call: trl/experimental/async_grpo/weight_transfer.py
     `init_weight_transfer` (get_world_size, then init_weight_transfer_engine with rank_offset 1 and
