@@ -14,7 +14,7 @@ from tests.formats.test_deepseek_parser import CONTRACT, TOOLS, call, section
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support import family_render
 from tests.support.deepseek import KNOWN_IDS, LAST_ADDED_ID, V31_TOKENS
-from tests.support.family_contract import AGENT_HISTORY, INJECTED, Injection, RenderContract
+from tests.support.family_contract import AGENT_HISTORY, INJECTED, Continuation, Injection, RenderContract, first_turn
 
 BOS, EOS = KNOWN_IDS["<｜begin▁of▁sentence｜>"], KNOWN_IDS["<｜end▁of▁sentence｜>"]
 USER, ASSISTANT, THINK, THINK_END = (KNOWN_IDS[t] for t in ("<｜User｜>", "<｜Assistant｜>", "<think>", "</think>"))
@@ -91,37 +91,18 @@ def test_a_generated_call_renders_back_to_the_same_ids(deepseek_format, deepseek
 # Exact continuation -----------------------------------------------------------------------------
 
 
-BEFORE = Conversation(instructions="You are a coding agent.", tools=TOOLS,
-                      items=[Message("developer", "Be careful."), Message("user", "Run the tests.")])
 # A call the model tokenized its own way: one byte per token, no merges.
 CALL_TURN = section(call("shell", '{"command": ["pytest", "-q"], "timeout_ms": 600}'))
-
-
-def parse_items(fmt, ids: list[int]) -> list[Item]:
-    return family_render.turn_items(fmt, ids, TOOLS)
-
-
-async def continue_after(fmt, generated: list[int], new_items, *, expect_tail: bool = True):
-    return await family_render.continue_after(fmt, BEFORE, generated, new_items, expect_tail=expect_tail)
-
-
-async def test_the_next_prompt_continues_the_model_s_own_ids_after_a_call(deepseek_format, deepseek_tokenizer):
-    generated = [*ids_of(deepseek_tokenizer, CALL_TURN, split="bytes"), EOS]
-    assert [type(i) for i in parse_items(deepseek_format, generated)] == [ToolCall]
-    prompt, ids = await continue_after(deepseek_format, generated,
-                                       lambda turn: [ToolOutput(turn[0].call_id, "3 passed", name="shell")])
-    assert prompt[-2:] == [ASSISTANT, THINK_END]
-    assert ids[:len(prompt) + len(generated)] == prompt + generated
+CONTINUATIONS = [
     # No generation prompt after tool results: the model answers right after them.
-    assert deepseek_format.decode(ids[len(prompt) + len(generated):]) == (
-        "<｜tool▁output▁begin｜>3 passed<｜tool▁output▁end｜>")
-
-
-async def test_the_next_prompt_continues_after_an_answer(deepseek_format, deepseek_tokenizer):
-    generated = [*ids_of(deepseek_tokenizer, "All 3 passed.", split="bytes"), EOS]
-    prompt, ids = await continue_after(deepseek_format, generated, lambda turn: [Message("user", "Thanks")])
-    assert ids[:len(prompt) + len(generated)] == prompt + generated
-    assert deepseek_format.decode(ids[len(prompt) + len(generated):]) == "<｜User｜>Thanks<｜Assistant｜></think>"
+    Continuation(lambda tokenizer: [*ids_of(tokenizer, CALL_TURN, split="bytes"), EOS],
+                 lambda turn: [ToolOutput(turn[0].call_id, "3 passed", name="shell")],
+                 "<｜tool▁output▁begin｜>3 passed<｜tool▁output▁end｜>", kinds=[ToolCall],
+                 prompt_ends=[ASSISTANT, THINK_END], expect_tail=True, about="after-a-call"),
+    Continuation(lambda tokenizer: [*ids_of(tokenizer, "All 3 passed.", split="bytes"), EOS],
+                 lambda turn: [Message("user", "Thanks")], "<｜User｜>Thanks<｜Assistant｜></think>", expect_tail=True,
+                 about="after-an-answer"),
+]
 
 
 async def test_thinking_mode_keeps_the_reasoning_the_template_drops(deepseek_tokenizer):
@@ -130,13 +111,19 @@ async def test_thinking_mode_keeps_the_reasoning_the_template_drops(deepseek_tok
     thinking = HFChatFormat(deepseek_tokenizer, enable_thinking=True, locality=failing_kinds)
     generated = [*ids_of(deepseek_tokenizer, "Easy.</think>All 3 passed.", split="bytes"), EOS]
     assert [type(i) for i in parse_items(thinking, generated)] == [Reasoning, Message]
-    prompt, ids = await continue_after(thinking, generated, lambda turn: [Message("user", "Thanks")])
+    prompt, ids = await family_render.continue_after(thinking, first_turn(TOOLS), generated,
+                                                     lambda turn: [Message("user", "Thanks")], expect_tail=True)
     assert prompt[-2:] == [ASSISTANT, THINK]
     assert ids[:len(prompt) + len(generated)] == prompt + generated
     assert thinking.decode(ids[len(prompt) + len(generated):]) == "<｜User｜>Thanks<｜Assistant｜><think>"
 
 
+def parse_items(fmt, ids: list[int]) -> list[Item]:
+    return family_render.turn_items(fmt, ids, TOOLS)
+
+
 # Checked with every family's in tests/formats/test_family_contract.py.
 RENDER = RenderContract("deepseek", "deepseek_format", "deepseek_tokenizer", seed=3131,
                          histories=[HISTORY],
-                         injection=INJECTED_AS)
+                         injection=INJECTED_AS,
+                         continuations=CONTINUATIONS, tools=TOOLS)

@@ -31,8 +31,16 @@ from tests.formats import (
     test_step3p5,
 )
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
-from tests.support import family_cases
-from tests.support.family_contract import OutputContract, RenderContract, injected, rendered_as, spelled_ids
+from tests.support import family_cases, family_render
+from tests.support.family_contract import (
+    Continuation,
+    OutputContract,
+    RenderContract,
+    first_turn,
+    injected,
+    rendered_as,
+    spelled_ids,
+)
 from tests.support.family_render import reference_ids
 
 DECLARED = {module.CONTRACT.family: module.CONTRACT for module in (
@@ -53,6 +61,8 @@ RENDERS = [module.RENDER for module in (test_deepseek_render, test_glm_render, t
     test_llama4_pythonic.LLAMA32_RENDER, *(cases.render for cases in family_cases.FAMILIES.values())]
 HISTORIES = [pytest.param(contract, conversation, expected, id=f"{contract}-{n}")
              for contract in RENDERS for n, (conversation, expected) in enumerate(contract.histories)]
+CONTINUATIONS = [pytest.param(contract, case, id=f"{contract}-{case.about}")
+                 for contract in RENDERS for case in contract.continuations]
 MALFORMED = [(contract, output, expected) for contract in CONTRACTS for output, expected in contract.malformed]
 CASES = [pytest.param(contract, case, id=f"{contract}-{case.about or n}")
          for contract in CONTRACTS for n, case in enumerate(contract.cases)]
@@ -207,3 +217,21 @@ def test_markup_in_user_tool_and_argument_text_is_plain_text(contract: RenderCon
     clean = chat_format.render(injected("x", injection))
     assert [t for t in ids if injection.is_markup(t)] == [t for t in clean if injection.is_markup(t)]
     assert chat_format.decode(ids).count(injection.text) == injection.count
+
+
+@pytest.mark.parametrize(("contract", "case"), CONTINUATIONS)
+async def test_the_next_prompt_continues_the_model_s_own_ids(contract: RenderContract, case: Continuation, request):
+    chat_format = request.getfixturevalue(contract.format)
+    generated = case.generated(request.getfixturevalue(contract.tokenizer))
+    before = first_turn(contract.tools)
+    if case.kinds is not None:
+        turn = family_render.turn_items(chat_format, generated, contract.tools,
+                                        reported_call_ids=contract.reported_call_ids)
+        assert [type(item) for item in turn] == list(case.kinds)
+    prompt, ids = await family_render.continue_after(chat_format, before, generated, case.then,
+                                                     reported_call_ids=contract.reported_call_ids,
+                                                     expect_tail=case.expect_tail)
+    assert prompt[len(prompt) - len(case.prompt_ends):] == list(case.prompt_ends)
+    kept = generated[:-1] if case.replaced_stop else generated
+    assert ids[:len(prompt) + len(kept)] == prompt + kept
+    assert chat_format.decode(ids[len(prompt) + len(kept):]) == case.rest

@@ -5,11 +5,11 @@ after its turn."""
 
 from __future__ import annotations
 
-from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
+from gateway.core.conversation import Conversation, Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.shared import with_argument_dicts
 from tests.formats.test_glm_parser import CONTRACT, KNOWN_IDS, TOOLS
 from tests.support import family_render
-from tests.support.family_contract import AGENT_HISTORY, ELIDED, INJECTED, Injection, RenderContract
+from tests.support.family_contract import AGENT_HISTORY, ELIDED, INJECTED, Continuation, Injection, RenderContract
 from tests.support.glm import ADDED_TOKENS, FIRST_ADDED_ID
 
 USER, ASSISTANT, OBSERVATION, SYSTEM = (KNOWN_IDS[t] for t in ("<|user|>", "<|assistant|>", "<|observation|>",
@@ -61,55 +61,30 @@ def test_a_generated_call_renders_back_to_the_same_ids(glm_format, glm_tokenizer
 # Exact continuation -----------------------------------------------------------------------------
 
 
-BEFORE = Conversation(instructions="You are a coding agent.", tools=TOOLS,
-                      items=[Message("developer", "Be careful."), Message("user", "Run the tests.")])
 # A call the model tokenized its own way: one byte per token, no merges.
 CALL_TURN = ("\n<think>Run pytest.</think>\n", ("<tool_call>shell\n<arg_key>command</arg_key>\n"
              '<arg_value>["pytest", "-q"]</arg_value>\n<arg_key>timeout_ms</arg_key>\n<arg_value>600</arg_value>\n'
              "</tool_call>"))
-
-
-def reference_ids(tokenizer, conversation: Conversation) -> list[int]:
-    return family_render.reference_ids(tokenizer, conversation, with_argument_dicts)
-
-
-def parsed_items(fmt, ids: list[int]) -> list[Item]:
-    return family_render.turn_items(fmt, ids, TOOLS)
-
-
-async def continue_after(fmt, tokenizer, generated: list[int], new_items, *, expect_tail: bool = True):
-    return await family_render.continue_after(fmt, BEFORE, generated, new_items, expect_tail=expect_tail)
-
-
-async def test_the_next_prompt_continues_the_model_s_own_ids_after_a_call(glm_format, glm_tokenizer):
-    generated = [*ids_of(glm_tokenizer, CALL_TURN[0]), *ids_of(glm_tokenizer, CALL_TURN[1], split="bytes"),
-                 OBSERVATION]
-    assert [type(i) for i in parsed_items(glm_format, generated)] == [Reasoning, ToolCall]
-    prompt, ids = await continue_after(glm_format, glm_tokenizer, generated,
-                                       lambda turn: [ToolOutput(turn[1].call_id, "3 passed", name="shell")])
-    assert ids[:len(prompt) + len(generated)] == prompt + generated
-    assert glm_format.decode(ids[len(prompt) + len(generated):]) == "\n<tool_response>\n3 passed\n</tool_response><|assistant|>"
-
-
-async def test_the_next_prompt_continues_after_an_answer(glm_format, glm_tokenizer):
-    generated = [*ids_of(glm_tokenizer, "\n<think>Done.</think>\nAll 3 passed.", split="bytes"), USER]
-    prompt, ids = await continue_after(glm_format, glm_tokenizer, generated,
-                                       lambda turn: [Message("user", "Thanks")], expect_tail=False)
-    assert ids[:len(prompt) + len(generated)] == prompt + generated
-    assert glm_format.decode(ids[len(prompt) + len(generated):]) == "\nThanks<|assistant|>"
-
-
-async def test_a_message_the_model_did_not_open_replaces_its_stop_token(glm_format, glm_tokenizer):
-    """The model stopped on `<|user|>`, but a developer message comes next: the model's ids are kept,
-    its stop token (the next message's opener, not part of its turn) gives way to the template's."""
-    generated = [*ids_of(glm_tokenizer, "\n<think>Done.</think>\nAll 3 passed.", split="bytes"), USER]
-    prompt, ids = await continue_after(glm_format, glm_tokenizer, generated,
-                                       lambda turn: [Message("developer", "Network is off.")])
-    assert ids[:len(prompt) + len(generated) - 1] == prompt + generated[:-1]
-    assert glm_format.decode(ids[len(prompt) + len(generated) - 1:]) == "<|system|>\nNetwork is off.<|assistant|>"
+ANSWER = "\n<think>Done.</think>\nAll 3 passed."
+CONTINUATIONS = [
+    Continuation(lambda tokenizer: [*ids_of(tokenizer, CALL_TURN[0]), *ids_of(tokenizer, CALL_TURN[1], split="bytes"),
+                                    OBSERVATION],
+                 lambda turn: [ToolOutput(turn[1].call_id, "3 passed", name="shell")],
+                 "\n<tool_response>\n3 passed\n</tool_response><|assistant|>", kinds=[Reasoning, ToolCall],
+                 expect_tail=True, about="after-a-call"),
+    Continuation(lambda tokenizer: [*ids_of(tokenizer, ANSWER, split="bytes"), USER],
+                 lambda turn: [Message("user", "Thanks")], "\nThanks<|assistant|>", expect_tail=False,
+                 about="after-an-answer"),
+    # The model stopped on `<|user|>`, but a developer message comes next: the model's ids are kept, its stop
+    # token (the next message's opener, not part of its turn) gives way to the template's.
+    Continuation(lambda tokenizer: [*ids_of(tokenizer, ANSWER, split="bytes"), USER],
+                 lambda turn: [Message("developer", "Network is off.")], "<|system|>\nNetwork is off.<|assistant|>",
+                 replaced_stop=True, expect_tail=True, about="a-message-the-model-did-not-open"),
+]
 
 
 # Checked with every family's in tests/formats/test_family_contract.py.
 RENDER = RenderContract("glm", "glm_format", "glm_tokenizer", with_argument_dicts, seed=4747,
                          histories=[HISTORY],
-                         injection=INJECTED_AS)
+                         injection=INJECTED_AS,
+                         continuations=CONTINUATIONS, tools=TOOLS)

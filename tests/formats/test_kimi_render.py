@@ -9,7 +9,7 @@ import dataclasses
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from tests.formats.test_kimi_parser import CONTRACT, TOOLS, call, section
 from tests.support import family_render
-from tests.support.family_contract import AGENT_HISTORY, ELIDED, INJECTED, Injection, RenderContract
+from tests.support.family_contract import AGENT_HISTORY, ELIDED, INJECTED, Continuation, Injection, RenderContract
 from tests.support.kimi import FIRST_ADDED_ID, KNOWN_IDS, VOCAB_SIZE
 
 ids_of = CONTRACT.ids
@@ -65,39 +65,27 @@ def test_a_generated_call_renders_back_to_the_same_ids(kimi_format, kimi_tokeniz
 # Exact continuation -----------------------------------------------------------------------------
 
 
-BEFORE = Conversation(instructions="You are a coding agent.", tools=TOOLS,
-                      items=[Message("developer", "Be careful."), Message("user", "Run the tests.")])
-
-
 def parse_items(fmt, ids: list[int]) -> list[Item]:
     """The model's turn as the history holds it; call ids are the ones the parser reports."""
     return family_render.turn_items(fmt, ids, TOOLS, reported_call_ids=True)
 
 
-async def continue_after(fmt, generated: list[int], new_items):
-    return await family_render.continue_after(fmt, BEFORE, generated, new_items, reported_call_ids=True)
-
-
-async def test_the_next_prompt_continues_the_model_s_own_ids_after_a_call(kimi_format, kimi_tokenizer):
-    generated = [*ids_of(kimi_tokenizer, "<think>Run pytest.</think>"),
-                 *ids_of(kimi_tokenizer, section(call("functions.shell:0", '{"command": ["pytest", "-q"]}')),
-                         split="bytes"), IM_END]
-    prompt, ids = await continue_after(kimi_format, generated, lambda turn: [ToolOutput(turn[1].call_id, "3 passed")])
-    assert ids[:len(prompt) + len(generated)] == prompt + generated
-    assert kimi_format.decode(ids[len(prompt) + len(generated):]) == (
+CONTINUATIONS = [
+    Continuation(lambda tokenizer: [
+        *ids_of(tokenizer, "<think>Run pytest.</think>"),
+        *ids_of(tokenizer, section(call("functions.shell:0", '{"command": ["pytest", "-q"]}')), split="bytes"), IM_END],
+        lambda turn: [ToolOutput(turn[1].call_id, "3 passed")],
         "<|im_system|>tool<|im_middle|>## Return of functions.shell:0\n3 passed<|im_end|>"
-        "<|im_assistant|>assistant<|im_middle|>")
-
-
-async def test_the_next_prompt_continues_after_an_answer(kimi_format, kimi_tokenizer):
-    generated = [*ids_of(kimi_tokenizer, "<think>Done.</think>All 3 passed.", split="bytes"), IM_END]
-    prompt, ids = await continue_after(kimi_format, generated, lambda turn: [Message("user", "Thanks")])
-    assert ids[:len(prompt) + len(generated)] == prompt + generated
-    assert kimi_format.decode(ids[len(prompt) + len(generated):]) == (
-        "<|im_user|>user<|im_middle|>Thanks<|im_end|><|im_assistant|>assistant<|im_middle|>")
+        "<|im_assistant|>assistant<|im_middle|>", about="after-a-call"),
+    Continuation(lambda tokenizer: [*ids_of(tokenizer, "<think>Done.</think>All 3 passed.", split="bytes"), IM_END],
+                 lambda turn: [Message("user", "Thanks")],
+                 "<|im_user|>user<|im_middle|>Thanks<|im_end|><|im_assistant|>assistant<|im_middle|>",
+                 about="after-an-answer"),
+]
 
 
 # Checked with every family's in tests/formats/test_family_contract.py.
 RENDER = RenderContract("kimi", "kimi_format", "kimi_tokenizer", seed=2020,
                          histories=[HISTORY],
-                         injection=INJECTED_AS)
+                         injection=INJECTED_AS,
+                         continuations=CONTINUATIONS, tools=TOOLS, reported_call_ids=True)

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
 from gateway.core.conversation import Conversation, Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.qwen_xml import template_messages
 from tests.formats.test_minimax_parser import CONTRACT, TOOLS, block, invoke, parse_items
-from tests.support import family_render
-from tests.support.family_contract import AGENT_HISTORY, ELIDED, Injection, RenderContract
+from tests.support.family_contract import AGENT_HISTORY, ELIDED, Continuation, Injection, RenderContract
 from tests.support.minimax import FIRST_ADDED_ID, KNOWN_IDS, VOCAB_SIZE, added_tokens
 
 EOS, THINK = KNOWN_IDS["[e~["], KNOWN_IDS["<think>"]
@@ -58,39 +55,21 @@ def test_a_generated_call_renders_back_to_the_same_ids(minimax_format, minimax_t
     assert full[len(prompt):full.index(EOS, len(prompt))] == ids_of(minimax_tokenizer, written)
 
 
-BEFORE = Conversation(instructions="You are a coding agent.", tools=TOOLS,
-                      items=[Message("developer", "Be careful."), Message("user", "Run the tests.")])
-
-
-def reference_ids(tokenizer, conversation: Conversation) -> list[int]:
-    return family_render.reference_ids(tokenizer, conversation, template_messages)
-
-
-async def continue_after(fmt, generated: list[int], new_items):
-    return await family_render.continue_after(fmt, BEFORE, generated, new_items)
-
-
-@pytest.mark.parametrize("split", ["canonical", "bytes"])
-async def test_the_next_prompt_continues_the_model_s_own_ids_after_a_call(minimax_format, minimax_tokenizer, split):
-    written = "Need the tests.</think>" + block(invoke("shell", ("command", '["pytest", "-q"]')))
-    generated = [*ids_of(minimax_tokenizer, written, split=split), EOS]
-    assert [type(i) for i in parse_items(minimax_format, generated)] == [Reasoning, ToolCall]
-    prompt, ids = await continue_after(minimax_format, generated,
-                                       lambda turn: [ToolOutput(turn[1].call_id, "3 passed", name="shell")])
-    assert ids[:len(prompt) + len(generated)] == prompt + generated
-    assert minimax_format.decode(ids[len(prompt) + len(generated):]) == (
-        "\n]~b]tool\n<response>3 passed</response>[e~[\n]~b]ai\n<think>\n")
-
-
-async def test_a_new_query_keeps_the_reasoning_the_template_drops(minimax_format, minimax_tokenizer):
-    generated = [*ids_of(minimax_tokenizer, "Easy.\n</think>\n\nAll 3 passed.", split="bytes"), EOS]
-    assert [type(i) for i in parse_items(minimax_format, generated)] == [Reasoning, Message]
-    prompt, ids = await continue_after(minimax_format, generated, lambda turn: [Message("user", "Thanks")])
-    assert ids[:len(prompt) + len(generated)] == prompt + generated
-    assert minimax_format.decode(ids[len(prompt) + len(generated):]) == "\n]~b]user\nThanks[e~[\n]~b]ai\n<think>\n"
+CALL_TURN = "Need the tests.</think>" + block(invoke("shell", ("command", '["pytest", "-q"]')))
+CONTINUATIONS = [
+    *(Continuation(lambda tokenizer, split=split: [*ids_of(tokenizer, CALL_TURN, split=split), EOS],
+                   lambda turn: [ToolOutput(turn[1].call_id, "3 passed", name="shell")],
+                   "\n]~b]tool\n<response>3 passed</response>[e~[\n]~b]ai\n<think>\n", kinds=[Reasoning, ToolCall],
+                   about=f"after-a-call-{split}") for split in ("canonical", "bytes")),
+    # A new query keeps the reasoning the template drops.
+    Continuation(lambda tokenizer: [*ids_of(tokenizer, "Easy.\n</think>\n\nAll 3 passed.", split="bytes"), EOS],
+                 lambda turn: [Message("user", "Thanks")], "\n]~b]user\nThanks[e~[\n]~b]ai\n<think>\n",
+                 kinds=[Reasoning, Message], about="a-new-query"),
+]
 
 
 # Checked with every family's in tests/formats/test_family_contract.py.
 RENDER = RenderContract("minimax", "minimax_format", "minimax_tokenizer", template_messages, seed=2718,
                          histories=[HISTORY],
-                         injection=INJECTED_AS)
+                         injection=INJECTED_AS,
+                         continuations=CONTINUATIONS, tools=TOOLS)

@@ -126,6 +126,29 @@ INJECTED = "{injected}"
 
 
 @dataclass(frozen=True)
+class Continuation:
+    """The model generated `generated` (to its stop) after `first_turn(tools)`; the client sends the turn back
+    followed by `then(turn)`: the next prompt, prepared by the session pipeline, is the first prompt, the
+    model's own ids (all but its stop, where the next message replaces it) and then `rest` as the template
+    writes it."""
+
+    generated: Callable[[Any], list[int]]  # the tokenizer -> the model's ids
+    then: Callable[[list[Any]], list[Any]]  # the turn's items -> what the client sends after them
+    rest: str
+    kinds: Sequence[type] | None = None  # the types of the turn's items, where checked
+    prompt_ends: Sequence[int] = ()  # the first prompt's last ids (its generation prompt)
+    replaced_stop: bool = False
+    expect_tail: bool | None = None  # whether the format renders the new items alone (None: not checked)
+    about: str = ""
+
+
+def first_turn(tools: Sequence[Tool]) -> Conversation:
+    """The conversation whose answer the continuation cases continue."""
+    return Conversation(instructions="You are a coding agent.", tools=list(tools),
+                        items=[Message("developer", "Be careful."), Message("user", "Run the tests.")])
+
+
+@dataclass(frozen=True)
 class RenderContract:
     family: str
     format: str  # the fixture holding the format whose render is checked
@@ -136,6 +159,9 @@ class RenderContract:
     # containing and ending as spelled: a reader sees the family's prompt.
     histories: Sequence[tuple[Conversation, str]] = ()
     injection: Injection | None = None
+    continuations: Sequence[Continuation] = ()
+    tools: Sequence[Tool] = ()  # the tools of `first_turn` for the continuations
+    reported_call_ids: bool = False  # the turn's call ids are those the model wrote
 
     def __str__(self) -> str:
         return self.family
