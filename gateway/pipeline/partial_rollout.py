@@ -11,7 +11,12 @@ or `--partial-rollouts` for all), the gateway does the same on the client's beha
 fleet resumed, the next leg asks for `prompt + output so far` with the limits lowered by what was
 produced, and the legs' answers are spliced into one — token ids, logprobs and vLLM's
 `weight_versions` spans (each leg's shifted by the tokens before it), so the weights that made
-each token are known, which is what off-policy correction needs.
+each token are known, which is what off-policy correction needs — and vLLM's `routed_experts`
+(the MoE routing of every forwarded position, from `routed_experts_prompt_start` on, which
+routing replay trains with): a next leg asks for its rows from where the leg before's ended (the
+positions the cut leg forwarded are its, made by the weights that made its tokens; the resumed
+leg's prefill of them again is not), and the answer carries every leg's rows in order, as one
+uninterrupted generation's would be shaped.
 
 Only what a continuation reproduces exactly is resumed, all of it decided at the token level:
 `output_mode: "tokens"`, one sample (`n` 1), no stop strings (one may straddle the splice and
@@ -26,7 +31,11 @@ uninterrupted run would have made.
 
 from __future__ import annotations
 
+import base64
+import io
 from typing import Any
+
+import numpy as np
 
 __all__ = ["Splice", "refusal"]
 
@@ -68,6 +77,7 @@ class Splice:
         self.before_ids: list[int] = []  # the earlier legs' output
         self.before_logprobs: list[Any] = []  # their `logprobs.content` entries
         self.before_spans: list[dict[str, Any]] = []  # their weight-version spans
+        self.before_experts: np.ndarray | None = None  # their `routed_experts` rows, when vLLM returns them
         self.legs = 1
 
     @property
@@ -83,6 +93,9 @@ class Splice:
             params["max_tokens"] = max(limit - done, 1)
         if params.get("min_tokens"):
             params["min_tokens"] = max(params["min_tokens"] - done, 0)
+        if self.before_experts is not None:  # the rows of the positions the legs before forwarded are theirs
+            params["routed_experts_prompt_start"] = params.get("routed_experts_prompt_start", 0) + \
+                len(self.before_experts)
         return {**body, "token_ids": self.prompt_ids + self.before_ids, "sampling_params": params}
 
     def cut(self, choice: dict[str, Any], spans: list[dict[str, Any]] | None, ids: list[int]) -> None:
@@ -93,7 +106,9 @@ class Splice:
         self.before_ids.extend(ids)
         content = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
         self.before_logprobs.extend(content or ())
-        choice.update(finish_reason=None, stop_reason=None, weight_versions=None)
+        if choice.get("routed_experts") is not None:
+            self.before_experts = _rows(self.before_experts, choice["routed_experts"])
+        choice.update(finish_reason=None, stop_reason=None, weight_versions=None, routed_experts=None)
         self.legs += 1
 
     def head(self, event: dict[str, Any]) -> None:
@@ -112,6 +127,9 @@ class Splice:
         joined to theirs; `whole` (a non-streamed answer), the earlier ids and logprobs in front."""
         if choice.get("weight_versions") is not None:
             choice["weight_versions"] = join(self.before_spans, choice["weight_versions"], len(self.before_ids))
+        if self.before_experts is not None and (choice.get("routed_experts") is not None
+                                                or choice.get("finish_reason") is not None):
+            choice["routed_experts"] = _npy(_rows(self.before_experts, choice.get("routed_experts")))
         if not whole:
             return
         choice["token_ids"] = self.before_ids + list(choice.get("token_ids") or ())
@@ -130,3 +148,20 @@ def join(before: list[dict[str, Any]], after: list[dict[str, Any]], offset: int)
         else:
             spans.append(moved)
     return spans
+
+
+def _rows(before: np.ndarray | None, encoded: str | None) -> np.ndarray:
+    """`before`'s routing rows, then those of vLLM's `encoded` answer (base64 `.npy`: positions ×
+    layers × experts per token) after them."""
+    if encoded is None:
+        assert before is not None
+        return before
+    rows = np.load(io.BytesIO(base64.b64decode(encoded)), allow_pickle=False)
+    return rows if before is None else np.concatenate((before, rows), axis=0)
+
+
+def _npy(rows: np.ndarray) -> str:
+    """`rows` as vLLM encodes them (vllm/utils/serial_utils.py `numpy2base64`)."""
+    with io.BytesIO() as buffer:
+        np.save(buffer, rows, allow_pickle=False)
+        return base64.b64encode(buffer.getvalue()).decode("ascii")

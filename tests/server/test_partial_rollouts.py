@@ -9,12 +9,15 @@ The real-vLLM half (greedy ids equal to an uninterrupted run) is tests/real_vllm
 
 from __future__ import annotations
 
+import base64
+import io
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
+import numpy as np
 import orjson
 import pytest
 
@@ -96,17 +99,18 @@ class Client(threading.Thread):
 
 
 def cut_by_an_abort_pause(gateway: Stack, body: dict, *, then_version: str | None = "step-1",
-                          before_release=None) -> Client:
+                          before_release=None, experts: tuple[str | None, str | None] = (None, None)) -> Client:
     """Send `body`; once the replica has produced 11 and 12 (streamed; non-streamed: once it holds
     the request), pause the fleet with mode=abort, and let the replica end that leg with 13 and
-    finish_reason "abort", as vLLM does; then label new weights and resume."""
+    finish_reason "abort", as vLLM does; then label new weights and resume. `experts`: each leg's
+    `routed_experts`."""
     released = threading.Event()
-    cut = Script([11, 12, 13], finish_reason="abort", logprobs=[-0.1, -0.2, -0.3])
+    cut = Script([11, 12, 13], finish_reason="abort", logprobs=[-0.1, -0.2, -0.3], routed_experts=experts[0])
     if body["stream"]:
         cut.stall_after, cut.stall_until = 2, released
     else:
         cut.headers_until = released
-    gateway.replica.queue(cut, Script([14, 15, IM_END], logprobs=[-0.4, -0.5, -0.6]))
+    gateway.replica.queue(cut, Script([14, 15, IM_END], logprobs=[-0.4, -0.5, -0.6], routed_experts=experts[1]))
     client = Client(gateway.url, body)
     client.start()
     if body["stream"]:
@@ -155,6 +159,42 @@ def test_a_generation_cut_by_an_abort_pause_goes_on_after_the_resume_as_one_answ
         assert [lp["token_id"] for lp in choice["logprobs"]["content"]] == choice["token_ids"]
         logprobs = [lp["logprob"] for lp in choice["logprobs"]["content"]]
     assert logprobs == [-0.1, -0.2, -0.3, -0.4, -0.5, -0.6]
+
+
+def npy(rows: np.ndarray) -> str:
+    """As vLLM answers `routed_experts` (vllm/utils/serial_utils.py `numpy2base64`)."""
+    with io.BytesIO() as buffer:
+        np.save(buffer, rows, allow_pickle=False)
+        return base64.b64encode(buffer.getvalue()).decode()
+
+
+def rows_of(encoded: str) -> np.ndarray:
+    return np.load(io.BytesIO(base64.b64decode(encoded)), allow_pickle=False)
+
+
+@pytest.mark.parametrize("start", [0, 2])
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_the_routed_experts_of_every_leg_come_back_in_order(gateway, stream, start):
+    """vLLM's `routed_experts`: the MoE routing (layers × top-k) of every position it forwarded, from
+    `routed_experts_prompt_start` on, on the last choice. The cut leg forwarded the prompt's 3 and
+    11, 12 (13 was sampled, never forwarded); the resumed leg asks for its rows from there (its
+    prefill of 13 is what made 14), and the client gets both legs' rows in order: prompt + output -
+    1 - start rows, as one uninterrupted generation answers."""
+    cut_rows = np.arange((5 - start) * 4, dtype=np.uint8).reshape(5 - start, 2, 2)  # positions start..4
+    resumed_rows = 100 + np.arange(3 * 4, dtype=np.uint8).reshape(3, 2, 2)  # positions 5..7
+    body = generate_body(stream=stream, partial_rollout=True, params={"routed_experts_prompt_start": start} if start
+                         else {})
+    client = cut_by_an_abort_pause(gateway, body, experts=(npy(cut_rows), npy(resumed_rows)))
+    assert client.status == 200
+    first, resumed = gateway.replica.bodies("/inference/v1/generate")
+    assert first["sampling_params"].get("routed_experts_prompt_start", 0) == start
+    assert resumed["sampling_params"]["routed_experts_prompt_start"] == 5
+    choices = [c for e in client.events for c in e["choices"]] if stream else client.answer["choices"]
+    experts = [c["routed_experts"] for c in choices if c.get("routed_experts") is not None]
+    assert len(experts) == 1  # on the last choice only, as vLLM sends it
+    rows = rows_of(experts[0])
+    assert rows.shape == (len(PROMPT) + 6 - 1 - start, 2, 2) and rows.dtype == np.uint8
+    assert rows.tolist() == cut_rows.tolist() + resumed_rows.tolist()
 
 
 def test_the_rollout_records_both_legs_with_their_versions(gateway):

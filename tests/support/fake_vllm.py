@@ -72,6 +72,7 @@ class Script:
     stall_after: int | None = None
     stall_until: threading.Event | None = None
     malformed_after: int | None = None
+    routed_experts: str | None = None  # generate's final choice: vLLM's base64 `.npy` of the routing rows
 
 
 DEFAULT_SCRIPT = Script([0], finish_reason="length")
@@ -389,7 +390,7 @@ class _Output:
             "finish_reason": self.script.finish_reason if final else None,
             "stop_reason": self.script.stop_reason if final else None,
             "token_ids": self.script.token_ids[start:end],
-            "routed_experts": None,
+            "routed_experts": self.script.routed_experts if final else None,
             "sampling_mask": None,
             "weight_versions": [{"version": self.version, "start": 0, "end": total}] if final else None,
             "logprobs": logprobs,
