@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from bench.models import MODELS
-from gateway.adapters.responses_turn import from_http
+from gateway.adapters.responses.turn import from_http
 from gateway.core.settings import Settings
 from gateway.server.app import build_runtime
 from gateway.server.body_writer import BodyWriter

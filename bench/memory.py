@@ -87,7 +87,7 @@ def sessions_rss(gateway: procs.Process, count: int, tokens: int) -> dict[str, A
 
 def _retained_bytes(items: list[dict], output: list[int]) -> int:
     """What one session keeps: the TokenState the gateway stores for this history, counted."""
-    from gateway.adapters.responses_input import parse_request
+    from gateway.adapters.responses.input import parse_request
     from gateway.core.conversation import Message
     from gateway.formats import load_format
     from gateway.tokenfix.state import TokenState

@@ -46,9 +46,9 @@ from typing import Any
 import orjson
 
 from gateway.adapters import reasoning_blob
-from gateway.adapters.resent import resent_prefix
-from gateway.adapters.responses_input import parse_request
-from gateway.adapters.responses_turn import from_http, from_socket
+from gateway.adapters.responses.input import parse_request
+from gateway.adapters.responses.resent import resent_prefix
+from gateway.adapters.responses.turn import from_http, from_socket
 from gateway.core.sampling import GenerationDefaults
 from gateway.core.settings import Settings
 from gateway.formats.base import ChatFormat
@@ -168,7 +168,7 @@ def _for_vllm(full: dict[str, Any]) -> dict[str, Any]:
 # -- the measurements ----------------------------------------------------------------------
 
 async def prepare_http(scenario: Scenario, raw: bytes) -> Sequence[int]:
-    """POST /v1/responses up to the prompt ids (the route's builder, gateway/adapters/responses_turn.py)."""
+    """POST /v1/responses up to the prompt ids (the route's builder, gateway/adapters/responses/turn.py)."""
     return await (await from_http(scenario.runtime, raw, SETTINGS)).turn.render()
 
 

@@ -56,7 +56,7 @@ def flat_name(namespace: str | None, name: str) -> str:
 
 def offered_tools(tool: ResponsesTool) -> list[Tool]:
     """The functions one request tool becomes (none for hosted tools; an MCP server's are listed
-    later, gateway/adapters/mcp_tools.py)."""
+    later, gateway/adapters/responses/mcp_tools.py)."""
     if isinstance(tool, FunctionTool):
         return [function_tool(tool)]
     if isinstance(tool, NamespaceTool):

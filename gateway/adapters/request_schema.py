@@ -122,8 +122,8 @@ class RequestBody(BaseModel):
 
 
 # -- Responses ----------------------------------------------------------------------------
-# Items and content parts are what the adapters read (gateway/adapters/responses_input.py,
-# chat_input.py, mcp_tools.py): each model holds the fields they use, and the rules the
+# Items and content parts are what the adapters read (gateway/adapters/responses/input.py,
+# chat/input.py, responses/mcp_tools.py): each model holds the fields they use, and the rules the
 # schema cannot say (a call_id no call made, an image where none is taken) stay there.
 
 class TextPart(Model):
@@ -400,7 +400,7 @@ class ChatBody(RequestBody):
     verbosity: str | None = None
     function_call: str | Obj | None = None
     functions: Annotated[list[FunctionSpec], Bounded] | None = None
-    # vLLM's extra fields (gateway/adapters/vllm_fields.py)
+    # vLLM's extra fields (gateway/adapters/chat/vllm_fields.py)
     return_tokens_as_token_ids: bool | None = None
     skip_special_tokens: bool | None = None
     include_stop_str_in_output: bool | None = None

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.adapters.chat_input import ChatRequest, parse_chat_request
+from gateway.adapters.chat.input import ChatRequest, parse_chat_request
 from gateway.adapters.request_schema import DetokenizeBody, TokenizeBody, validate
 from gateway.core.errors import invalid_request
 

@@ -2,12 +2,12 @@
 reference gives them (Responses' flat `{"type": "function", "name": …}`, Chat Completions'
 nested `{"type": "function", "function": {…}}`) and Codex's `namespace` tool.
 
-What the gateway offers the model reads these (gateway/adapters/codex_tools.py, mcp_tools.py,
-chat_input.py): functions, freeform `custom` tools (their `format`: text, or a Lark or regex
+What the gateway offers the model reads these (gateway/adapters/codex_tools.py, responses/mcp_tools.py,
+chat/input.py): functions, freeform `custom` tools (their `format`: text, or a Lark or regex
 grammar), Codex's namespaces and remote MCP servers. OpenAI's hosted tools (web search, file
 search, computer use, code interpreter, image generation, shells …) are checked as the API
 defines them and not offered, as is a type newer than this gateway (`BuiltinTool`).
-Anthropic's tools are in gateway/adapters/anthropic_input.py.
+Anthropic's tools are in gateway/adapters/anthropic/input.py.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class ApprovalFilter(Model):
 
 
 class McpServerTool(Model):
-    """A remote MCP server (gateway/adapters/mcp_tools.py admits and lists it)."""
+    """A remote MCP server (gateway/adapters/responses/mcp_tools.py admits and lists it)."""
 
     type: Literal["mcp"]
     server_label: str

@@ -1,4 +1,4 @@
-"""Each API's builder, Responses' aside (gateway/adapters/responses_turn.py): its parsed request as
+"""Each API's builder, Responses' aside (gateway/adapters/responses/turn.py): its parsed request as
 a `TurnRequest`, prepared by the exchange (gateway/pipeline/exchange.py `prepare`).
 
 A route parses its body and hands the parsed request here; the builder resolves the model (a LoRA
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.adapters.anthropic_input import MessagesRequest
-from gateway.adapters.chat_input import ChatRequest
+from gateway.adapters.anthropic.input import MessagesRequest
+from gateway.adapters.chat.input import ChatRequest
 from gateway.adapters.rollout_fields import rollout_call
 from gateway.adapters.token_in import TokenInRequest, resumable
 from gateway.adapters.validation import check_model

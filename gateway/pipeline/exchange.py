@@ -1,7 +1,7 @@
 """One exchange owns a turn: start → relay → commit or forget, written once for every API.
 
 Routes and the WebSocket are thin: they parse a request and hand it to its API's builder
-(gateway/adapters/responses_turn.py, gateway/adapters/turns.py), which makes it a `TurnRequest`
+(gateway/adapters/responses/turn.py, gateway/adapters/turns.py), which makes it a `TurnRequest`
 and has it prepared here in one call (`prepare`: the call's place in its rollout, each sample's
 branch of it, the exact tokens the prompt continues and the replica affinity:
 gateway/pipeline/session.py). A Responses body that continues stored state is read here with its
@@ -34,7 +34,7 @@ it waits in the gate's queue (`queue`), in progress once started, then failed or
 completed one is the commit's).
 
 A response made of several generations is several turns inside one exchange. A writer that
-runs tools itself (`RunsTools`: remote MCP tools, gateway/adapters/mcp_tools.py) is asked after
+runs tools itself (`RunsTools`: remote MCP tools, gateway/adapters/responses/mcp_tools.py) is asked after
 each generation; when it ran some and the response goes on, the generation is recorded in its
 rollout, if any, and the next turn continues the exact ids of the one before plus the rendered
 outputs (gateway/pipeline/tool_loop.py), entered in the same block; the last one is the one committed.

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.adapters.anthropic_output import error_body
+from gateway.adapters.anthropic.output import error_body
 from gateway.adapters.validation import parse_json
 from gateway.core.errors import APIError, invalid_request
 from gateway.core.push import Hold, Sink

@@ -2,7 +2,7 @@
 
 A session is what the next request under the same key continues: the turn's `TokenState`,
 and, for a client that resends its whole history over HTTP (Codex), where that request's
-items ended in its body (`ResentPrefix`, gateway/adapters/resent.py), so the next body's
+items ended in its body (`ResentPrefix`, gateway/adapters/responses/resent.py), so the next body's
 covered part is recognised from its bytes. Bounded by total tokens held (4 bytes each) and
 by idle time; least recently used sessions go first. Counters say what happened, so
 nothing is dropped silently.

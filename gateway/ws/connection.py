@@ -1,7 +1,7 @@
 """WebSocket mode on /v1/responses: one socket, many responses, history kept server-side.
 
 A thin transport shell around the same exchange as POST /v1/responses: each
-`response.create` frame becomes a turn (gateway/adapters/responses_turn.py, the builder HTTP
+`response.create` frame becomes a turn (gateway/adapters/responses/turn.py, the builder HTTP
 uses too), runs on its `stream_id` lane through gateway/pipeline/exchange.py, and every
 Responses event goes out as one JSON text frame. The
 latest response of each lane is cached with its exact token ids, so a continuation
@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected, WebSocketState
 
-from gateway.adapters.responses_events import Event
-from gateway.adapters.responses_turn import ResponseTurn, from_socket
+from gateway.adapters.responses.events import Event
+from gateway.adapters.responses.turn import ResponseTurn, from_socket
 from gateway.core import logs
 from gateway.core.errors import APIError, shutting_down
 from gateway.core.ids import new_id

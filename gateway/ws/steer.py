@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.adapters.request_schema import validate
-from gateway.adapters.responses_events import Event, ResponseWriter
+from gateway.adapters.responses.events import Event, ResponseWriter
 from gateway.core.errors import APIError
 from gateway.pipeline.steering import Steering
 from gateway.ws.request import SteerFrame

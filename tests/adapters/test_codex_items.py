@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway.adapters import reasoning_blob
-from gateway.adapters.responses_input import parse_request
+from gateway.adapters.responses.input import parse_request
 from gateway.core.conversation import Reasoning, Tool, ToolCall, ToolOutput
 
 CODEX = Path(__file__).parent.parent / "data" / "codex"
@@ -79,7 +79,7 @@ def test_local_shell_call_and_output():
 
 def test_foreign_reasoning_blob_is_ignored_with_a_warning(caplog):
     body = codex_body("http_3_reasoning_item_echoed.json")
-    with caplog.at_level(logging.WARNING, logger="gateway.adapters.responses_input"):
+    with caplog.at_level(logging.WARNING, logger="gateway.adapters.responses.input"):
         items = parse_request(body).conversation.items
     assert Reasoning(text="raw chain of thought here") in items  # from `content`
     assert any("encrypted_content" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
-from gateway.adapters.responses_events import ResponseWriter
+from gateway.adapters.responses.events import ResponseWriter
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from tests.support.apply_patch import APPLY_PATCH_TOOL
 from tests.support.fake_vllm import Script

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gateway.adapters.chat_input import parse_chat_request
-from gateway.adapters.responses_input import parse_request
+from gateway.adapters.chat.input import parse_chat_request
+from gateway.adapters.responses.input import parse_request
 from gateway.core.errors import APIError
 
 EXTRAS = {"temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 7, "presence_penalty": 0.5,

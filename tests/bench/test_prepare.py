@@ -5,7 +5,7 @@ the same history uncached) must give the same ids, or its figures compare differ
 from __future__ import annotations
 
 from bench.prepare import SETTINGS, SIZES, build_scenario, prepare_http, prepare_routed, prepare_ws, routed
-from gateway.adapters.responses_turn import from_http
+from gateway.adapters.responses.turn import from_http
 
 
 async def test_cached_continued_and_uncached_prompts_are_the_same_ids(qwen_format):

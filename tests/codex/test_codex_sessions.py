@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.adapters.responses_input import parse_request
+from gateway.adapters.responses.input import parse_request
 from gateway.formats import load_format
 from tests.codex.harness import (
     GENERATE,
@@ -197,7 +197,7 @@ def test_a_tampered_reasoning_blob_is_ignored_with_a_log(stack, codex_bin, token
         return body
 
     stack.traffic.on_post = tamper
-    caplog.set_level(logging.WARNING, logger="gateway.adapters.responses_input")
+    caplog.set_level(logging.WARNING, logger="gateway.adapters.responses.input")
     generated = reasoning_turn(tokenizer)
     stack.fake.queue(Script(generated), Script(answer_ids(tokenizer, "Done.")))
     run, _ = codex_exec(codex_bin, stack.url, tmp_path, "Write hi to out.txt")
@@ -318,7 +318,7 @@ def test_remote_compaction_v2_compacts_through_the_gateway(stack, codex_bin, tok
     """With the provider capability `remote_compaction = "v2"` Codex compacts remotely: the history
     with a final `compaction_trigger` item; the gateway's model writes the summary on the exact
     tokens of the session, answered as one `compaction` item, which Codex sends back in place of
-    the history it summarized (gateway/adapters/compaction.py)."""
+    the history it summarized (gateway/adapters/responses/compaction.py)."""
     call = call_ids(tokenizer, "exec_command", {"cmd": "echo hi > out.txt"}, spell="echo hi")
     summary = "SUMMARY: wrote hi to out.txt."
     stack.fake.queue(Script(call), Script(answer_ids(tokenizer, summary)), Script(answer_ids(tokenizer, "All done.")))

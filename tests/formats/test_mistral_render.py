@@ -14,7 +14,7 @@ from mistral_common.protocol.instruct.request import ChatCompletionRequest
 from mistral_common.protocol.instruct.validator import ValidationMode
 from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
-from gateway.adapters.chat_input import parse_chat_request
+from gateway.adapters.chat.input import parse_chat_request
 from gateway.core.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.core.errors import APIError
 from gateway.formats.mistral import load_mistral_format, mistral_call_id

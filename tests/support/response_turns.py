@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from gateway.adapters.responses_turn import ResponseTurn, from_http
+from gateway.adapters.responses.turn import ResponseTurn, from_http
 from gateway.core.settings import Settings
 from gateway.server.app import build_runtime
 from tests.support.fake_vllm import FakeVLLM, Script

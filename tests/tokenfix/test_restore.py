@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from gateway.adapters.responses_input import parse_request
+from gateway.adapters.responses.input import parse_request
 from gateway.core.settings import Settings
 from gateway.formats.harmony import load_harmony_format
 from gateway.server.app import build_runtime

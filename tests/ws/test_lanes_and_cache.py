@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.adapters.continuation import parse_continuation
+from gateway.adapters.responses.continuation import parse_continuation
 from gateway.core.conversation import Conversation, Message, ToolCall
 from gateway.core.errors import APIError
 from gateway.store.responses import CachedResponse, ResponseCache

@@ -17,7 +17,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from gateway.adapters.responses_input import parse_request
+from gateway.adapters.responses.input import parse_request
 from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.settings import Settings
 from gateway.formats.hf import load_hf_format

@@ -15,8 +15,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.chat_input import parse_chat_request, unwrap_extra_body
-from gateway.adapters.chat_output import ChatChunks, completion, completions, samples_ending
+from gateway.adapters.chat.input import parse_chat_request, unwrap_extra_body
+from gateway.adapters.chat.output import ChatChunks, completion, completions, samples_ending
 from gateway.adapters.turns import chat_turns
 from gateway.adapters.validation import parse_json
 from gateway.core.ids import new_id

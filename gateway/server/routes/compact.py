@@ -4,7 +4,7 @@ Responses' `CompactResource`; the endpoint Codex's remote compaction calls).
 The body is a Responses body without the sampling options (`model`, `input`,
 `previous_response_id`, `instructions`, `prompt_cache_key`, and the tools and reasoning
 options Codex's compaction client may send). It runs as the same request
-with a `compaction_trigger` appended (gateway/adapters/compaction.py): one summary turn through
+with a `compaction_trigger` appended (gateway/adapters/responses/compaction.py): one summary turn through
 the ordinary exchange, continuing the session's exact tokens. The answer holds the history's user
 messages, then the one `compaction` item that carries the summary.
 """
@@ -17,8 +17,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.compaction import TRIGGER, kept_messages
-from gateway.adapters.responses_turn import from_http
+from gateway.adapters.responses.compaction import TRIGGER, kept_messages
+from gateway.adapters.responses.turn import from_http
 from gateway.adapters.validation import parse_json
 from gateway.core.errors import invalid_request
 from gateway.pipeline import exchange

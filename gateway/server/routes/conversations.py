@@ -3,7 +3,7 @@
 A conversation is server-side history that outlives `previous_response_id` chains: a
 response created with `conversation` continues its exact tokens and appends its input and
 output items (gateway/pipeline/conversations.py). The shapes are OpenAI's
-(gateway/adapters/conversation_items.py); pages are newest first unless `order=asc`.
+(gateway/adapters/responses/conversation_items.py); pages are newest first unless `order=asc`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters import conversation_items as shapes
 from gateway.adapters.request_schema import ConversationBody, ConversationUpdateBody, ItemsBody, validate
+from gateway.adapters.responses import conversation_items as shapes
 from gateway.pipeline import conversations
 from gateway.pipeline.runtime import Runtime
 from gateway.server.http import JSONResponse, read_json

@@ -12,8 +12,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.anthropic_input import MessagesRequest, parse_messages_request
-from gateway.adapters.anthropic_output import MessageEvents, message
+from gateway.adapters.anthropic.input import MessagesRequest, parse_messages_request
+from gateway.adapters.anthropic.output import MessageEvents, message
 from gateway.adapters.turns import message_turn
 from gateway.adapters.validation import parse_json
 from gateway.core.ids import new_id

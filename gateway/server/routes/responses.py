@@ -5,7 +5,7 @@ tokens of the session's previous turn are kept under that key and spliced into t
 next prompt (gateway/tokenfix), and the key pins the session to one replica. RL
 clients may send `rollout_id` (and `response_mask`) as extra top-level fields: the
 call is then recorded in that rollout's trajectory, as over Chat Completions.
-The turn is built as over WebSocket (gateway/adapters/responses_turn.py) and run by the
+The turn is built as over WebSocket (gateway/adapters/responses/turn.py) and run by the
 exchange (gateway/pipeline/exchange.py).
 """
 
@@ -15,8 +15,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.responses_events import Event
-from gateway.adapters.responses_turn import from_http
+from gateway.adapters.responses.events import Event
+from gateway.adapters.responses.turn import from_http
 from gateway.adapters.validation import parse_json
 from gateway.core.errors import invalid_request
 from gateway.core.push import Hold, Sink

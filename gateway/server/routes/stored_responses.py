@@ -23,9 +23,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.adapters.responses_events import Event
-from gateway.adapters.responses_turn import ResponseTurn
-from gateway.adapters.stored import input_items_page
+from gateway.adapters.responses.events import Event
+from gateway.adapters.responses.stored import input_items_page
+from gateway.adapters.responses.turn import ResponseTurn
 from gateway.core.errors import APIError
 from gateway.core.push import Hold
 from gateway.formats.base import ParseEvent

@@ -1,4 +1,4 @@
-"""A full history sent again (gateway/adapters/resent.py): the bytes-recognised fast path gives
+"""A full history sent again (gateway/adapters/responses/resent.py): the bytes-recognised fast path gives
 exactly what parsing everything gives, and any change to the covered history takes the
 ordinary path, which then renders in full (non_monotonic)."""
 
@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.adapters.resent import (
+from gateway.adapters.responses.input import parse_request
+from gateway.adapters.responses.resent import (
     Resent,
     ResentItems,
     _input_span,
@@ -25,7 +26,6 @@ from gateway.adapters.resent import (
     resent_prefix,
     session_key,
 )
-from gateway.adapters.responses_input import parse_request
 from gateway.core.conversation import Message
 from gateway.core.sampling import GenerationDefaults, SamplingOptions
 from gateway.pipeline import session
@@ -38,7 +38,7 @@ from gateway.upstream.pool import Pool
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 KEY = "thread-1"
-CODEX = Path(__file__).parents[1] / "data" / "codex"
+CODEX = Path(__file__).parents[2] / "data" / "codex"
 TOOLS = [{"type": "function", "name": "exec_command", "description": "Run a shell command",
           "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}]
 # JSON syntax inside strings, non-ASCII (offsets are bytes), and markup that must stay text.

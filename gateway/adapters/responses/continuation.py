@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.adapters import conversation_items, mcp_tools
-from gateway.adapters.responses_input import ResponsesRequest, parse_request
+from gateway.adapters.responses import conversation_items, mcp_tools
+from gateway.adapters.responses.input import ResponsesRequest, parse_request
 from gateway.core.conversation import Conversation, ToolCall
 from gateway.pipeline.request import InConversation
 from gateway.store.conversations import StoredConversation

@@ -1,4 +1,4 @@
-"""Compaction (gateway/adapters/compaction.py): `POST /v1/responses/compact` and a final
+"""Compaction (gateway/adapters/responses/compaction.py): `POST /v1/responses/compact` and a final
 `compaction_trigger` item over HTTP, SSE and WebSocket, against a scripted vLLM.
 
 The summary turn is the model's, through the ordinary pipeline: its prompt continues the
@@ -16,8 +16,8 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from gateway.adapters.compaction import SUMMARY_HEADER, SUMMARY_PROMPT
-from gateway.adapters.responses_input import parse_request
+from gateway.adapters.responses.compaction import SUMMARY_HEADER, SUMMARY_PROMPT
+from gateway.adapters.responses.input import parse_request
 from gateway.formats.hf import load_hf_format
 from tests.codex.harness import answer_ids, spelled
 from tests.support.fake_vllm import Script

@@ -15,13 +15,13 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from gateway.adapters.continuation import parse_continuation, parse_in_conversation
-from gateway.adapters.conversation_items import conversation_id
 from gateway.adapters.request_schema import ResponsesBody, body_field
-from gateway.adapters.resent import Resent, parse_resent, resent_prefix, session_key
-from gateway.adapters.responses import CompactionEvents, ResponseEvents, new_writer, plan_hosted
-from gateway.adapters.responses_events import Event, ResponseWriter
-from gateway.adapters.responses_input import ResponsesRequest, parse_request
+from gateway.adapters.responses.continuation import parse_continuation, parse_in_conversation
+from gateway.adapters.responses.conversation_items import conversation_id
+from gateway.adapters.responses.events import Event, ResponseWriter
+from gateway.adapters.responses.input import ResponsesRequest, parse_request
+from gateway.adapters.responses.output import CompactionEvents, ResponseEvents, new_writer, plan_hosted
+from gateway.adapters.responses.resent import Resent, parse_resent, resent_prefix, session_key
 from gateway.adapters.rollout_fields import rollout_call
 from gateway.adapters.validation import check_model, parse_json
 from gateway.core.errors import invalid_request
@@ -90,7 +90,7 @@ class _Create:
     def resent(self, found: Session) -> bool:
         assert self._raw is not None and self.session_key is not None
         self._resent = parse_resent(self._raw, self.session_key, found, self.runtime.format.turn_terminators)
-        return self._resent is not None  # never one with MCP tools (gateway/adapters/resent.py)
+        return self._resent is not None  # never one with MCP tools (gateway/adapters/responses/resent.py)
 
     def named(self) -> Named:
         if self._body is None:

@@ -4,7 +4,7 @@ HTTP (SSE or JSON), WebSocket mode and background responses all run a turn throu
 gateway/pipeline/exchange.py with a `ResponseEvents`; they differ only in `sink`, which frames
 the events (SSE, WebSocket text frames, a background response's log) or drops them (a JSON
 answer reads `answer()` at the end). A response with remote MCP tools runs their calls between
-its generations (`run_tools`, gateway/adapters/mcp_tools.py). `CompactionEvents` is the summary turn of a
+its generations (`run_tools`, gateway/adapters/responses/mcp_tools.py). `CompactionEvents` is the summary turn of a
 `compaction_trigger`: generated whole, answered as one `compaction` item, never kept.
 """
 
@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.adapters import compaction, logprobs, mcp_tools
+from gateway.adapters import logprobs
 from gateway.adapters.generation import coalesce, incomplete_reason, nemo_fields, token_fields
-from gateway.adapters.mcp_tools import HostedTool
-from gateway.adapters.responses_events import Event, ResponseWriter
-from gateway.adapters.responses_input import ResponsesRequest
+from gateway.adapters.responses import compaction, mcp_tools
+from gateway.adapters.responses.events import Event, ResponseWriter
+from gateway.adapters.responses.input import ResponsesRequest
+from gateway.adapters.responses.mcp_tools import HostedTool
 from gateway.core.conversation import ToolCall, ToolOutput
 from gateway.core.errors import APIError
 from gateway.core.push import Hold, Sink, held
@@ -157,7 +158,7 @@ class ResponseEvents:
 
 
 class CompactionEvents(ResponseEvents):
-    """The summary turn of a `compaction_trigger` (gateway/adapters/compaction.py): its text is
+    """The summary turn of a `compaction_trigger` (gateway/adapters/responses/compaction.py): its text is
     not streamed but answered as one `compaction` item; what it generated is not history."""
 
     keeps = False
@@ -205,7 +206,7 @@ def _call_meta(hosted: HostedTool, outcome: mcp.McpResult) -> dict[str, Any]:
 
 async def plan_hosted(parsed: ResponsesRequest, body: dict[str, Any], settings: Settings) -> None:
     """The request's remote MCP tools, admitted and listed before the response starts
-    (gateway/adapters/mcp_tools.py)."""
+    (gateway/adapters/responses/mcp_tools.py)."""
     parsed.mcp = await mcp_tools.plan(parsed.tools, parsed.approvals, parsed.conversation, parsed.listed, settings,
                                       body.get("max_tool_calls"))
 

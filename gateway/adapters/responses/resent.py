@@ -29,7 +29,7 @@ import orjson
 import xxhash
 
 from gateway.adapters.request_schema import validate_items
-from gateway.adapters.responses_input import ResponsesRequest, input_items, parse_request
+from gateway.adapters.responses.input import ResponsesRequest, input_items, parse_request
 from gateway.core.conversation import Item
 from gateway.core.errors import APIError
 from gateway.formats.base import Covered

@@ -6,11 +6,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.adapters import output_fields, vllm_fields
+from gateway.adapters import output_fields
+from gateway.adapters.chat import vllm_fields
 from gateway.adapters.codex_tools import function_tool
 from gateway.adapters.images import chat_image
 from gateway.adapters.request_schema import ChatBody, ChatImagePart, ChatMessage, Content, validate
-from gateway.adapters.responses_input import content_part, content_text
+from gateway.adapters.responses.input import content_part, content_text
 from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.tool_schema import ChatFunctionTool
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput, with_parts

@@ -15,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.adapters import compaction, mcp_tools, output_fields, reasoning_blob
+from gateway.adapters import output_fields, reasoning_blob
 from gateway.adapters.codex_tools import LOCAL_SHELL, custom_arguments, flat_name, offered_tools
 from gateway.adapters.images import responses_image
-from gateway.adapters.mcp_tools import MCP_ITEMS, Approval, McpPlan
 from gateway.adapters.request_schema import (
     CompactionItem,
     Content,
@@ -38,6 +37,8 @@ from gateway.adapters.request_schema import (
     ToolOutputItem,
     validate,
 )
+from gateway.adapters.responses import compaction, mcp_tools
+from gateway.adapters.responses.mcp_tools import MCP_ITEMS, Approval, McpPlan
 from gateway.adapters.sampling_fields import parse_sampling
 from gateway.adapters.tool_schema import FunctionTool, McpServerTool, ResponsesTool
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput, with_parts
@@ -63,11 +64,11 @@ class ResponsesRequest:
     text_logprobs: bool = False  # `include` asked for message.output_text.logprobs
     background: bool = False  # run as a task, answer `queued` now (gateway/server/routes/stored_responses.py)
     truncate: bool = False  # `truncation: "auto"`: the oldest exchanges go when the history does not fit
-    compact: bool = False  # the input ended with a compaction_trigger (gateway/adapters/compaction.py)
+    compact: bool = False  # the input ended with a compaction_trigger (gateway/adapters/responses/compaction.py)
     tools: list[ResponsesTool] = field(default_factory=list)
     # Reasoning items whose blob holds the ids their turn generated (for gateway/tokenfix/restore.py).
     generated: list[tuple[Reasoning, array | str]] = field(default_factory=list)
-    # Remote MCP tools (gateway/adapters/mcp_tools.py): listings the context holds, by server label…
+    # Remote MCP tools (gateway/adapters/responses/mcp_tools.py): listings the context holds, by server label…
     listed: dict[str, list[McpTool]] = field(default_factory=dict)
     approvals: list[Approval] = field(default_factory=list)  # …the input's answers to approval requests…
     mcp: McpPlan | None = None  # …and, once planned, what the response may call

@@ -15,7 +15,7 @@ reasoning exactly, and clients that did not ask ignore the field. The first reas
 of a turn also names the turn (its response id), under which the session keeps the turn's
 ids once it ends. Every item is done before the next one is added, as OpenAI streams them.
 
-Calls of remote MCP tools (`hosted`, gateway/adapters/mcp_tools.py) are `mcp_call` items,
+Calls of remote MCP tools (`hosted`, gateway/adapters/responses/mcp_tools.py) are `mcp_call` items,
 done only once the gateway ran them (`mcp_call_done`), or `mcp_approval_request` items, added
 whole; the listings and approved calls that precede a response's first generation are
 `mcp_item`s.
@@ -29,9 +29,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway.adapters import mcp_tools, reasoning_blob
+from gateway.adapters import reasoning_blob
 from gateway.adapters.codex_tools import CustomInputStream, Route, custom_input, routes
-from gateway.adapters.mcp_tools import HostedTool
+from gateway.adapters.responses import mcp_tools
+from gateway.adapters.responses.mcp_tools import HostedTool
 from gateway.core.ids import new_id
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
 from gateway.upstream.mcp import McpResult

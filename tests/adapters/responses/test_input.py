@@ -3,11 +3,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.adapters.responses_input import parse_request
+from gateway.adapters.responses.input import parse_request
 from gateway.core.conversation import Message, Reasoning, ToolCall, ToolOutput
 from gateway.core.errors import APIError
 
-CODEX = Path(__file__).parent.parent / "data" / "codex"
+CODEX = Path(__file__).parents[2] / "data" / "codex"
 
 
 def codex_body(name: str) -> dict:

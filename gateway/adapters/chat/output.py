@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from gateway.adapters import logprobs
-from gateway.adapters.chat_input import ChatRequest
+from gateway.adapters.chat.input import ChatRequest
 from gateway.adapters.generation import coalesce, nemo_fields
 from gateway.core.conversation import Message, Reasoning, ToolCall
 from gateway.core.errors import APIError

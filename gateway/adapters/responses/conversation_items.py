@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.adapters import mcp_tools
 from gateway.adapters.request_schema import InputItem, conversation_ref, validate_items
-from gateway.adapters.responses_input import input_items
-from gateway.adapters.stored import page
+from gateway.adapters.responses import mcp_tools
+from gateway.adapters.responses.input import input_items
+from gateway.adapters.responses.stored import page
 from gateway.core.conversation import Item, ToolCall
 from gateway.core.errors import APIError, invalid_request
 from gateway.core.ids import new_id

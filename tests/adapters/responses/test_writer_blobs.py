@@ -5,7 +5,7 @@ under that name), later ones carry their text alone."""
 import pytest
 
 from gateway.adapters import reasoning_blob
-from gateway.adapters.responses_events import ResponseWriter
+from gateway.adapters.responses.events import ResponseWriter
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 
 

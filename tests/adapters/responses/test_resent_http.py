@@ -10,8 +10,8 @@ from itertools import pairwise
 import httpx
 import orjson
 
-from gateway.adapters import responses_turn as responses_route
-from gateway.adapters.responses_input import parse_request
+from gateway.adapters.responses import turn as responses_route
+from gateway.adapters.responses.input import parse_request
 from gateway.core.settings import Settings
 from gateway.server.app import build_runtime
 from gateway.tokenfix.prompt import build_prompt
