@@ -1,7 +1,8 @@
 """The exchange owns a turn from start to end (gateway/pipeline/exchange.py): against a scripted
 replica, what a writer sees and when the one commit happens; however a turn is left it is closed
 (the replica's work aborted), including a background response cancelled while its state is
-being stored."""
+being stored; and what the exchange looks up for a Responses builder before the builder
+finishes its request."""
 
 from __future__ import annotations
 
@@ -10,10 +11,16 @@ from typing import Any
 
 import pytest
 
+from gateway.core.conversation import Conversation, Message
 from gateway.core.errors import APIError
+from gateway.core.sampling import SamplingOptions
+from gateway.core.settings import Settings
 from gateway.pipeline import exchange, session
+from gateway.pipeline.request import Found, Named, TurnRequest
+from gateway.server.app import build_runtime
 from gateway.server.event_log import EventLog
 from gateway.server.routes import stored_responses
+from gateway.store.responses import CachedResponse, ResponseCache
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.response_turns import scenario
 from tests.support.waiting import wait_for
@@ -54,6 +61,54 @@ class _Log:
 
     def failed(self, turn, error):
         self.calls.append(f"failed:{error.code}")
+
+
+class _Builder:
+    """A builder that names `named` and notes what the exchange asks of it."""
+
+    def __init__(self, named: Named, session_key: str | None = None) -> None:
+        self.session_key, self._named = session_key, named
+        self.calls: list[str] = []
+        self.found: Found | None = None
+
+    def resent(self, found):
+        self.calls.append("resent")
+        return False
+
+    def named(self) -> Named:
+        self.calls.append("named")
+        return self._named
+
+    async def request(self, found: Found):
+        self.calls.append("request")
+        self.found = found
+        return TurnRequest(Conversation(items=[Message(role="user", text="hi")]), SamplingOptions()), None
+
+
+def test_the_exchange_looks_up_what_a_builder_names_before_the_builder_finishes_its_request(qwen_tokenizer_dir):
+    """One call prepares a Responses turn: the exchange looks up the session a body may resend (none
+    here: the builder is not asked to read it), then what the body names, and hands the builder
+    what it found; an unknown conversation is the exchange's 404, before the builder reads on."""
+    runtime = build_runtime(Settings(model=str(qwen_tokenizer_dir), upstreams=["http://127.0.0.1:9"]))
+    earlier = CachedResponse("resp_1", Conversation(items=[Message(role="user", text="before")]), None)
+    cache = ResponseCache()
+    cache.put(None, earlier)
+
+    async def prepare() -> tuple[_Builder, _Builder, _Builder, APIError]:
+        previous = _Builder(Named(previous_response_id="resp_1", cache=cache), session_key="unknown-key")
+        turn = await exchange.prepare_built(runtime, previous)
+        assert turn.request.conversation.items == [Message(role="user", text="hi")]
+        gone = _Builder(Named(previous_response_id="resp_2", cache=cache))
+        await exchange.prepare_built(runtime, gone)
+        missing = _Builder(Named(conversation_id="conv_missing"))
+        with pytest.raises(APIError) as unknown:
+            await exchange.prepare_built(runtime, missing)
+        return previous, gone, missing, unknown.value
+
+    previous, gone, missing, unknown = asyncio.run(prepare())
+    assert previous.calls == ["named", "request"] and previous.found == Found(previous=earlier)
+    assert gone.calls == ["named", "request"] and gone.found == Found()  # the builder's 400 to raise
+    assert missing.calls == ["named"] and (unknown.status, unknown.code) == (404, "conversation_not_found")
 
 
 def test_a_finished_turn_is_committed_once_before_its_last_events(qwen_tokenizer_dir):
