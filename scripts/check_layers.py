@@ -1,10 +1,12 @@
 """Every import in gateway/ points down the layers (docs/architecture.md), no modules import
-each other in a circle, and a module uses only what another one declares public (its `__all__`);
-prints what breaks these rules.
+each other in a circle, a module uses only what another one declares public (its `__all__`), and
+no module imports another package's private module (`_name.py`); prints what breaks these rules.
 
 Every import counts: at module level, inside a function, or under `if TYPE_CHECKING:`. A circle
 between modules of one layer is as much a knot for a reader as one across layers. A name missing
 from `__all__` is the module's own business: another module that needs it makes it public there.
+A private module (`gateway/server/_metrics.py`) is its package's own: the package and the packages
+inside it may import it; nothing else under gateway/, bench/, scripts/ or examples/ may (tests/ may).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 RANK = {"ops": 7, "server": 6, "adapters": 5, "ws": 5, "pipeline": 4, "store": 3, "tokenfix": 2,
         "formats": 1, "upstream": 1, "core": 0}
+OUTSIDE_TESTS = ("gateway", "bench", "scripts", "examples")  # where a package's private modules stay its own
 IMPORT = re.compile(r"^\s*(?:from|import) gateway\.(\w+)", re.MULTILINE)
 # `from gateway.a.b import c, d` or `import gateway.a.b`, anywhere in a file.
 MODULE_IMPORT = re.compile(r"^[ \t]*from (gateway(?:\.\w+)*) import (?:\(([\w\s,]+)\)|([\w \t,]+))"
@@ -115,6 +118,38 @@ def private_uses(root: Path) -> list[tuple[str, str, str]]:
     return found
 
 
+def private_imports(root: Path) -> list[tuple[str, str, str]]:
+    """(importing file, module, the package it is private to) for each import of a private module
+    (a `_name` part in its dotted path) from outside the package that holds it."""
+    modules = {_name(root, path) for path in (root / "gateway").rglob("*.py")}
+    found = []
+    for path in sorted(p for folder in OUTSIDE_TESTS for p in (root / folder).rglob("*.py")):
+        importer = _name(root, path)
+        for module in dict.fromkeys(_imported(path, modules)):
+            parts = module.split(".")
+            private = next((i for i, part in enumerate(parts) if part.startswith("_") and not part.startswith("__")),
+                           None)
+            if private is None:
+                continue
+            owner = ".".join(parts[:private])
+            if not (importer == owner or importer.startswith(owner + ".")):
+                found.append((str(path.relative_to(root)), module, owner))
+    return found
+
+
+def _imported(path: Path, modules: set[str]) -> list[str]:
+    """The gateway modules a file imports: `from a.b import c` imports `a.b`, and `a.b.c` where
+    that is a module of its own."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("gateway"):
+            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names
+                                      if f"{node.module}.{alias.name}" in modules]
+        elif isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names if alias.name.startswith("gateway")]
+    return names
+
+
 def _declared(path: Path) -> frozenset[str]:
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
@@ -138,4 +173,7 @@ if __name__ == "__main__":
     private = private_uses(root)
     for path, module, name in private:
         print(f"{path} uses {module}.{name}, which {module}'s __all__ does not list")
-    sys.exit(1 if bad or knots or private else 0)
+    inside = private_imports(root)
+    for path, module, owner in inside:
+        print(f"{path} imports {module}, which is private to {owner}")
+    sys.exit(1 if bad or knots or private or inside else 0)

@@ -56,3 +56,33 @@ def test_the_store_check_sees_a_write_around_the_door(tmp_path):
     assert check_stores.writes_around_the_door(tmp_path) == [
         ("gateway/ws/socket.py", 4, "cache.evict"), ("gateway/ws/socket.py", 6, "session.store_snapshot"),
         ("gateway/ws/socket.py", 7, "store.commit_rollout"), ("gateway/ws/socket.py", 8, "session.warm_up")]
+
+
+def test_the_layer_check_sees_an_import_of_another_packages_private_module(tmp_path):
+    """A private module (`_name.py`) is its package's own: the package, and the packages inside it,
+    may import it; another package, bench or a script may not; tests are not read."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import check_layers
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    files = {
+        "gateway/server/_metrics.py": "__all__ = ['collect']\ndef collect(): ...\n",
+        "gateway/server/app.py": "from gateway.server import _metrics\n",  # its own package
+        "gateway/server/routes/websocket.py": "from gateway.server._metrics import collect\n",  # a package inside
+        "gateway/server/http.py": "from gateway.server.routes import _frames\n",  # a package's, from above it
+        "gateway/server/routes/_frames.py": "",
+        "gateway/adapters/turns.py": "def later():\n    import gateway.server._metrics\n",
+        "gateway/pipeline/session.py": "from gateway.server import _metrics as metrics, app\n",
+        "bench/hotpath.py": "from gateway.server._metrics import collect\nfrom gateway.server.app import _private_name\n",
+        "tests/server/test_metrics.py": "from gateway.server._metrics import collect\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert check_layers.private_imports(tmp_path) == [
+        ("bench/hotpath.py", "gateway.server._metrics", "gateway.server"),
+        ("gateway/adapters/turns.py", "gateway.server._metrics", "gateway.server"),
+        ("gateway/pipeline/session.py", "gateway.server._metrics", "gateway.server"),
+        ("gateway/server/http.py", "gateway.server.routes._frames", "gateway.server.routes"),
+    ]
