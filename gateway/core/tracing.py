@@ -17,7 +17,11 @@ span's per-call costs (a lock, attribute limits and checks on every set, a secon
 at the end). Its attributes go into a plain dict, set once as it ends; ended, it is handed as
 is (it is a ReadableSpan) to the provider's processors, and the batch processor's thread
 encodes it (gateway/server/otlp.py). The sampler decides once per request: a child of a
-recorded span here is recorded too (what every standard sampler decides for it). A request the
+recorded span here is recorded too (what every standard sampler decides for it), and the
+default sampler (parent-based, every root sampled) is not asked about a trace the gateway starts.
+Such a trace carries no baggage or trace state, so with the default propagators its context
+upstream is its `traceparent` alone, written directly (a caller's headers still go through the
+propagators). A request the
 sampler leaves out gets a non-recording span (its trace context still goes upstream, unsampled)
 and builds no attribute at all. Work that is a call elsewhere (a prefill leg on another replica)
 is a child `span`.
@@ -36,11 +40,15 @@ from types import TracebackType
 from typing import Any
 
 from opentelemetry import context, propagate, trace
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace import Span as SDKSpan
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util import types
 
 __all__ = ["Opened", "Recording", "capture_content", "current", "end", "end_request", "log_ids", "phase",
@@ -57,13 +65,21 @@ _source: _Source | None = None
 class _Source:
     """What every span takes from the provider: its sampler, ids, resource, scope, processors."""
 
-    __slots__ = ("ids", "processor", "resource", "sampler", "scope", "trace_headers")
+    __slots__ = ("ids", "plain", "processor", "resource", "root_sampled", "sampler", "scope", "trace_headers")
 
     def __init__(self, sdk_tracer: Any) -> None:
         self.sampler, self.ids, self.resource = sdk_tracer.sampler, sdk_tracer.id_generator, sdk_tracer.resource
         self.scope = InstrumentationScope(SCOPE)
-        self.processor = sdk_tracer.span_processor  # the SDK's fan-out to every processor the provider has
-        self.trace_headers = frozenset(name.encode("latin-1") for name in propagate.get_global_textmap().fields)
+        processors = sdk_tracer.span_processor  # the SDK's fan-out to every processor the provider has
+        only = getattr(processors, "_span_processors", ())  # its processors: one is called directly
+        self.processor = only[0] if len(only) == 1 else processors
+        textmap = propagate.get_global_textmap()
+        self.trace_headers = frozenset(name.encode("latin-1") for name in textmap.fields)
+        # The default sampler (parent-based, every root sampled) decides a root span without being asked.
+        self.root_sampled = self.sampler.get_description() == _DEFAULT_SAMPLER
+        # The default propagators (W3C trace context and baggage): a trace the gateway started has
+        # no baggage and no trace state to send, so its `traceparent` is all `upstream_headers` writes.
+        self.plain = type(textmap) is CompositePropagator and [type(p) for p in textmap._propagators] == _DEFAULT_PROPAGATORS
 
 
 def use(provider: TracerProvider | None, *, content: bool = False) -> None:
@@ -77,24 +93,44 @@ def use(provider: TracerProvider | None, *, content: bool = False) -> None:
 
 _UNSET = Status(StatusCode.UNSET)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_DEFAULT_SAMPLER = ParentBased(ALWAYS_ON).get_description()
+_DEFAULT_PROPAGATORS = [TraceContextTextMapPropagator, W3CBaggagePropagator]
 
 
 class Recording(Span, ReadableSpan):
     """A recorded span: the API's Span while it is open, the SDK's ReadableSpan once it ends
     (what processors and exporters take). Attributes are the gateway's own str, bool, int, float
-    or tuples of them, set as they are (no limits, no per-value check)."""
+    or tuples of them, set as they are (no limits, no per-value check). `plain`: its trace
+    context upstream is its `traceparent` alone (`upstream_headers`)."""
 
     def __init__(self, name: str, span_context: SpanContext, parent: SpanContext | None, kind: SpanKind,
-                 attributes: dict[str, Any], source: _Source) -> None:
+                 attributes: dict[str, Any], source: _Source, plain: bool = False) -> None:
         self._name, self._context, self._parent, self._kind = name, span_context, parent, kind
-        self._attributes = attributes
-        self._events: list[Event] = []
-        self._links: list[trace.Link] = []
-        self._resource, self._instrumentation_scope, self._instrumentation_info = source.resource, source.scope, None
-        self._status = _UNSET
-        self._processor = source.processor
-        self._end_time: int | None = None
+        self._attributes, self._source, self.plain = attributes, source, plain
         self._start_time = time.time_ns()
+
+    # What a span has until it is given one (set once, on the instance): nothing is made per span for them.
+    _events: list[Event] | tuple[()] = ()
+    _links: list[trace.Link] | tuple[()] = ()
+    _status = _UNSET
+    _end_time: int | None = None
+    _instrumentation_info = None
+
+    @property
+    def _resource(self) -> Any:  # what ReadableSpan's own methods read
+        return self._source.resource
+
+    @property
+    def resource(self) -> Any:
+        return self._source.resource
+
+    @property
+    def _instrumentation_scope(self) -> InstrumentationScope:
+        return self._source.scope
+
+    @property
+    def instrumentation_scope(self) -> InstrumentationScope:
+        return self._source.scope
 
     def get_span_context(self) -> SpanContext:
         return self._context
@@ -106,11 +142,15 @@ class Recording(Span, ReadableSpan):
         self._attributes.update(attributes)
 
     def add_event(self, name: str, attributes: types.Attributes = None, timestamp: int | None = None) -> None:
-        self._events.append(Event(name, attributes, timestamp))
+        if not self._events:
+            self._events = []
+        self._events.append(Event(name, attributes, timestamp))  # type: ignore[union-attr]
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         if context.is_valid:
-            self._links.append(trace.Link(context, attributes))
+            if not self._links:
+                self._links = []
+            self._links.append(trace.Link(context, attributes))  # type: ignore[union-attr]
 
     record_exception = SDKSpan.record_exception  # the SDK's exception event (type, message, stack)
     dropped_attributes = dropped_events = dropped_links = 0  # no limits: nothing is dropped
@@ -131,12 +171,14 @@ class Recording(Span, ReadableSpan):
     def end(self, end_time: int | None = None) -> None:
         if self._end_time is None:
             self._end_time = end_time if end_time is not None else time.time_ns()
-            self._processor.on_end(self)
+            self._source.processor.on_end(self)
 
 
-def _open(name: str, kind: SpanKind, parent_context: context.Context | None, attributes: dict[str, Any]) -> Span:
+def _open(name: str, kind: SpanKind, parent_context: context.Context | None, attributes: dict[str, Any],
+          plain: bool = False) -> Span:
     """A span under the current one (or `parent_context`'s): a child of a recorded span here is
-    recorded; any other span asks the sampler, as the SDK's tracer does."""
+    recorded; any other span asks the sampler, as the SDK's tracer does. `plain`: the context
+    holds nothing the caller sent (no baggage, no trace state)."""
     source = _source
     assert source is not None
     parent = trace.get_current_span(parent_context)
@@ -144,8 +186,11 @@ def _open(name: str, kind: SpanKind, parent_context: context.Context | None, att
     span_id = source.ids.generate_span_id()
     if type(parent) is Recording:  # the request's decision holds for its children
         ids = SpanContext(parent_ids.trace_id, span_id, False, parent_ids.trace_flags, parent_ids.trace_state)
-        return Recording(name, ids, parent_ids, kind, attributes, source)
+        return Recording(name, ids, parent_ids, kind, attributes, source, parent.plain)
     valid = parent_ids.is_valid
+    if not valid and source.root_sampled:  # a new trace, which the default sampler samples
+        ids = SpanContext(source.ids.generate_trace_id(), span_id, False, _SAMPLED)
+        return Recording(name, ids, None, kind, attributes, source, plain and source.plain)
     trace_id = parent_ids.trace_id if valid else source.ids.generate_trace_id()
     decision = source.sampler.should_sample(parent_context, trace_id, name, kind)
     ids = SpanContext(trace_id, span_id, False, _SAMPLED if decision.decision.is_sampled() else TraceFlags(0),
@@ -184,9 +229,9 @@ def start_request(name: str, headers: Sequence[tuple[bytes, bytes]], attributes:
     if source is None:
         return None
     fields = source.trace_headers
-    parent = (propagate.extract(headers, getter=_HEADERS)
-              if any(header in fields for header, _ in headers) else context.Context())
-    span = _open(name, SpanKind.SERVER, parent, dict(attributes))
+    traced = any(header in fields for header, _ in headers)
+    parent = propagate.extract(headers, getter=_HEADERS) if traced else context.Context()
+    span = _open(name, SpanKind.SERVER, parent, dict(attributes), plain=not traced)
     recorded = type(span) is Recording
     return span, context.attach(trace.set_span_in_context(span, parent)), _phases.set({} if recorded else None)
 
@@ -212,6 +257,7 @@ def recording() -> bool:
     return _phases.get() is not None
 
 
+_PHASE_ATTRIBUTES: dict[str, str] = {}  # a phase's attribute by its name (a few)
 _OFF = contextlib.nullcontext()  # what a phase is when traces are off or the request not sampled: nothing, shared
 
 
@@ -236,7 +282,10 @@ def phase(name: str) -> contextlib.AbstractContextManager[None]:
     times = _phases.get()
     if times is None:
         return _OFF
-    return _Phase(name + ".duration", times)
+    attribute = _PHASE_ATTRIBUTES.get(name)
+    if attribute is None:
+        attribute = _PHASE_ATTRIBUTES[name] = name + ".duration"
+    return _Phase(attribute, times)
 
 
 def span(name: str, attributes: Mapping[str, Any] | None = None,
@@ -315,6 +364,10 @@ def upstream_headers() -> bytes:
     """`propagation_headers` as HTTP/1.1 header lines, each ending in CRLF; empty when off."""
     if tracer is None:
         return b""
+    span = trace.get_current_span()
+    if type(span) is Recording and span.plain:  # what the propagators would write, without them
+        ids = span._context
+        return b"traceparent: 00-%032x-%016x-%02x\r\n" % (ids.trace_id, ids.span_id, ids.trace_flags)
     return b"".join(b"%s: %s\r\n" % (key.encode("latin-1"), value.encode("latin-1"))
                     for key, value in propagation_headers().items())
 

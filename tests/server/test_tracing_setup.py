@@ -1,10 +1,13 @@
 """When traces are on and where they go: the flag, the standard OTEL_* variables, the switches
-that turn them off, the protocol, and what a replica the gateway starts is told (`launch`)."""
+that turn them off, the protocol, what a replica the gateway starts is told (`launch`) and the
+trace headers a replica is sent."""
 
 from __future__ import annotations
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 
+from gateway.core import tracing as core_tracing
 from gateway.core.settings import Settings
 from gateway.ops.flags import build_parser, settings_from_args
 from gateway.ops.launch import serve_supervised
@@ -91,3 +94,27 @@ def test_launch_hands_the_endpoint_to_the_replicas_it_starts(monkeypatch: pytest
     assert plain.command()[-4:] == ["--seed", "1", "--otlp-traces-endpoint", COLLECTOR]
     assert plain.environment()["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
     assert own.command().count("--otlp-traces-endpoint") == 1  # the user's own flag wins
+
+
+def test_the_replica_is_sent_what_the_propagators_would_write() -> None:
+    """Traces the gateway starts go upstream as a `traceparent` written directly; a caller's
+    trace headers (baggage, trace state) are passed on by the propagators, as they were sent."""
+    provider = TracerProvider()
+    core_tracing.use(provider)
+    try:
+        callers = ([], [(b"traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+                        (b"tracestate", b"vendor=v1"), (b"baggage", b"tenant=a")])
+        for headers in callers:
+            opened = core_tracing.start_request("POST /v1/responses", headers, {})
+            assert opened is not None
+            generation = core_tracing.start_span("chat m")
+            with core_tracing.current(generation):
+                sent = core_tracing.upstream_headers()
+                expected = core_tracing.propagation_headers()
+            core_tracing.end_request(opened)
+            assert sent == b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in expected.items())
+            assert expected["traceparent"].split("-")[2] == format(generation.get_span_context().span_id, "016x")
+            assert sorted(expected) == (["baggage", "traceparent", "tracestate"] if headers else ["traceparent"])
+    finally:
+        core_tracing.use(None)
+        provider.shutdown()
