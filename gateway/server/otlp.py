@@ -29,7 +29,9 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
+
+from gateway.core.tracing import Recording
 
 __all__ = ["encode", "span_exporter"]
 
@@ -97,54 +99,75 @@ def _key_value(key: str, value: Any) -> bytes:
     return _field(b"\x0a", key.encode()) + _field(b"\x12", _value(value))
 
 
-# An attribute's bytes in a span (the field's tag and length, then KeyValue's), by key and value,
-# for values that repeat across spans (the model, the API, a status code, a finish reason); a
-# value seen once (an id) is kept too, until there are too many, then they all start over.
-_known: dict[tuple[bytes, str, type, Any], bytes] = {}
 _KNOWN_MAX = 4096
-
-
 _keys: dict[str, bytes] = {}  # KeyValue's key field, by key (a few dozen names)
 
 
+def _key_field(key: str) -> bytes:
+    key_field = _keys.get(key)
+    if key_field is None:
+        if len(_keys) >= _KNOWN_MAX:
+            _keys.clear()
+        key_field = _keys[key] = _field(b"\x0a", key.encode())
+    return key_field
+
+
 def _fresh(tag: bytes, key: str, kind: type, value: Any) -> bytes:
-    """One attribute's field, with a float or a str value (the usual fresh ones: a time, an
-    id) written inline; anything else by `_key_value`."""
+    """One attribute's field, with a float, str or int value (the usual ones: a time, an id, a
+    count) written inline; anything else by `_key_value`."""
     if kind is float:
         value_field = b"\x12\x09\x21" + _DOUBLE(value)  # AnyValue { double_value = 4 }, 9 bytes
     elif kind is str:
         text = value.encode()
         any_value = b"\x0a" + _varint(len(text)) + text
         value_field = b"\x12" + _varint(len(any_value)) + any_value
+    elif kind is int and 0 <= value < 1 << 63:
+        any_value = b"\x18" + _varint(value)  # int_value = 3
+        value_field = b"\x12" + _SMALL[len(any_value)] + any_value
     else:
         return _field(tag, _key_value(key, value))
-    key_field = _keys.get(key)
-    if key_field is None:
-        if len(_keys) >= _KNOWN_MAX:
-            _keys.clear()
-        key_field = _keys[key] = _field(b"\x0a", key.encode())
+    key_field = _key_field(key)
     return tag + _varint(len(key_field) + len(value_field)) + key_field + value_field
+
+
+# An attribute's bytes in a span (the field's tag and length, then KeyValue's) by its tag, its key
+# and its str or int value, for the values that repeat across spans (the model, the API, a status
+# code, a finish reason). A key with more values than a few hundred is one whose values do not
+# repeat (an id, a count): it is marked None and its values are written each time.
+_known: dict[bytes, dict[str, dict[Any, bytes] | None]] = {}
+_VALUES_MAX = 256
+_NEW: dict[Any, bytes] = {}
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     if not attributes:
         return b""
+    known = _known.get(tag)
+    if known is None or len(known) >= _KNOWN_MAX:
+        known = _known[tag] = {}
     out = []
     for key, value in attributes.items():
         kind = type(value)
-        if kind is float or kind is tuple or kind is list:  # a time, or unhashable: not kept
-            out.append(_fresh(tag, key, kind, value))
-            continue
-        try:
-            out.append(_known[tag, key, kind, value])
-        except KeyError:
-            if len(_known) >= _KNOWN_MAX:
-                _known.clear()
-            encoded = _known[tag, key, kind, value] = _fresh(tag, key, kind, value)
-            out.append(encoded)
-        except TypeError:  # unhashable
-            out.append(_fresh(tag, key, kind, value))
+        if kind is str or kind is int:  # exactly: a bool is neither, and 1 is not "1"
+            values = known.get(key, _NEW)
+            if values is not None:
+                if values is _NEW:
+                    values = known[key] = {}
+                field = values.get(value)
+                if field is None:
+                    if len(values) >= _VALUES_MAX:
+                        known[key] = None
+                    else:
+                        field = values[value] = _fresh(tag, key, kind, value)
+                if field is not None:
+                    out.append(field)
+                    continue
+        out.append(_fresh(tag, key, kind, value))
     return b"".join(out)
+
+
+_names: dict[tuple[str, SpanKind], bytes] = {}  # a span's name and kind fields (5, 6), by both (a few)
+_NO_STATUS = _field(b"\x7a", b"")  # Status {}: the span's status is unset
 
 
 def _span(span: ReadableSpan) -> bytes:
@@ -156,14 +179,19 @@ def _span(span: ReadableSpan) -> bytes:
         out.append(_field(b"\x1a", ",".join(f"{key}={value}" for key, value in ids.trace_state.items()).encode()))
     if parent is not None:  # parent_span_id = 4
         out += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
-    if span.name:  # 5
-        out.append(_field(b"\x2a", span.name.encode()))
-    out += (b"\x30", _KIND[span.kind])  # 6
+    named = _names.get((span.name, span.kind))
+    if named is None:
+        if len(_names) >= _KNOWN_MAX:
+            _names.clear()
+        named = _names[span.name, span.kind] = (_field(b"\x2a", span.name.encode()) if span.name else b"") \
+            + b"\x30" + _KIND[span.kind]
+    out.append(named)
     if span.start_time:  # 7
         out += (b"\x39", _FIXED64(span.start_time))
     if span.end_time:  # 8
         out += (b"\x41", _FIXED64(span.end_time))
-    out.append(_attributes(b"\x4a", span.attributes))  # 9
+    # 9: a Recording's own dict (gateway/core/tracing.py), not the read-only view ReadableSpan makes of it
+    out.append(_attributes(b"\x4a", span._attributes if type(span) is Recording else span.attributes))
     if span.dropped_attributes:  # 10
         out += (b"\x50", _varint(span.dropped_attributes))
     for event in span.events:  # 11: Event { time_unix_nano = 1; name = 2; attributes = 3; dropped = 4 }
@@ -177,10 +205,13 @@ def _span(span: ReadableSpan) -> bytes:
     if span.links or span.dropped_links:  # 13, 14
         raise _Unsupported("links")
     status = span.status  # 15: Status { message = 2; code = 3 }, always there as the OTLP encoder writes it
-    body = _field(b"\x12", status.description.encode()) if status.description else b""
-    if status.status_code.value:
-        body += b"\x18" + _varint(status.status_code.value)
-    out.append(_field(b"\x7a", body))
+    if status.status_code is StatusCode.UNSET and not status.description:
+        out.append(_NO_STATUS)
+    else:
+        body = _field(b"\x12", status.description.encode()) if status.description else b""
+        if status.status_code.value:
+            body += b"\x18" + _varint(status.status_code.value)
+        out.append(_field(b"\x7a", body))
     out.append(_REMOTE_PARENT_FLAGS if parent is not None and parent.is_remote else _NO_PARENT_FLAGS)  # 16
     return b"".join(out)
 
@@ -264,3 +295,4 @@ def span_exporter(protocol: str, endpoint: str | None) -> SpanExporter:
     (None: the exporter's own from the environment)."""
     kind = _GRPC if protocol == "grpc" else _HTTP
     return kind(endpoint=endpoint) if endpoint else kind()
+
