@@ -246,16 +246,16 @@ def span_cost(iterations: int = 2000) -> dict[str, float]:
     included, flushed at the end)."""
 
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.trace import SpanKind
 
     from gateway.core import tracing
-    from gateway.server.otlp import span_exporter
+    from gateway.server.otlp import Batches, span_exporter
 
     headers = [(b"traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")]
     with otlp_sink() as sink:
         provider = TracerProvider()
-        provider.add_span_processor(BatchSpanProcessor(span_exporter("http/protobuf", sink["endpoint"]), max_queue_size=65536))
+        provider.add_span_processor(Batches(span_exporter("http/protobuf", sink["endpoint"]),
+                                            {"OTEL_BSP_MAX_QUEUE_SIZE": "65536"}))
         tracing.use(provider)
         try:
             start = time.process_time()

@@ -19,7 +19,11 @@ to the OTLP encoder's message for the same spans.
 
 from __future__ import annotations
 
+import logging
+import os
 import struct
+import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,13 +31,15 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GRPCExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HTTPExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, StatusCode
 
 from gateway.core.tracing import Recording
 
-__all__ = ["encode", "span_exporter"]
+__all__ = ["Batches", "encode", "span_exporter"]
+
+log = logging.getLogger(__name__)
 
 _DOUBLE = struct.Struct("<d").pack
 _FIXED64 = struct.Struct("<Q").pack
@@ -296,3 +302,78 @@ def span_exporter(protocol: str, endpoint: str | None) -> SpanExporter:
     kind = _GRPC if protocol == "grpc" else _HTTP
     return kind(endpoint=endpoint) if endpoint else kind()
 
+
+class Batches(SpanProcessor):
+    """The SDK's batch span processor, as the OTEL_BSP_* variables set it (a batch of at most
+    OTEL_BSP_MAX_EXPORT_BATCH_SIZE spans exported from one thread as soon as one is full, or every
+    OTEL_BSP_SCHEDULE_DELAY ms; past OTEL_BSP_MAX_QUEUE_SIZE waiting, the oldest are dropped),
+    less what it costs the request that ends a span: a span is appended to a deque, no more (the
+    SDK's checks its process id, a system call, on every span)."""
+
+    def __init__(self, exporter: SpanExporter, environ: Mapping[str, str] = os.environ) -> None:
+        self._exporter = exporter
+        self._delay = _setting(environ, "OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
+        self._batch = _setting(environ, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
+        self._queue: deque[ReadableSpan] = deque(maxlen=max(self._batch, _setting(environ, "OTEL_BSP_MAX_QUEUE_SIZE", 2048)))
+        self._wake = threading.Event()
+        self._exporting = threading.Lock()  # one export at a time: the thread's, or a flush's
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="span-export", daemon=True)
+        self._thread.start()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        ids = span.context
+        if ids is None or not ids.trace_flags.sampled or self._stopping:
+            return
+        queue = self._queue
+        queue.append(span)
+        if len(queue) >= self._batch and not self._wake.is_set():
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait(self._delay)
+            self._wake.clear()
+            self._export(everything=False)
+        self._export(everything=True)
+
+    def _export(self, everything: bool) -> None:
+        """A batch of what waits (all of it, batch by batch, when `everything`), then the next
+        while a whole one waits."""
+        queue = self._queue
+        with self._exporting:
+            while queue:
+                batch = [queue.popleft() for _ in range(min(len(queue), self._batch))]
+                try:
+                    self._exporter.export(batch)
+                except Exception:  # an exporter's failure loses its batch, never the thread
+                    log.exception("exporting %d spans failed", len(batch))
+                if not everything and len(queue) < self._batch:
+                    return
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self._export(everything=True)
+        return True
+
+    def shutdown(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(30)
+        self._exporter.shutdown()
+
+
+def _setting(environ: Mapping[str, str], name: str, default: int) -> int:
+    """A positive whole OTEL_BSP_* value, or its default (as the SDK reads them)."""
+    value = environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        log.warning("%s=%r is not a positive number: using %d", name, value, default)
+        return default
+    return number

@@ -7,8 +7,9 @@ environment: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL / OTEL_EXPORTER_OTLP_PROTOCOL (`
 the default, or `grpc`), …_HEADERS, …_TIMEOUT, …_COMPRESSION, …_CERTIFICATE, OTEL_SERVICE_NAME
 (default `vllm-gateway`), OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER / _ARG, OTEL_BSP_*,
 OTEL_PROPAGATORS; OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turn them off.
-Spans are exported in batches from the SDK's own thread, never on the event loop, encoded by
-gateway/server/otlp.py (the same OTLP message as the exporters' own encoder, a few times faster).
+Spans are exported in batches from a thread of their own, never on the event loop, encoded by
+gateway/server/otlp.py (the same OTLP message as the exporters' own encoder, a few times faster;
+its `Batches` is the SDK's batch span processor, cheaper for the request that ends a span).
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ def start(settings: Settings) -> bool:
         return False
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from gateway.server import otlp
 
@@ -70,7 +70,7 @@ def start(settings: Settings) -> bool:
         resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
     resource = _hashed_once(resource)
     provider = TracerProvider(resource=resource)  # the sampler from OTEL_TRACES_SAMPLER (default: parent-based, all)
-    provider.add_span_processor(BatchSpanProcessor(exporter))
+    provider.add_span_processor(otlp.Batches(exporter))
     tracing.use(provider, content=capture_content(settings))
     return True
 

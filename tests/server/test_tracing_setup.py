@@ -1,18 +1,23 @@
 """When traces are on and where they go: the flag, the standard OTEL_* variables, the switches
-that turn them off, the protocol, what a replica the gateway starts is told (`launch`) and the
-trace headers a replica is sent."""
+that turn them off, the protocol, what a replica the gateway starts is told (`launch`), how
+spans are batched for export (OTEL_BSP_*) and the trace headers a replica is sent."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanContext, TraceFlags
 
 from gateway.core import tracing as core_tracing
 from gateway.core.settings import Settings
 from gateway.ops.flags import build_parser, settings_from_args
 from gateway.ops.launch import serve_supervised
 from gateway.ops.vllm_process import VLLMProcess
-from gateway.server import tracing
+from gateway.server import otlp, tracing
+from tests.support.waiting import wait_for
 
 COLLECTOR = "http://collector:4318/v1/traces"
 
@@ -94,6 +99,51 @@ def test_launch_hands_the_endpoint_to_the_replicas_it_starts(monkeypatch: pytest
     assert plain.command()[-4:] == ["--seed", "1", "--otlp-traces-endpoint", COLLECTOR]
     assert plain.environment()["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
     assert own.command().count("--otlp-traces-endpoint") == 1  # the user's own flag wins
+
+
+class Collected(SpanExporter):
+    """The batches an exporter was handed, in order."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.batches.append([span.name for span in spans])
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.batches.append(["shut down"])
+
+
+def ended(processor: otlp.Batches, *names: str) -> None:
+    for name in names:
+        processor.on_end(ReadableSpan(name, SpanContext(1, 2, is_remote=False, trace_flags=TraceFlags(1))))
+
+
+def test_spans_are_exported_a_full_batch_at_once_and_the_rest_when_flushed() -> None:
+    exporter = Collected()
+    processor = otlp.Batches(exporter, {"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "3", "OTEL_BSP_SCHEDULE_DELAY": "600000"})
+    ended(processor, "a", "b", "c", "d")
+    wait_for(lambda: exporter.batches, "the full batch was exported")  # long before the delay
+    processor.on_end(ReadableSpan("unsampled", SpanContext(1, 3, is_remote=False)))
+    assert exporter.batches == [["a", "b", "c"]]
+    ended(processor, "e")
+    processor.force_flush()
+    assert exporter.batches == [["a", "b", "c"], ["d", "e"]]
+    ended(processor, "f")
+    processor.shutdown()
+    assert exporter.batches[2:] == [["f"], ["shut down"]]
+
+
+def test_a_batch_not_full_goes_after_the_delay_and_a_bad_setting_is_its_default(caplog) -> None:
+    exporter = Collected()
+    processor = otlp.Batches(exporter, {"OTEL_BSP_SCHEDULE_DELAY": "20", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "lots"})
+    try:
+        assert "OTEL_BSP_MAX_EXPORT_BATCH_SIZE='lots' is not a positive number: using 512" in caplog.text
+        ended(processor, "a")
+        wait_for(lambda: exporter.batches == [["a"]], "the lone span was exported after the delay")
+    finally:
+        processor.shutdown()
 
 
 def test_the_replica_is_sent_what_the_propagators_would_write() -> None:
