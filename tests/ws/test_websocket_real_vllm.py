@@ -3,6 +3,7 @@ previous prompt, the tokens the model generated, and the rendered new items."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -54,8 +55,9 @@ async def test_three_step_socket_session_is_the_exact_concatenation(vllm_qwen, q
 
 
 async def test_a_steer_is_continued_on_the_exact_ids_the_model_wrote(vllm_qwen, qwen_model_dir):
-    """A `response.steer` sent at the first output stops the generation (or finds it finished);
-    the successor's prompt is the steered prompt, every id the model wrote, the template's close of
+    """A `response.steer` sent at the first output stops the generation — one long enough (2,000
+    tokens) that the steer lands in it however far the relayed stream lags on a loaded box; the
+    successor's prompt is the steered prompt, every id the model wrote, the template's close of
     that turn and the steering user turn — nothing of the model's output rendered again."""
     tokenizer = AutoTokenizer.from_pretrained(qwen_model_dir)
     encode = lambda s: tokenizer.encode(s, add_special_tokens=False)
@@ -64,11 +66,12 @@ async def test_a_steer_is_continued_on_the_exact_ids_the_model_wrote(vllm_qwen, 
     with running_gateway(settings) as url:
         async with websockets.connect(url.replace("http", "ws") + "/v1/responses") as socket:
             await socket.send(json.dumps({"type": "response.create", "model": "tiny-qwen3", "temperature": 0,
-                                          "max_output_tokens": 96, "return_token_ids": True,
+                                          "max_output_tokens": 2000, "return_token_ids": True,
                                           "input": "Tell me a long story."}))
             steered, first_id = False, None
             while len(ends) < 2:
-                event = json.loads(await socket.recv())
+                event = json.loads(await asyncio.wait_for(socket.recv(), 600))
+                assert event["type"] != "response.steer.failed", event  # it landed after the generation ended
                 first_id = first_id or event.get("response", {}).get("id")
                 if not steered and event["type"].endswith(".delta"):
                     await socket.send(json.dumps({"type": "response.steer", "input": "Be brief.",
@@ -77,7 +80,7 @@ async def test_a_steer_is_continued_on_the_exact_ids_the_model_wrote(vllm_qwen, 
                 if event["type"] in ("response.completed", "response.incomplete", "response.failed", "error"):
                     ends.append(event)
     first, successor = (end["response"] for end in ends)
-    assert first["status"] == "completed" or first["incomplete_details"] == {"reason": "steered"}, first
+    assert first["incomplete_details"] == {"reason": "steered"}, first
     assert successor["status"] in ("completed", "incomplete") and successor["previous_response_id"] == first["id"]
     generated = first["output_token_ids"]
     closed = bool(generated) and generated[-1] == IM_END
