@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import codecs
 import json
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -44,9 +43,10 @@ from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.call_section import CallSectionParser
 from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.hf_parser import Markup
+from gateway.formats.schema_values import convert_arg_value, is_text, properties
 from gateway.formats.shared import MAX_NAME, is_valid_name, with_argument_dicts
 
-__all__ = ["FAMILY", "convert_arg_value"]
+__all__ = ["FAMILY"]
 
 ARG_TOKENS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
 TEMPLATE_MARKER = "<arg_key>"
@@ -55,15 +55,6 @@ STOP_TOKENS = ("<|user|>", "<|observation|>", "<|endoftext|>")
 # Tokens that open a message. A rendered assistant turn ends where the next one opens, so these
 # count turns for the exact-token splice (the model's own stop token is one of them).
 TURN_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|observation|>")
-_TYPE_ALIASES = {
-    "str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
-    "int": "integer", "int32": "integer", "int64": "integer", "uint": "integer", "uint32": "integer",
-    "uint64": "integer", "long": "integer", "short": "integer", "unsigned": "integer", "float": "number",
-    "float32": "number", "float64": "number", "double": "number", "bool": "boolean", "dict": "object",
-    "arr": "array", "list": "array", "sequence": "array",
-}
-_PRIORITY = ("null", "integer", "number", "boolean", "object", "array", "string")
-
 # States of a call body
 _NAME, _KEY, _AFTER_KEY, _VALUE, _SKIP, _BETWEEN, _RAW = range(7)
 
@@ -76,7 +67,7 @@ class GlmToolCallParser(CallSectionParser):
     def __init__(self, token_bytes: list[bytes], markup: Markup, args: tuple[int, int, int, int],
                  stop_ids: frozenset[int], starts_in_reasoning: bool = False, tools: Iterable[Tool] = ()) -> None:
         tools = list(tools)
-        self._schemas = {tool.name: _properties(tool.parameters) for tool in tools}
+        self._schemas = {tool.name: properties(tool.parameters) for tool in tools}
         self._key_open, self._key_close, self._value_open, self._value_close = args
         super().__init__(token_bytes, markup, stop_ids, starts_in_reasoning)
         self._reset_call()
@@ -189,7 +180,7 @@ class GlmToolCallParser(CallSectionParser):
             return
         self._seen.add(key)
         self._param = key
-        self._streams = _streams_as_text(self._properties, key)
+        self._streams = is_text(self._properties.get(key))
         self._value = []
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         separator = ", " if len(self._seen) > 1 else ""
@@ -229,111 +220,6 @@ class GlmToolCallParser(CallSectionParser):
         assert self._call_index is not None
         self._arguments.append(text)
         self._events.append(ItemDelta(self._call_index, text))
-
-
-def _properties(parameters: dict[str, Any]) -> dict[str, Any]:
-    properties = parameters.get("properties") if isinstance(parameters, dict) else None
-    return properties if isinstance(properties, dict) else {}
-
-
-def schema_types(schema: Any) -> set[str]:
-    """vLLM's `extract_types_from_schema`: `type` (one or a list), the types of `enum` values,
-    and those of `anyOf`/`oneOf`/`allOf`, recursively; {"string"} when it says nothing."""
-    if not isinstance(schema, dict):
-        return {"string"}
-    types: set[str] = set()
-    declared = schema.get("type")
-    if isinstance(declared, str):
-        types.add(declared)
-    elif isinstance(declared, list):
-        types.update(t for t in declared if isinstance(t, str))
-    enum = schema.get("enum")
-    if isinstance(enum, list):
-        for value in enum:
-            types.add(_json_type(value))
-    for choice in ("anyOf", "oneOf", "allOf"):
-        if isinstance(schema.get(choice), list):
-            for option in schema[choice]:
-                types |= schema_types(option)
-    return types or {"string"}
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, list):
-        return "array"
-    return "object" if isinstance(value, dict) else "string"
-
-
-def _streams_as_text(properties: dict[str, Any], key: str) -> bool:
-    """Whether a value is its own text whatever it says (so it can stream as written)."""
-    schema = properties.get(key)
-    if not isinstance(schema, dict):
-        return True
-    return {_TYPE_ALIASES.get(t.strip().lower(), t.strip().lower()) for t in schema_types(schema)} == {"string"}
-
-
-def convert_arg_value(value: str, schema: Any) -> Any:
-    """A value's text as the JSON value vLLM 0.32 makes of it for a parameter with `schema`
-    (None or not a dict: an undeclared parameter, which stays text)."""
-    if not isinstance(schema, dict):
-        return value
-    types = {_TYPE_ALIASES.get(t.strip().lower(), t.strip().lower()) for t in schema_types(schema)}
-    for candidate in _PRIORITY:
-        if candidate not in types:
-            continue
-        if candidate == "null":
-            if value.lower() == "null":
-                return None
-        elif candidate == "string":
-            return value
-        elif candidate == "integer":
-            try:
-                return int(value)
-            except ValueError:
-                pass
-        elif candidate == "number":
-            try:
-                number = float(value)
-            except ValueError:
-                continue
-            if math.isfinite(number):
-                return number if number != int(number) else int(number)
-        elif candidate == "boolean":
-            word = value.lower().strip()
-            if word in ("true", "1"):
-                return True
-            if word in ("false", "0"):
-                return False
-        else:  # object, array
-            try:
-                parsed = json.loads(value)
-            except (ValueError, RecursionError):
-                continue
-            if _finite(parsed):
-                return parsed
-    try:
-        parsed = json.loads(value)
-    except (ValueError, RecursionError):
-        return value
-    return parsed if _finite(parsed) else value
-
-
-def _finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(_finite(v) for v in value.values())
-    if isinstance(value, list):
-        return all(_finite(v) for v in value)
-    return True
 
 
 # Rendering ------------------------------------------------------------------------------------

@@ -162,7 +162,7 @@ def _custom_body(name: str, grammar: Format, calls: str) -> Format:
 
 def _xml_parameters(schema: dict[str, Any]) -> list[Format]:
     """Qwen3.6's `<parameter=KEY>\nVALUE\n</parameter>\n` for each property, in the schema's
-    order, the required ones always: values exactly as the gateway's parser (qwen_xml.py) reads
+    order, the required ones always: values exactly as the gateway's parser (xml_calls.py) reads
     them back, typed by the property's schema."""
     properties = schema.get("properties") or {}
     required = set(schema.get("required") or ())

@@ -10,7 +10,7 @@ text pieces stay text. A block opens on its opener id (MiniMax), or on a `<` jus
 turns out to spell the block's tag (DSML: text holds back a trailing `<` until the next token).
 
 Values are read as vLLM reads the family's (`value`), then converted by the tool's JSON schema as
-vLLM's `ParserEngine._fix_arg_types` converts them (`glm.convert_arg_value`: a string parameter keeps
+vLLM's `ParserEngine._fix_arg_types` converts them (`schema_values.convert_arg_value`: a string parameter keeps
 `5` as "5", an integer one makes "5" 5); nested objects and arrays are not converted further. The
 arguments stream as the JSON object vLLM returns, one parameter at a time as each closes:
 `{"KEY": "VALUE"` … `, "N": 5` … `}`.
@@ -34,8 +34,8 @@ from typing import Any
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemKind, ParseEvent
-from gateway.formats.glm import convert_arg_value
 from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.schema_values import convert_arg_value, properties
 from gateway.formats.shared import is_valid_name
 
 __all__ = ["InvokeToolCallParser", "Tags"]
@@ -71,7 +71,7 @@ class InvokeToolCallParser(HermesOutputParser):
                  starts_in_reasoning: bool = False, tools: Iterable[Tool] = ()) -> None:
         tools = list(tools)
         self._names = frozenset(tool.name for tool in tools)
-        self._schemas = {tool.name: _properties(tool.parameters) for tool in tools}
+        self._schemas = {tool.name: properties(tool.parameters) for tool in tools}
         self._tags = tags
         self._block_close, self._invoke_open, self._invoke_close = tags.block_close, tags.invoke_open, tags.invoke_close
         self._parameter_close = tags.parameter_close
@@ -308,8 +308,3 @@ class InvokeToolCallParser(HermesOutputParser):
         assert self._call_index is not None
         self._arguments.append(text)
         self._events.append(ItemDelta(self._call_index, text))
-
-
-def _properties(parameters: dict[str, Any]) -> dict[str, Any]:
-    properties = parameters.get("properties") if isinstance(parameters, dict) else None
-    return properties if isinstance(properties, dict) else {}

@@ -2,8 +2,8 @@
 
 xLAM answers a call with `[{"name": "read_file", "arguments": {"path": "a.py"}}, …]` and Phi-4-mini
 with the same list after the word `functools`: `functools[{"name": …, "arguments": {…}}]`. Neither
-has a marker token, so, as with Llama 3's JSON calls (`llama3_json`, whose held-output parser this
-extends), an output that starts with the list's opener is held and read whole at its end: calls when
+has a marker token, so, as with Llama 3's JSON calls (`llama3_json`; `held_calls` reads
+both), an output that starts with the list's opener is held and read whole at its end: calls when
 it is a JSON list of objects each with a `name` (one of the request's tools, when it has tools) and
 `arguments` (or `parameters`) an object, else text as written. vLLM's `xlam` and `phi4_mini_json`
 parsers read the same lists.
@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 
 from gateway.formats.family import CHATML, Family, ParserFactory, Turns
-from gateway.formats.llama3_json import Llama3JsonParser
+from gateway.formats.held_calls import HeldCallsParser
 from gateway.formats.shared import with_argument_dicts
 
 __all__ = ["PHI4_MINI", "XLAM"]
 
 
-class JsonListParser(Llama3JsonParser):
-    """Llama 3's held-output parser reading a JSON list of calls after `opener`."""
+class JsonListParser(HeldCallsParser):
+    """The held-output parser reading a JSON list of calls after `opener`."""
 
     opener = b"["
 

@@ -7,7 +7,7 @@ Kimi writes its calls as
 
 (no newlines), reasons in `<think>…</think>` that it opens itself, and ends its turn with
 `<|im_end|>`. The layout is DeepSeek-V3.1's (a section of calls, each a head and its arguments as
-written), so the parser is `deepseek`'s with Kimi's markers; only the head differs: it is the call's
+written), so the parser is `headed_calls`' with Kimi's markers; only the head differs: it is the call's
 id, `functions.NAME:IDX`, which names the tool and which vLLM's `kimi_k2` parser returns as the
 call's id. The template writes it back as the call's id and heads each result with
 "## Return of ID", so the gateway keeps the model's id rather than making one: a call renders back
@@ -19,30 +19,27 @@ from __future__ import annotations
 
 import re
 
-from gateway.formats.deepseek import DeepSeekToolCallParser
 from gateway.formats.family import Family, ParserFactory
-from gateway.formats.shared import is_valid_name
+from gateway.formats.headed_calls import HeadedCallsParser
+from gateway.formats.shared import accepts_name
 
 __all__ = ["FAMILY"]
 
 CALLS_BEGIN, CALLS_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 CALL_BEGIN, CALL_END, SEP = "<|tool_call_begin|>", "<|tool_call_end|>", "<|tool_call_argument_begin|>"
-CALL_TOKENS = (CALL_BEGIN, CALL_END, SEP)  # in the order DeepSeekToolCallParser takes their ids
+CALL_TOKENS = (CALL_BEGIN, CALL_END, SEP)  # in the order HeadedCallsParser takes their ids
 TEMPLATE_MARKER = CALLS_BEGIN
 _HEAD = re.compile(r"functions\.(?P<name>.+):[0-9]+")
 
 
-class KimiToolCallParser(DeepSeekToolCallParser):
-    """DeepSeek's section parser reading Kimi's call heads (`functions.NAME:IDX`, the call's id)."""
+class KimiToolCallParser(HeadedCallsParser):
+    """The section parser reading Kimi's call heads (`functions.NAME:IDX`, the call's id)."""
 
     def call_head(self, head: str) -> tuple[str, str | None] | None:
         match = _HEAD.fullmatch(head)
-        if match is None:
+        if match is None or not accepts_name(match["name"], self._names):
             return None
-        name = match["name"]
-        if not is_valid_name(name) or (self._names and name not in self._names):
-            return None
-        return name, head
+        return match["name"], head
 
 
 def _parsers(vocab: dict[str, int]) -> ParserFactory:

@@ -26,84 +26,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from typing import Any
 
-from gateway.core.conversation import Tool
-from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
 from gateway.formats.family import Family, ParserFactory, Turns
-from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.held_calls import HeldCallsParser
 from gateway.formats.shared import argument_dict, is_valid_name, with_argument_dicts
 
-__all__ = ["FAMILY", "LLAMA4", "Llama3JsonParser"]
+__all__ = ["FAMILY", "LLAMA4"]
 
 PYTHON_TAG = "<|python_tag|>"
 TEMPLATE_MARKER = '"parameters": '  # vLLM's llama3.1 JSON template writes calls with it
-_WHITESPACE = b" \t\r\n"
 
 
-class Llama3JsonParser(HermesOutputParser):
-    """Output ids in, text / tool-call item events out; `markup.call_open` is `<|python_tag|>`'s id
-    (None when the vocabulary lacks it). The `tool_call` mode holds an output that may be calls."""
-
-    trim_newlines = False  # Llama's markup owns no newline: text items are the model's text
-    opener = b"{"  # what an output of calls starts with (after whitespace)
-
-    def __init__(self, token_bytes: list[bytes], markup: Markup, stop_ids: frozenset[int],
-                 tools: Iterable[Tool] = ()) -> None:
-        self._names = frozenset(tool.name for tool in tools)
-        self._decided = False  # whether the output is known to be text or held as calls
-        self._tagged = False
-        super().__init__(token_bytes, markup, stop_ids, starts_in_reasoning=False)
-
-    def finish(self) -> list[ParseEvent]:
-        if self._mode != "tool_call":
-            return super().finish()
-        self._calls(bytes(self._call))
-        self._mode = "text"
-        self._open_segment()
-        return self._take_events()
-
-    def _on_markup(self, token_id: int) -> None:
-        if not self._decided and token_id == self._markup.call_open and not self._pending.strip(_WHITESPACE):
-            self._decided = self._tagged = True
-            self._pending.clear()
-            self._mode = "tool_call"
-            return
-        self._decided = True
-        if self._mode == "tool_call":
-            self._call += self._markup.text[token_id]
-        else:
-            self._pending += self._markup.text[token_id]  # a marker out of place is just text
-
-    def _flush(self, final: bool = False) -> None:
-        if not self._decided and self._mode == "text":
-            start = self._pending.lstrip(_WHITESPACE)
-            if not final and (not start or (len(start) < len(self.opener) and self.opener.startswith(start))):
-                return  # only whitespace, or the opener's start, so far: not yet known
-            self._decided = True
-            if start.startswith(self.opener):
-                self._call = bytearray(self._pending)
-                self._pending.clear()
-                self._mode = "tool_call"
-                return
-        super()._flush(final)
-
-    def _calls(self, body: bytes) -> None:
-        text = body.decode("utf-8", errors="replace")
-        calls = self.read_calls(text)
-        if calls is None:
-            raw = (self._markup.text[self._markup.call_open] if self._tagged and self._markup.call_open is not None
-                   else b"") + body
-            self._raw_text_item(raw)
-            return
-        for name, arguments in calls:
-            index = self._start("tool_call", name)
-            self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
-
+class Llama3JsonParser(HeldCallsParser):
+    """The held-output parser reading `{…}; {…}` calls (`markup.call_open`: `<|python_tag|>`)."""
 
     def read_calls(self, text: str) -> list[tuple[str, str]] | None:
-        """(name, arguments JSON) per call of a held output, or None when it is not all calls."""
         return parse_calls(text, self._names)
 
 

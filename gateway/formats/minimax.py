@@ -16,7 +16,7 @@ text between the tags, kept verbatim as vLLM's `minimax_m2` parser keeps them
 
 Rendering: the template iterates `tool_call.arguments|items` (arguments as a dict), renders only the
 first system message and drops any other, and renders the reasoning of turns after the last user
-message only: `shared.with_argument_dicts` and `merge_system_messages` give it the shapes Qwen3.6's template takes (arguments
+message only: `shared.qwen_messages` gives it the shapes Qwen3.6's template takes (arguments
 as dicts, one leading system message, a later developer message as a user message).
 """
 
@@ -26,7 +26,7 @@ import re
 
 from gateway.formats.family import Family, ParserFactory
 from gateway.formats.invoke import InvokeToolCallParser, Tags
-from gateway.formats.shared import merge_system_messages, with_argument_dicts
+from gateway.formats.shared import qwen_messages
 
 __all__ = ["FAMILY"]
 
@@ -56,4 +56,4 @@ FAMILY = Family(
     name="minimax", tool_parsers=("minimax_m2",), reasoning_parsers=("minimax_m2",),
     detect=lambda template: TEMPLATE_MARKER in template,
     markers={"call_open": CALLS_BEGIN, "call_close": CALLS_END}, needs=(CALLS_BEGIN, CALLS_END),
-    prepare=lambda messages: merge_system_messages(with_argument_dicts(messages)), parsers=_parsers)
+    prepare=qwen_messages, parsers=_parsers)

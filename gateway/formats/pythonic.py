@@ -6,7 +6,7 @@ Llama 4 (with vLLM's pythonic template) answers a call with nothing but
     [read_file(path="a.py"), shell(command=["ls"], timeout_ms=5)]
 
 then `<|eot|>`, optionally inside `<|python_start|>`. There is no marker to switch on, so, as with
-Llama 3's JSON calls (`llama3_json`, whose parser this one extends), an output is held as calls
+Llama 3's JSON calls (`llama3_json`; `held_calls` reads both), an output is held as calls
 when it starts with `[` and read whole at the end. It is calls when it is a Python list of calls
 with keyword arguments whose values are literals, as vLLM's `llama4_pythonic` parser reads it
 (`ast`, `vllm/tool_parsers/utils.py`'s `handle_single_tool`): the arguments become the JSON object
@@ -32,8 +32,8 @@ from typing import Any
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.family import Family, ParserFactory, Turns
+from gateway.formats.held_calls import HeldCallsParser
 from gateway.formats.hf_parser import HermesOutputParser, Markup
-from gateway.formats.llama3_json import Llama3JsonParser
 from gateway.formats.shared import with_argument_dicts
 
 __all__ = ["LFM2", "LLAMA4", "LLAMA32", "OLMO3", "parse_pythonic"]
@@ -44,8 +44,8 @@ LLAMA32_MARKER = "[func_name1(params_name1=params_value1"  # vLLM's Llama 3.2 py
 _NAMES = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 
 
-class PythonicParser(Llama3JsonParser):
-    """Llama 3's held-output parser reading a Python list of calls."""
+class PythonicParser(HeldCallsParser):
+    """The held-output parser reading a Python list of calls."""
 
     opener = b"["
 

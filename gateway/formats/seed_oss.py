@@ -12,16 +12,17 @@ Seed-OSS writes
 and ends every message with `<seed:eos>` (`<seed:bos>ROLE\\n` opens one). The call grammar is
 Qwen3's byte for byte, as vLLM's `seed_oss` parser says (`vllm/parser/seed_oss.py` subclasses its
 Qwen3 parser and renames only the four wrapper tokens and the turn tokens), so the parser is
-`qwen_xml`'s with Seed's markers; values are typed by the tool's schema the same way.
+`xml_calls`' with Seed's markers; values are typed by the tool's schema the same way.
 
 The model opens `<seed:think>` itself (the generation prompt is `<seed:bos>assistant\\n`). The
-template iterates `tool_call.arguments|items`, so calls reach it as dicts (`qwen_xml.template_messages`).
+template iterates `tool_call.arguments|items`, so calls reach it as dicts (`shared.qwen_messages`).
 """
 
 from __future__ import annotations
 
-from gateway.formats import qwen_xml
 from gateway.formats.family import Family, Turns
+from gateway.formats.shared import qwen_messages
+from gateway.formats.xml_calls import parsers
 
 __all__ = ["FAMILY"]
 
@@ -34,4 +35,4 @@ FAMILY = Family(
     detect=lambda template: CALL_OPEN in template,
     markers={"think_open": THINK_OPEN, "think_close": THINK_CLOSE, "call_open": CALL_OPEN, "call_close": CALL_CLOSE},
     needs=(THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE, EOS), turns=Turns(stops=(EOS,), terminators=(EOS,)),
-    prepare=qwen_xml.template_messages, parsers=qwen_xml.parsers)
+    prepare=qwen_messages, parsers=parsers)

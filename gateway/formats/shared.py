@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["MAX_NAME", "argument_dict", "is_valid_name", "merge_system_messages", "with_argument_dicts"]
+__all__ = ["MAX_NAME", "accepts_name", "argument_dict", "is_valid_name", "merge_system_messages", "qwen_messages", "with_argument_dicts"]
 
 MAX_NAME = 256  # a function or parameter name longer than this is not markup
 _FORBIDDEN_IN_NAME = frozenset("{}<>\"' \t\n\r")
@@ -17,6 +17,11 @@ _FORBIDDEN_IN_NAME = frozenset("{}<>\"' \t\n\r")
 def is_valid_name(name: str) -> bool:
     """vLLM's `_is_valid_function_name`, bounded: not empty, not too long, no template or markup characters."""
     return 0 < len(name) <= MAX_NAME and not any(c in _FORBIDDEN_IN_NAME for c in name)
+
+
+def accepts_name(name: str, tools: frozenset[str]) -> bool:
+    """Whether a call's name is a call: a valid name, and one of the request's tools when it has tools."""
+    return is_valid_name(name) and (not tools or name in tools)
 
 
 def argument_dict(arguments: str) -> dict[str, Any]:
@@ -49,3 +54,10 @@ def merge_system_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]
     for message in messages[leading:]:
         out.append({**message, "role": "user"} if message["role"] == "system" else message)
     return out
+
+
+def qwen_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`hf_messages`' messages as Qwen3.5/3.6's template takes them, and the templates written
+    after it (Seed-OSS, Step-3.5, MiniMax-M2): tool-call arguments as dicts, one leading system
+    message."""
+    return merge_system_messages(with_argument_dicts(messages))

@@ -12,9 +12,8 @@ import httpx
 import pytest
 
 from gateway.core.conversation import Conversation, Message
-from gateway.formats import qwen_xml
 from gateway.formats.hf_render import hf_messages
-from gateway.formats.shared import with_argument_dicts
+from gateway.formats.shared import qwen_messages, with_argument_dicts
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support.fake_vllm import Script
 from tests.support.parse_events import feed, items
@@ -23,7 +22,7 @@ from tests.support.stack import fake_stack
 FAMILIES = [("qwen_format", "qwen_tokenizer"), ("qwen36_format", "qwen36_tokenizer"),
             ("glm_format", "glm_tokenizer"), ("deepseek_format", "deepseek_tokenizer")]
 # How each family's template takes `hf_messages` (its own reshaping, as its render test does)
-PREPARE = {"qwen36_format": qwen_xml.template_messages, "glm_format": with_argument_dicts}
+PREPARE = {"qwen36_format": qwen_messages, "glm_format": with_argument_dicts}
 
 
 def reference_ids(family: str, tokenizer, conversation: Conversation, **kwargs) -> list[int]:

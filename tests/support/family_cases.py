@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.formats.qwen_xml import template_messages
+from gateway.formats.shared import qwen_messages as template_messages
 from tests.support.family_contract import AGENT_CALLS, TOOLS, Items, OutputContract, RenderContract
 from tests.support.stand_in_families import GRANITE4, NEMOTRON_V3
 
