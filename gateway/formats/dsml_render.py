@@ -268,8 +268,54 @@ class _V32:
         return text
 
 
-class _V4:
+class _Encoding:
+    """What V4's and V4.1's encoders write alike: a message's body (system text and tools, a user
+    turn's parts, an assistant turn with its reasoning and calls) and the assistant turn opened
+    after the last query. A version says what heads its messages and which messages a turn answers."""
+
+    version: str
+    messages: list[dict[str, Any]]
+    thinking: bool
+    drop: bool  # earlier turns' reasoning is dropped (the request has no tools)
+    last_user: int
+
+    def text(self) -> str:
+        return BOS + "".join(self._message(i) for i in range(len(self.messages)))
+
+    def _message(self, index: int) -> str:
+        message = self.messages[index]
+        text = self._head(message["role"], index) + self._body(message, index)
+        following = self.messages[index + 1]["role"] if index + 1 < len(self.messages) else None
+        if following not in (None, "assistant") or not self._answered(message["role"], index):
+            return text
+        opens = self.thinking and (not self.drop or index >= self.last_user)
+        return text + ASSISTANT + (THINK if opens else THINK_END)
+
+    def _body(self, message: dict[str, Any], index: int) -> str:
+        role, content = message["role"], message.get("content")
+        if role == "system":
+            return (content or "") + ("\n\n" + _tools_text(self.version, message["tools"]) if message.get("tools") else "")
+        if role == "user":
+            return USER + "\n\n".join(message["parts"])
+        calls = message.get("tool_calls")
+        text = ""
+        if self.thinking and (not self.drop or index > self.last_user):
+            text = (message.get("reasoning") or "") + THINK_END
+        return text + (content or "") + (_calls(calls, self.version) if calls else "") + EOS
+
+    def _head(self, role: str, index: int) -> str:
+        """What the version writes before a message's body."""
+        raise NotImplementedError
+
+    def _answered(self, role: str, index: int) -> bool:
+        """Whether an assistant turn follows this message when the next one is not written yet."""
+        raise NotImplementedError
+
+
+class _V4(_Encoding):
     """`encoding_dsv4.encode_messages` behind vLLM's `deepseek_v4` wrapper."""
+
+    version = "v4"
 
     def __init__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool,
                  preamble: str) -> None:
@@ -287,36 +333,18 @@ class _V4:
         self.messages = messages
         self.last_user = _last_user(messages)
 
-    def text(self) -> str:
-        return BOS + "".join(self._message(i) for i in range(len(self.messages)))
+    def _head(self, role: str, index: int) -> str:
+        return self.preamble if index == 0 and self.thinking else ""
 
-    def _message(self, index: int) -> str:
-        message = self.messages[index]
-        role, content = message["role"], message.get("content")
-        text = self.preamble if index == 0 and self.thinking else ""
-        if role == "system":
-            text += content or ""
-            if message.get("tools"):
-                text += "\n\n" + _tools_text("v4", message["tools"])
-        elif role == "user":
-            text += USER + "\n\n".join(message["parts"])
-        else:
-            calls = message.get("tool_calls")
-            if self.thinking and (not self.drop or index > self.last_user):
-                text += (message.get("reasoning") or "") + THINK_END
-            text += (content or "") + (_calls(calls, "v4") if calls else "") + EOS
-        following = self.messages[index + 1]["role"] if index + 1 < len(self.messages) else None
-        if following not in (None, "assistant"):
-            return text
-        if role == "user" or (role == "system" and (following is None or following == "assistant")):
-            opens = self.thinking and (not self.drop or index >= self.last_user)
-            text += ASSISTANT + (THINK if opens else THINK_END)
-        return text
+    def _answered(self, role: str, index: int) -> bool:
+        return role in ("user", "system")
 
 
-class _V41:
+class _V41(_Encoding):
     """`deepseek_v41_encoding.encode_messages` behind vLLM's `deepseek_v41` wrapper: system messages stay
     where they are, and one after the first is a query of its own (`find_last_user_index`)."""
+
+    version = "v41"
 
     def __init__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool,
                  budget: int) -> None:
@@ -336,32 +364,14 @@ class _V41:
                         else {k: v for k, v in m.items() if k != "reasoning"} for i, m in enumerate(messages)]
         self.messages = messages
 
-    def text(self) -> str:
-        return BOS + "".join(self._message(i) for i in range(len(self.messages)))
+    def _head(self, role: str, index: int) -> str:
+        if index > 0:
+            return SYSTEM if role == "system" else ""
+        text = SYSTEM if self.thinking or role == "system" else ""
+        return text + (_V41_EFFORT.format(budget=self.budget) if self.thinking else "")
 
-    def _message(self, index: int) -> str:
-        message = self.messages[index]
-        role, content = message["role"], message.get("content")
-        text = SYSTEM if index == 0 and (self.thinking or role == "system") else ""
-        text += _V41_EFFORT.format(budget=self.budget) if index == 0 and self.thinking else ""
-        if role == "system":
-            text += (SYSTEM if index > 0 else "") + (content or "")
-            if message.get("tools"):
-                text += "\n\n" + _tools_text("v41", message["tools"])
-        elif role == "user":
-            text += USER + "\n\n".join(message["parts"])
-        else:
-            calls = message.get("tool_calls")
-            if self.thinking and (not self.drop or index > self.last_user):
-                text += (message.get("reasoning") or "") + THINK_END
-            text += (content or "") + (_calls(calls, "v41") if calls else "") + EOS
-        following = self.messages[index + 1]["role"] if index + 1 < len(self.messages) else None
-        if following not in (None, "assistant"):
-            return text
-        if role == "user" or (role == "system" and index > 0):
-            opens = self.thinking and (not self.drop or index >= self.last_user)
-            text += ASSISTANT + (THINK if opens else THINK_END)
-        return text
+    def _answered(self, role: str, index: int) -> bool:
+        return role == "user" or (role == "system" and index > 0)
 
 
 def _last_query(messages: list[dict[str, Any]]) -> int:
