@@ -70,7 +70,7 @@ def offered_tools(tool: ResponsesTool) -> list[Tool]:
     return []
 
 
-def function_tool(spec: FunctionTool | FunctionSpec) -> Tool:
+def function_tool(spec: FunctionSpec) -> Tool:
     return Tool(name=spec.name, description=spec.description or "",
                 parameters=spec.parameters or {"type": "object", "properties": {}}, strict=spec.strict)
 

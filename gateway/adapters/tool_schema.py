@@ -51,17 +51,17 @@ class TextFormat(Model):
     type: Literal["text"]
 
 
-class GrammarFormat(Model):
+class _Grammar(Model):
+    """A grammar a custom tool's input matches, as both APIs write it."""
+
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class GrammarFormat(_Grammar):
     """A custom tool's input constrained by a grammar (Responses: flat)."""
 
     type: Literal["grammar"]
-    syntax: Literal["lark", "regex"]
-    definition: str
-
-
-class _Grammar(Model):
-    syntax: Literal["lark", "regex"]
-    definition: str
 
 
 class ChatGrammarFormat(Model):
@@ -71,22 +71,32 @@ class ChatGrammarFormat(Model):
     grammar: _Grammar
 
 
-# -- Responses ----------------------------------------------------------------------------
+class FunctionSpec(Model):
+    """A function tool's fields, as both APIs write them (Chat nests them under `function`)."""
 
-class FunctionTool(Model):
-    type: Literal["function"]
     name: str
     description: str | None = None
     parameters: Json | None = None  # JSON Schema; none: a function of no arguments
     strict: bool | None = None
 
 
-class CustomTool(Model):
+class _CustomSpec(Model):
+    """A freeform tool's fields but its `format`, whose grammar each API shapes its own way."""
+
+    name: str
+    description: str | None = None
+
+
+# -- Responses ----------------------------------------------------------------------------
+
+class FunctionTool(FunctionSpec):
+    type: Literal["function"]
+
+
+class CustomTool(_CustomSpec):
     """A freeform tool: its input is one string (Codex's `apply_patch`)."""
 
     type: Literal["custom"]
-    name: str
-    description: str | None = None
     format: Annotated[TextFormat | GrammarFormat, Field(discriminator="type")] | None = None
 
 
@@ -207,35 +217,28 @@ class HostedChoice(Model):
     type: str
 
 
-ToolChoice = Annotated[
-    Annotated[Mode, Tag("mode")] | Annotated[NamedChoice, Tag("named")]
-    | Annotated[AllowedToolsChoice, Tag("allowed_tools")] | Annotated[HostedChoice, Tag("hosted")],
-    Discriminator(lambda value: "mode" if isinstance(value, str) else _choice_tag(value),
-                  custom_error_type="string_or_object", custom_error_message="not a tool choice")]
-
-
 def _choice_tag(value: object) -> str | None:
+    if isinstance(value, str):
+        return "mode"
     tag = by_type({"function", "custom", "allowed_tools"}, "hosted")(value)
     return "named" if tag in ("function", "custom") else tag
 
 
+# Both APIs' `tool_choice`: a mode, a named tool, allowed tools, or a hosted tool (each API's shapes)
+_CHOICE = Discriminator(_choice_tag, custom_error_type="string_or_object", custom_error_message="not a tool choice")
+ToolChoice = Annotated[
+    Annotated[Mode, Tag("mode")] | Annotated[NamedChoice, Tag("named")]
+    | Annotated[AllowedToolsChoice, Tag("allowed_tools")] | Annotated[HostedChoice, Tag("hosted")], _CHOICE]
+
+
 # -- Chat Completions ---------------------------------------------------------------------
-
-class FunctionSpec(Model):
-    name: str
-    description: str | None = None
-    parameters: Json | None = None
-    strict: bool | None = None
-
 
 class ChatFunctionTool(Model):
     type: Literal["function"]
     function: FunctionSpec
 
 
-class _CustomSpec(Model):
-    name: str
-    description: str | None = None
+class _ChatCustomSpec(_CustomSpec):
     format: Annotated[TextFormat | ChatGrammarFormat, Field(discriminator="type")] | None = None
 
 
@@ -243,7 +246,7 @@ class ChatCustomTool(Model):
     """Chat's freeform tool: checked, not offered (Codex's freeform tools come over Responses)."""
 
     type: Literal["custom"]
-    custom: _CustomSpec
+    custom: _ChatCustomSpec
 
 
 ChatTool = Annotated[
@@ -282,6 +285,4 @@ class ChatAllowedToolsChoice(Model):
 
 ChatToolChoice = Annotated[
     Annotated[Mode, Tag("mode")] | Annotated[ChatNamedChoice, Tag("named")]
-    | Annotated[ChatAllowedToolsChoice, Tag("allowed_tools")] | Annotated[HostedChoice, Tag("hosted")],
-    Discriminator(lambda value: "mode" if isinstance(value, str) else _choice_tag(value),
-                  custom_error_type="string_or_object", custom_error_message="not a tool choice")]
+    | Annotated[ChatAllowedToolsChoice, Tag("allowed_tools")] | Annotated[HostedChoice, Tag("hosted")], _CHOICE]
