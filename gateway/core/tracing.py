@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry import context, propagate, trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
@@ -228,10 +228,13 @@ def start_request(name: str, headers: Sequence[tuple[bytes, bytes]], attributes:
     source = _source
     if source is None:
         return None
-    fields = source.trace_headers
-    traced = any(header in fields for header, _ in headers)
+    fields, traced = source.trace_headers, False
+    for header, _ in headers:
+        if header in fields:
+            traced = True
+            break
     parent = propagate.extract(headers, getter=_HEADERS) if traced else context.Context()
-    span = _open(name, SpanKind.SERVER, parent, dict(attributes), plain=not traced)
+    span = _open(name, SpanKind.SERVER, parent, {**attributes}, plain=not traced)
     recorded = type(span) is Recording
     return span, context.attach(trace.set_span_in_context(span, parent)), _phases.set({} if recorded else None)
 
@@ -240,11 +243,12 @@ def end_request(opened: Opened, attributes: Mapping[str, Any] | None = None, err
     """Close a request's span with `attributes` and its phases' times (if it records)."""
     span, token, phases = opened
     times = _phases.get()
-    if times is not None:
+    if times is not None:  # recorded (`start_request`): a Recording, its attributes a plain dict
+        recorded = cast(Recording, span)._attributes
         if attributes:
-            span.set_attributes(attributes)
+            recorded.update(attributes)
         for name, seconds in times.items():
-            span.set_attribute(name, round(seconds, 6))
+            recorded[name] = round(seconds, 6)
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
     span.end()
