@@ -142,6 +142,7 @@ def _fresh(tag: bytes, key: str, kind: type, value: Any) -> bytes:
 # repeat (an id, a count): it is marked None and its values are written each time.
 _known: dict[bytes, dict[str, dict[Any, bytes] | None]] = {}
 _VALUES_MAX = 256
+_floats: dict[bytes, dict[str, bytes]] = {}  # a float attribute's field up to its value, by tag and key
 _NEW: dict[Any, bytes] = {}
 
 
@@ -151,9 +152,18 @@ def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
     known = _known.get(tag)
     if known is None or len(known) >= _KNOWN_MAX:
         known = _known[tag] = {}
+    floats = _floats.get(tag)
+    if floats is None or len(floats) >= _KNOWN_MAX:
+        floats = _floats[tag] = {}
     out = []
     for key, value in attributes.items():
         kind = type(value)
+        if kind is float:  # a time: everything before its 8 bytes is the key's
+            prefix = floats.get(key)
+            if prefix is None:
+                prefix = floats[key] = _fresh(tag, key, kind, 0.0)[:-8]
+            out.append(prefix + _DOUBLE(value))
+            continue
         if kind is str or kind is int:  # exactly: a bool is neither, and 1 is not "1"
             values = known.get(key, _NEW)
             if values is not None:
