@@ -51,6 +51,17 @@ class Process:
     def cpu_seconds(self) -> float:
         return sum(self.cpu_times())
 
+    def thread_cpu_ns(self) -> dict[int, int]:
+        """Each live thread's CPU time in ns (the scheduler's own count, /proc/…/task/*/schedstat),
+        by thread id: the process's first thread (the event loop) has the process's id."""
+        times = {}
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                times[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):  # a thread that just ended
+                continue
+        return times
+
     def cpu_times(self) -> tuple[float, float]:
         """(user, system) CPU seconds: the process's own work, and the kernel's on its behalf."""
         fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()

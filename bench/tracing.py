@@ -5,7 +5,9 @@ all pinned to one core, in front of the instant token server (16-token answers);
 sequential streamed Responses requests in blocks taken in turn (the order reversed every block,
 and every round), so the shared machine's drift hits every side alike. A gateway's CPU time
 (its /proc stat: every thread, the batch exporter's included) from a settled start to a settled
-end (EXPORT_DELAY_MS) over its requests is its CPU per request; the same again against
+end (EXPORT_DELAY_MS) over its requests is its CPU per request, split by the scheduler's
+count of each thread's time into its event loop's thread and the others (the batch exporter's,
+and those an untraced gateway runs too); the same again against
 1,016-token answers gives the CPU per token (the difference per 1,000 tokens). "On" exports
 every span by OTLP/HTTP to a sink in this process (`--otlp-traces-endpoint`); the sink counts
 the spans it got. Reported per side: min / median / max over the rounds, and each round's
@@ -119,8 +121,9 @@ def _gateways(states: list[str], upstream: procs.Process, sink: dict[str, Any], 
 
 
 def _round(states: list[str], upstream: procs.Process, requests: int, blocks: int, sink: dict[str, Any],
-           ratio: float, code: dict[str, Path], profile: Path | None = None) -> dict[str, tuple[float, float]]:
-    """Side → (gateway CPU ms per request, output tokens per request): the sides' gateways serve
+           ratio: float, code: dict[str, Path], profile: Path | None = None) -> dict[str, tuple[float, float, float]]:
+    """Side → (gateway CPU ms per request, output tokens per request, the share of that CPU
+    time its event loop's thread spent, by the scheduler's count): the sides' gateways serve
     `requests` each in `blocks` taken in turn (the order reversed every block), so the shared
     machine's drift hits them alike; each one's CPU is read from a settled start to a settled end.
     `profile`: py-spy's stacks of the "on" (and "old") gateway over it are appended there
@@ -137,14 +140,24 @@ def _round(states: list[str], upstream: procs.Process, requests: int, blocks: in
                 if profile is not None and state in gateways:
                     sampling.enter_context(_sampled(gateways[state].pid, _profile_of(profile, state)))
             before = {state: gateway.cpu_seconds() for state, gateway in gateways.items()}
+            threads = {state: gateway.thread_cpu_ns() for state, gateway in gateways.items()}
             for block in range(blocks):
                 for state in (states if block % 2 == 0 else states[::-1]):
                     done[state] += _measure(gateways[state].port, "/v1/responses", body, GATEWAY_MARKER,
                                             requests // blocks, 200_000 + block * requests, "words")
             time.sleep(SETTLE_S)
             cpu = {state: gateway.cpu_seconds() - before[state] for state, gateway in gateways.items()}
-    return {state: (cpu[state] * 1000 / len(done[state]), statistics.mean(r["tokens"] for r in done[state]))
+            loop = {state: _loop_share(gateway, threads[state]) for state, gateway in gateways.items()}
+    return {state: (cpu[state] * 1000 / len(done[state]), statistics.mean(r["tokens"] for r in done[state]), loop[state])
             for state in states}
+
+
+def _loop_share(gateway: procs.Process, before: dict[int, int]) -> float:
+    """The share of the gateway's CPU time since `before` spent on its event loop's thread (the
+    rest: the batch exporter's thread, and whatever others it runs, the same in every side)."""
+    after = gateway.thread_cpu_ns()
+    spent = {tid: ns - before.get(tid, 0) for tid, ns in after.items()}
+    return spent.get(gateway.pid, 0) / max(1, sum(spent.values()))
 
 
 def _profile_of(profile: Path, state: str) -> Path:
@@ -223,14 +236,18 @@ def run(rounds: int, requests: int, ratio: float | None, before: Path | None = N
             longs = _round(order, long, max(20, requests // 5), max(2, blocks // 2), sink, ratio or 0.0, code)
             row: dict[str, Any] = {"round": i, "spans_exported": sink["spans"] - spans}
             for state in states:
-                (short_ms, short_tokens), (long_ms, long_tokens) = shorts[state], longs[state]
+                (short_ms, short_tokens, loop), (long_ms, long_tokens, _) = shorts[state], longs[state]
                 row[state] = {"cpu_ms_per_request": round(short_ms, 4),
+                              "event_loop_ms_per_request": round(short_ms * loop, 4),
+                              "other_threads_ms_per_request": round(short_ms * (1 - loop), 4),
                               "cpu_us_per_token": round((long_ms - short_ms) * 1000 / (long_tokens - short_tokens), 3)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     summary: dict[str, Any] = {}
     for state in states:
-        summary[state] = {key: _spread([r[state][key] for r in rows]) for key in ("cpu_ms_per_request", "cpu_us_per_token")}
+        summary[state] = {key: _spread([r[state][key] for r in rows])
+                          for key in ("cpu_ms_per_request", "event_loop_ms_per_request", "other_threads_ms_per_request",
+                                      "cpu_us_per_token")}
         if state != "off":  # the round's own off side is its baseline
             summary[state]["cpu_per_request_vs_off"] = _spread(
                 [r[state]["cpu_ms_per_request"] / r["off"]["cpu_ms_per_request"] for r in rows])
