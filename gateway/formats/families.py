@@ -19,6 +19,7 @@ from gateway.formats import (
     internlm,
     json_list,
     kimi,
+    kimi_k3,
     llama3_json,
     minimax,
     pythonic,
@@ -40,6 +41,7 @@ FAMILIES: tuple[Family, ...] = (
     glm.FAMILY,  # GLM-4.5 to GLM-5: <arg_key>
     deepseek.FAMILY,  # DeepSeek-V3.1: <｜tool▁calls▁begin｜>
     kimi.FAMILY,  # Kimi-K2: <|tool_calls_section_begin|>
+    kimi_k3.FAMILY,  # Kimi-K3: <|open|>TAG<|sep|> tags (XTML) and <|end_of_msg|>
     pythonic.OLMO3,  # Olmo 3: pythonic calls in <function_calls>
     pythonic.LFM2,  # LFM2 / LFM2.5: pythonic calls in <|tool_call_start|>
     pythonic.LLAMA32,  # Llama 3.2 pythonic calls: [func_name1(params_name1=… and <|eot_id|>

@@ -81,5 +81,10 @@ class Family:
     encoder: Callable[[Any, bool | None, Any], Any] | None = None
     # a request's reasoning effort -> the level its encoder renders (None: the default level), as vLLM maps it
     effort: Callable[[str | None], Any] = lambda effort: None
+    # the template's variable switching thinking (vLLM's `chat_template_kwargs`), as Qwen3's is named
+    thinking_switch: str = "enable_thinking"
+    # whether a generation prompt (its text) leaves the model reasoning; None: a `think_open` id after the last
+    # `think_close` (families whose reasoning opens with a tag of several tokens say how)
+    opens_reasoning: Callable[[str], bool] | None = None
     image: str | None = None  # the token its template writes once per image (vLLM expands it); None: no images
     grammar: str = "none"  # the calls a structured-output grammar can force (gateway.formats.hf_constraints)

@@ -4,7 +4,7 @@ Prompts are rendered by the tokenizer's chat template (see `hf_render` for how c
 kept from becoming markup); output is parsed at the token level for reasoning and tool calls
 as the model's family writes them: hermes JSON (`hermes`, Qwen2.5/Qwen3), Qwen's XML
 (`qwen_xml`, Qwen3.5/3.6 and Qwen3-Coder), GLM's `<arg_key>`/`<arg_value>` (`glm`), the call
-sections of DeepSeek-V3.1 (`deepseek`) and Kimi-K2 (`kimi`), the `<invoke>` blocks of MiniMax-M2
+sections of DeepSeek-V3.1 (`deepseek`) and Kimi-K2 (`kimi`), Kimi-K3's XTML tags (`kimi_k3`), the `<invoke>` blocks of MiniMax-M2
 (`minimax`) and DeepSeek-V3.2/V4 (`dsml`; these ship no template and render with DeepSeek's
 encoder, `dsml_render`), Gemma 4's `<|tool_call>call:NAME{…}` (`gemma4`), Llama 3's JSON
 (`llama3_json`). Each family is a declaration (`family.Family`) in its module; which one a model
@@ -39,7 +39,6 @@ from gateway.formats.hf_window import TemplateWindow
 
 __all__ = ["load_hf_format"]
 
-THINKING_SWITCH = "enable_thinking"  # the variable Qwen3, Qwen3.5/3.6 and GLM templates switch thinking with
 _QWEN_MARKERS = {"think_open": "<think>", "think_close": "</think>", "call_open": "<tool_call>",
                  "call_close": "</tool_call>"}
 
@@ -92,6 +91,7 @@ class HFChatFormat:
         image = own.image or family.image
         self.image_token_id: int | None = vocab.get(image) if vision and image is not None else None
         self._grid = vision if isinstance(vision, PatchGrid) else None
+        self._opens_reasoning = family.opens_reasoning or own.opens_reasoning
         self._starts_in_reasoning = self._prompt_opens_reasoning(thinking=True)
         self._quiet_starts_in_reasoning = self._prompt_opens_reasoning(thinking=False)
         if turns.stops_close_turns:
@@ -106,14 +106,15 @@ class HFChatFormat:
         if family.encoder is not None:
             quiet = family.encoder(self.tokenizer, False, None) if enable_thinking is not False else None
             return family.encoder(self.tokenizer, enable_thinking, None), quiet
+        switch = own.thinking_switch  # the template's variable (Qwen3's, Qwen3.5/3.6's and GLM's enable_thinking)
         template_kwargs: dict[str, Any] = {}
         if enable_thinking is not None:
-            template_kwargs["enable_thinking"] = enable_thinking
+            template_kwargs[switch] = enable_thinking
         prepare = family.prepare or own.prepare
         encoder = SafeTemplateEncoder(self.tokenizer, template_kwargs, prepare=prepare)
-        if enable_thinking is False or THINKING_SWITCH not in template:
+        if enable_thinking is False or switch not in template:
             return encoder, None
-        return encoder, SafeTemplateEncoder(self.tokenizer, {**template_kwargs, "enable_thinking": False},
+        return encoder, SafeTemplateEncoder(self.tokenizer, {**template_kwargs, switch: False},
                                             prepare=prepare)
 
     def render(self, conversation: Conversation) -> list[int]:
@@ -174,11 +175,14 @@ class HFChatFormat:
         return found or (self.tokenizer.convert_ids_to_tokens(token_id) or "").encode()
 
     def _prompt_opens_reasoning(self, *, thinking: bool) -> bool:
-        """Whether the generation prompt leaves a `<think>` open (the model starts mid-reasoning)."""
+        """Whether the generation prompt leaves a `<think>` open (the model starts mid-reasoning), or what
+        the family says of the prompt's text."""
         think_open, think_close = self._markup.think_open, self._markup.think_close
-        if think_open is None:
+        if think_open is None and self._opens_reasoning is None:
             return False
         ids = self.render(Conversation(items=[Message(role="user", text="Hi")], reasoning_effort=None if thinking else "none"))
+        if self._opens_reasoning is not None:
+            return self._opens_reasoning(self.decode(ids))
         last_open = max((i for i, t in enumerate(ids) if t == think_open), default=-1)
         last_close = max((i for i, t in enumerate(ids) if t == think_close), default=-1)
         return last_open > last_close

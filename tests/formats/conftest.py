@@ -76,6 +76,8 @@ TOKENIZERS = {
                               stand_in="INTERNLM2"),
     "apertus": TokenizerDir("Apertus' control tokens on a stand-in BPE, with vLLM's Apertus tool template.",
                             stand_in="APERTUS"),
+    "kimi_k3": TokenizerDir("Kimi-K3's tag tokens on a stand-in BPE, with the published Kimi-K3 template.",
+                            stand_in="KIMI_K3"),
 }
 
 
@@ -94,7 +96,8 @@ class Format:
 FORMATS = {
     **{key: Format(key, "The HF format on it: the family's calls, picked from the template.") for key in (
         "qwen36", "glm", "deepseek", "kimi", "minimax", "seed_oss", "step3p5", "llama4", "olmo3", "lfm2",
-        "llama4_json", "xlam", "phi4_mini", "llama32", "granite4", "nemotron_v3", "internlm2", "apertus")},
+        "llama4_json", "xlam", "phi4_mini", "llama32", "granite4", "nemotron_v3", "internlm2", "apertus",
+        "kimi_k3")},
     "llama3": Format("llama3", "The HF format on it (with generation_config's stop ids): llama3_json calls.", load=True),
     "gemma4": Format("gemma4", "The HF format on it (with generation_config's stop ids): gemma4 calls.", load=True),
     "deepseek_v4": Format("deepseek_v4", "vLLM's `deepseek_v4` parser: DeepSeek's V4 encoder, thinking on (V4's "

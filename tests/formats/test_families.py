@@ -44,6 +44,7 @@ def test_every_vllm_name_picks_exactly_one_family():
     ("{{ '<arg_key>' }}", "glm"),
     ("{{ '<｜tool▁calls▁begin｜>' }}", "deepseek"),
     ("{{ '<|tool_calls_section_begin|>' }}", "kimi"),
+    ("{{ '<|open|>' + tag }}{{ '<|end_of_msg|>' }}", "kimi_k3"),
     ('{{ \'"parameters": \' }}<|eot_id|>', "llama3_json"),
     ("{{ '<function=' }}", "xml"),
     ("{{ truncate_history_thinking }}{{ '<function=' }}", "nemotron_v3"),

@@ -18,7 +18,7 @@ TOOLS = [Tool(name="get_weather", description="", parameters={"type": "object", 
 FAMILIES = ["glm_format", "deepseek_format", "kimi_format", "minimax_format", "deepseek_v4_format",
             "llama3_format", "seed_oss_format", "llama4_format", "olmo3_format", "lfm2_format",
             "llama4_json_format", "xlam_format", "phi4_mini_format", "llama32_format", "internlm2_format",
-            "apertus_format"]
+            "apertus_format", "kimi_k3_format"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -14,7 +14,7 @@ FAMILIES = ["qwen36_format", "glm_format", "deepseek_format", "kimi_format", "de
             "deepseek_v32_format", "minimax_format", "seed_oss_format", "step3p5_format", "llama4_format",
             "olmo3_format", "lfm2_format", "llama4_json_format", "xlam_format", "phi4_mini_format",
             "llama32_format", "granite4_format", "nemotron_v3_format",
-            "internlm2_format", "apertus_format"]
+            "internlm2_format", "apertus_format", "kimi_k3_format"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

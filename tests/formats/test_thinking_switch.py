@@ -20,12 +20,17 @@ from tests.support.parse_events import feed, items
 from tests.support.stack import fake_stack
 
 FAMILIES = [("qwen_format", "qwen_tokenizer"), ("qwen36_format", "qwen36_tokenizer"),
-            ("glm_format", "glm_tokenizer"), ("deepseek_format", "deepseek_tokenizer")]
+            ("glm_format", "glm_tokenizer"), ("deepseek_format", "deepseek_tokenizer"),
+            ("kimi_k3_format", "kimi_k3_tokenizer")]
 # How each family's template takes `hf_messages` (its own reshaping, as its render test does)
-PREPARE = {"qwen36_format": qwen_messages, "glm_format": with_argument_dicts}
+PREPARE = {"qwen36_format": qwen_messages, "glm_format": with_argument_dicts,
+           "kimi_k3_format": with_argument_dicts}
+SWITCH = {"kimi_k3_format": "thinking"}  # the template's variable, where not `enable_thinking`
 
 
 def reference_ids(family: str, tokenizer, conversation: Conversation, **kwargs) -> list[int]:
+    if kwargs.pop("enable_thinking", True) is False:
+        kwargs[SWITCH.get(family, "enable_thinking")] = False
     messages, tools = hf_messages(conversation)
     messages = PREPARE.get(family, lambda m: m)(messages)
     return tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True, add_generation_prompt=True,
@@ -65,6 +70,15 @@ def test_the_parser_starts_where_the_prompt_leaves_the_model(qwen36_format, qwen
     assert items(feed(qwen36_format.parser(thinking=False), ids)) == [("text", None, "Hello there.")]
 
 
+def test_kimi_k3_s_switch_opens_the_response_channel_and_the_parser_starts_there(kimi_k3_format, kimi_k3_tokenizer):
+    off = Conversation(items=[Message("user", "hi")], reasoning_effort="none")
+    assert kimi_k3_format.decode(kimi_k3_format.render(off)).endswith(
+        '<|open|>message role="assistant"<|sep|><|open|>response<|sep|>')
+    ids = kimi_k3_tokenizer.encode("Hello there.")
+    assert items(feed(kimi_k3_format.parser(), ids)) == [("reasoning", None, "Hello there.")]
+    assert items(feed(kimi_k3_format.parser(thinking=False), ids)) == [("text", None, "Hello there.")]
+
+
 def test_kimi_k2_thinking_has_no_switch_and_renders_as_ever(kimi_format):
     case = Conversation(items=[Message("user", "hi")])
     assert kimi_format.render(dataclasses.replace(case, reasoning_effort="none")) == kimi_format.render(case)
@@ -79,6 +93,7 @@ def qwen36_stack():
 
 
 @pytest.mark.parametrize("switch", [{"chat_template_kwargs": {"enable_thinking": False}},
+                                    {"chat_template_kwargs": {"thinking": False}},  # Kimi-K3's, DeepSeek's name
                                     {"reasoning_effort": "none"}])
 def test_chat_requests_turn_thinking_off(qwen36_stack, qwen36_tokenizer, switch):
     stack = qwen36_stack

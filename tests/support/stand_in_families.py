@@ -96,6 +96,11 @@ APERTUS = StandIn("apertus-tokenizer-v1", "apertus.jinja", (
     "<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>", "<|inner_prefix|>", "<|inner_suffix|>",
     "<|tools_prefix|>", "<|tools_suffix|>"), eos="<|assistant_end|>", bos="<s>", pad="<pad>")
 
+# Kimi-K3's tag tokens and turn end (its own ids are not known here; vLLM's kimi_k3 parsers keep them with
+# skip_special_tokens off, so they are special there).
+KIMI_K3 = StandIn("kimi-k3-tokenizer-v1", "kimi-k3.jinja", (
+    "<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>", "<|kimi_image_placeholder|>"), eos="<|end_of_msg|>")
+
 
 def stand_in_dir(family: StandIn) -> Path:
     """The family's stand-in tokenizer dir (built once)."""

@@ -59,8 +59,9 @@ def parse_chat_request(body: Any, *, tokens_as_ids: bool = False) -> ChatRequest
     tools = [function_tool(tool.function) for tool in chat.tools or () if isinstance(tool, ChatFunctionTool)]
     tool_choice, allowed = output_fields.tool_choice(chat.tool_choice)
     effort = chat.reasoning_effort
-    if effort is None and (chat.chat_template_kwargs or {}).get("enable_thinking") is False:
-        effort = "none"  # vLLM's per-request thinking switch, as the reasoning effort that means it
+    switches = chat.chat_template_kwargs or {}
+    if effort is None and False in (switches.get("enable_thinking"), switches.get("thinking")):
+        effort = "none"  # vLLM's per-request thinking switch (Kimi-K3's and DeepSeek's `thinking`), as that effort
     conversation = Conversation(items=items, instructions=instructions, tools=tools if tool_choice != "none" else [],
                                 tool_choice=tool_choice, reasoning_effort=effort)
     prefix = None
