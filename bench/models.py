@@ -1,6 +1,6 @@
 """The two output formats the benchmarks relay: Qwen3 (HF template, hermes) and gpt-oss harmony.
 
-Each comes with the tokenizer dir the gateway loads (built offline by gateway.ops.cache)
+Each comes with the tokenizer dir the gateway loads (built offline by gateway.ops._cache)
 and a scripted answer: plain words, one token each (with its leading space: the load
 generator counts a delta's tokens by its spaces), one token per chunk, closed by the
 format's stop token.

@@ -189,7 +189,7 @@ _WAITING = ("Condition.wait ", "Event.wait ", "EpollSelector.select ", "select "
 _EXPORT_WORK = (("encoding (the OTLP encoder)", ("encode_spans ",)), ("encoding (gateway/server/otlp.py)", ("encode (",)),
                 ("the HTTP or gRPC call", ("/requests/", "/urllib3/", "/grpc/", "http/client.py")))
 # The code traces run: OpenTelemetry's, and the gateway's own tracing modules.
-_TRACING = ("/opentelemetry/", "gateway/core/tracing.py", "gateway/pipeline/spans.py", "gateway/server/otlp.py")
+_TRACING = ("/opentelemetry/", "gateway/core/tracing.py", "gateway/pipeline/_spans.py", "gateway/server/otlp.py")
 
 
 def profile_summary(profile: Path, top: int = 12) -> dict[str, Any]:

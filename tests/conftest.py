@@ -305,7 +305,7 @@ def vllm_vision(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 @pytest.fixture(scope="session")
 def codex_bin() -> Path:
     """The real Codex CLI binary ($GATEWAY_CODEX_BIN, else where scripts/install-codex.sh puts it)."""
-    from gateway.ops.cache import cache_dir
+    from gateway.ops._cache import cache_dir
 
     configured = os.environ.get("GATEWAY_CODEX_BIN")
     path = Path(configured) if configured else cache_dir() / f"codex-{CODEX_VERSION}" / "node_modules" / ".bin" / "codex"
@@ -321,7 +321,7 @@ RL_CLIENTS = "rl-clients-verifiers-0.3.1-rllm-0.1.0"  # scripts/install-rl-clien
 def rl_clients_python() -> Path:
     """The python of the RL clients' own venv (verifiers, rllm-model-gateway), where
     scripts/install-rl-clients.sh puts it ($GATEWAY_RL_CLIENTS_PYTHON overrides)."""
-    from gateway.ops.cache import cache_dir
+    from gateway.ops._cache import cache_dir
 
     configured = os.environ.get("GATEWAY_RL_CLIENTS_PYTHON")
     path = Path(configured) if configured else cache_dir() / RL_CLIENTS / "bin" / "python"
@@ -333,7 +333,7 @@ def rl_clients_python() -> Path:
 @pytest.fixture(scope="session")
 def claude_code_bin() -> Path:
     """The real Claude Code CLI ($GATEWAY_CLAUDE_CODE_BIN, else where scripts/install-claude-code.sh puts it)."""
-    from gateway.ops.cache import cache_dir
+    from gateway.ops._cache import cache_dir
 
     configured = os.environ.get("GATEWAY_CLAUDE_CODE_BIN")
     path = Path(configured) if configured else (

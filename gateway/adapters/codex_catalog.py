@@ -4,7 +4,7 @@ Codex reads a model's context window, its apply_patch tool kind, reasoning level
 truncation policy from a catalog: `model_catalog_json`, or `GET {base_url}/models?client_version=…`
 (`{"models": [ModelInfo, …]}`). The gateway answers the latter from its own knowledge: the
 replicas' `max_model_len`, text only, apply_patch as a freeform (custom) tool, which the Responses
-adapter offers the model as a function (gateway/adapters/codex_tools.py). Every field Codex
+adapter offers the model as a function (gateway/adapters/_codex_tools.py). Every field Codex
 0.169 requires of an entry is present (the same entry as examples/codex/tiny-qwen3.json).
 """
 

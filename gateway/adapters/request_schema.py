@@ -1,12 +1,12 @@
 """The accepted request shapes, as typed models: every body is checked once, where its adapter
 receives it, and the code below trusts what passed.
 
-Models are strict (no "5" for 5, no true for 1; gateway/adapters/schema_base.py) and the top
+Models are strict (no "5" for 5, no true for 1; gateway/adapters/_schema_base.py) and the top
 level takes no parameter it does not know: OpenAI's own, vLLM's extra sampling fields the
 gateway forwards, and the gateway's RL fields. Sampling values are range-checked as vLLM's
 `SamplingParams` does, so a replica never answers a 400 for a value the gateway let through.
 Free-form objects the gateway echoes or renders (metadata, a tool's parameters, text, ...) are
-bounded in depth. `tools` and `tool_choice` are in gateway/adapters/tool_schema.py.
+bounded in depth. `tools` and `tool_choice` are in gateway/adapters/_tool_schema.py.
 
 A pydantic error becomes one OpenAI-shaped 400 whose `param` is the path in the body
 (`input[3].content`): union members and item tags, which pydantic puts in its error
@@ -20,8 +20,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
-from gateway.adapters.schema_base import Bounded, Model, Obj, Objs
-from gateway.adapters.tool_schema import ChatTool, ChatToolChoice, FunctionSpec, ResponsesTool, ToolChoice
+from gateway.adapters._schema_base import Bounded, Model, Obj, Objs
+from gateway.adapters._tool_schema import ChatTool, ChatToolChoice, FunctionSpec, ResponsesTool, ToolChoice
 from gateway.adapters.validation import type_name
 from gateway.core.errors import APIError, invalid_request
 
@@ -400,7 +400,7 @@ class ChatBody(RequestBody):
     verbosity: str | None = None
     function_call: str | Obj | None = None
     functions: Annotated[list[FunctionSpec], Bounded] | None = None
-    # vLLM's extra fields (gateway/adapters/chat/vllm_fields.py)
+    # vLLM's extra fields (gateway/adapters/chat/_vllm_fields.py)
     return_tokens_as_token_ids: bool | None = None
     skip_special_tokens: bool | None = None
     include_stop_str_in_output: bool | None = None

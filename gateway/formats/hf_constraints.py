@@ -48,7 +48,7 @@ __all__ = ["CUSTOM_INPUT", "MAX_WHITESPACE", "allowed_tools", "custom_grammar", 
 log = logging.getLogger(__name__)
 
 MAX_WHITESPACE = 32
-CUSTOM_INPUT = "input"  # the one argument a custom tool is offered with (gateway/adapters/codex_tools.py)
+CUSTOM_INPUT = "input"  # the one argument a custom tool is offered with (gateway/adapters/_codex_tools.py)
 # A string parameter's text: anything but `</` (which would close the parameter), not ending
 # in a newline (the parser takes the last one as markup's).
 _XML_TEXT = r"([^<\n]|<[^/]|\n[^<])*"

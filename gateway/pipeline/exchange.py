@@ -34,10 +34,10 @@ it waits in the gate's queue (`queue`), in progress once started, then failed or
 completed one is the commit's).
 
 A response made of several generations is several turns inside one exchange. A writer that
-runs tools itself (`RunsTools`: remote MCP tools, gateway/adapters/responses/mcp_tools.py) is asked after
+runs tools itself (`RunsTools`: remote MCP tools, gateway/adapters/responses/_mcp_tools.py) is asked after
 each generation; when it ran some and the response goes on, the generation is recorded in its
 rollout, if any, and the next turn continues the exact ids of the one before plus the rendered
-outputs (gateway/pipeline/tool_loop.py), entered in the same block; the last one is the one committed.
+outputs (gateway/pipeline/_tool_loop.py), entered in the same block; the last one is the one committed.
 
 A writer's methods return what a transport's write does (`Hold`): None to go on, or an awaitable
 (a slow client's drain) to wait for before more.
@@ -57,7 +57,8 @@ from gateway.core.conversation import ToolOutput
 from gateway.core.errors import APIError
 from gateway.core.push import Hold, held
 from gateway.formats.base import ParseEvent
-from gateway.pipeline import conversations, session, tool_loop, trace
+from gateway.pipeline import _tool_loop as tool_loop
+from gateway.pipeline import conversations, session, trace
 from gateway.pipeline.gate import Pass
 from gateway.pipeline.request import Builder, Found, Lane, RolloutCall, TurnRequest
 from gateway.pipeline.runtime import Runtime

@@ -6,7 +6,7 @@ exchange is the only way to a replica, so no route can skip the gate: POST /v1/r
 SSE, background), /v1/responses/compact, Chat Completions, Anthropic Messages, the token-in
 routes and every `response.create` on a WebSocket pass it alike.
 
-The budgets are the server's (gateway/server/admission.py, gateway/server/tenant_limits.py); the
+The budgets are the server's (gateway/server/_admission.py, gateway/server/tenant_limits.py); the
 pipeline sees only this interface. A runtime built without a server (tests, tools) has the open
 gate.
 """

@@ -1,8 +1,8 @@
 """Steering a generation while it runs: stop it at the exact ids it wrote so far.
 
-A WebSocket `response.steer` (gateway/ws/steer.py) asks the response it names to stop so that
+A WebSocket `response.steer` (gateway/ws/_steer.py) asks the response it names to stop so that
 its successor can continue from it with the client's new input. The gateway can stop at the
-exact ids the client was shown: the turn's output (gateway/pipeline/output.py) ends with the
+exact ids the client was shown: the turn's output (gateway/pipeline/_output.py) ends with the
 ids already taken from the replica, the upstream request is aborted, and the turn is recorded
 with `finish_reason` "steered" — a cut turn, whose tokens the successor's prompt continues as
 it would a turn cut by the length limit (the template closes it, then the new user turn).

@@ -3,7 +3,7 @@
 A `Trace` spans one request (an HTTP POST to a generation route, or one `response.create`
 on a WebSocket) and lives in a context variable, so the code serving it reports without
 passing it around: the session module `attach`es the turn's record, a transport that
-answers with an error event calls `error`. gateway/server/observe.py opens traces and,
+answers with an error event calls `error`. gateway/server/_observe.py opens traces and,
 when one ends, reads them into the metrics and the access log.
 """
 

@@ -5,7 +5,7 @@
 gateway/tokenfix/prompt.py) and gets a replica to accept it, so nothing has been sent to the
 client yet when that fails — and closes it however the block is left (the replica's work is
 aborted if unfinished); `relay()` pushes the parser's item events to a consumer from the
-upstream read itself (what engine pace needs), through `TurnOutput` (gateway/pipeline/output.py).
+upstream read itself (what engine pace needs), through `TurnOutput` (gateway/pipeline/_output.py).
 gateway/pipeline/exchange.py is the one place that runs a turn so. Everything that happened goes into
 `self.record` (gateway/tokenfix/record.py), which the transport hands on; the turn never
 changes its request, and nothing holds the turn to observe it.
@@ -30,8 +30,8 @@ from gateway.core.push import Hold, Sink, held
 from gateway.core.sampling import OutputConstraint, SamplingOptions, resolve
 from gateway.formats.base import Covered, ParseEvent
 from gateway.formats.length import too_long
-from gateway.pipeline import spans
-from gateway.pipeline.output import TurnOutput
+from gateway.pipeline import _spans as spans
+from gateway.pipeline._output import TurnOutput
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
 from gateway.tokenfix.prompt import PromptBuilder

@@ -23,14 +23,15 @@ from gateway.core.sampling import GenerationDefaults
 from gateway.core.settings import Settings
 from gateway.formats import load_format
 from gateway.pipeline.runtime import Runtime
-from gateway.server.admission import Admission
+from gateway.server._admission import Admission
+from gateway.server._gate import ServerGate
+from gateway.server._metrics import Metrics, metrics_endpoint
+from gateway.server._observe import ObserveMiddleware
+from gateway.server._openapi import openapi_endpoint
+from gateway.server._status import status_json, status_page, status_script
 from gateway.server.auth import AuthMiddleware, KeyRing, warn_if_open
 from gateway.server.drain import Drain, DrainMiddleware
-from gateway.server.gate import ServerGate
 from gateway.server.http import JSONResponse, api_error_handler, http_error_handler
-from gateway.server.metrics import Metrics, metrics_endpoint
-from gateway.server.observe import ObserveMiddleware
-from gateway.server.openapi import openapi_endpoint
 from gateway.server.routes.chat import create_chat_completion
 from gateway.server.routes.compact import compact_response
 from gateway.server.routes.control import control_routes
@@ -51,7 +52,6 @@ from gateway.server.routes.stored_responses import cancel_response, delete_respo
 from gateway.server.routes.token_in import create_completion, generate
 from gateway.server.routes.tokenize import detokenize, tokenize
 from gateway.server.routes.websocket import responses_websocket
-from gateway.server.status import status_json, status_page, status_script
 from gateway.server.tenant_limits import TenantLimits
 from gateway.server.tracing import start as start_tracing
 from gateway.server.tracing import stop as stop_tracing

@@ -37,8 +37,8 @@ from gateway.core.errors import APIError
 from gateway.core.settings import Settings
 from gateway.core.tenancy import TENANT_NAME, Tenant, current
 from gateway.pipeline import trace
+from gateway.server._status import PAGE_PATHS
 from gateway.server.http import error_response
-from gateway.server.status import PAGE_PATHS
 from gateway.ws.error_events import error_event
 
 __all__ = ["AuthMiddleware", "KeyRing", "warn_if_open"]

@@ -18,7 +18,7 @@ from gateway.adapters.validation import parse_json
 from gateway.core.errors import APIError, invalid_request
 from gateway.core.push import Hold, Sink
 from gateway.pipeline import trace
-from gateway.server.body_encoding import body_decoder, too_large
+from gateway.server._body_encoding import body_decoder, too_large
 from gateway.server.body_writer import BodyWriter
 
 __all__ = ["JSONResponse", "api_error_handler", "error_payload", "error_response", "http_error_handler", "model_route",
@@ -51,7 +51,7 @@ def model_route(answer: Callable[[Request, bytes], Awaitable[Response]]) -> Call
 
 
 async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES, timeout: float | None = None) -> bytes:
-    """The whole body, decoded if it came compressed (gateway/server/body_encoding.py): 413
+    """The whole body, decoded if it came compressed (gateway/server/_body_encoding.py): 413
     beyond `max_bytes` (sent or decoded), 415 for an encoding the gateway does not decode, 408
     when it takes longer than `timeout` seconds (a client that sends a byte and stops must not
     hold a connection for long)."""

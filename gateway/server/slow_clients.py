@@ -39,9 +39,9 @@ from starlette.types import ASGIApp
 
 from gateway.core.errors import APIError
 from gateway.core.settings import Settings
+from gateway.server._ws_frames import DirectFrames
 from gateway.server.body_writer import DirectBodies
 from gateway.server.http import error_payload
-from gateway.server.ws_frames import DirectFrames
 
 __all__ = ["uvicorn_config"]
 
@@ -132,7 +132,7 @@ class BoundedHeaders(DirectBodies):
 
 class BoundedClose(DirectFrames):
     """uvicorn's WebSocket protocol (websockets' sans-I/O one), whose close never waits forever (and
-    which offers a direct text-message writer: gateway/server/ws_frames.py)."""
+    which offers a direct text-message writer: gateway/server/_ws_frames.py)."""
 
     async def send(self, message: Any) -> None:
         closing = message["type"] == "websocket.close" and self.handshake_complete

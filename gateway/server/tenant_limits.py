@@ -3,7 +3,7 @@
 One tenant must not take the replicas from the others. Beyond its concurrent requests, or
 once the tokens of its requests that ended within the last 60 s reach its per-minute budget,
 a new request is refused at once with a 429 and `Retry-After` (as the server-wide
-`--max-concurrent-requests`, gateway/server/admission.py): for the token budget, the
+`--max-concurrent-requests`, gateway/server/_admission.py): for the token budget, the
 seconds until enough of the window's tokens age out. A request's tokens (prompt sent and
 output generated) are counted when it ends, so a request already admitted always runs to
 its end. Limits come from `--tenant-max-concurrent-requests` / `--tenant-tokens-per-minute`
@@ -34,7 +34,7 @@ from typing import Any
 from gateway.core.errors import APIError
 from gateway.core.settings import Settings
 from gateway.core.tenancy import TENANT_NAME, Tenant
-from gateway.server.metrics import Metrics
+from gateway.server._metrics import Metrics
 from gateway.store.backend import Store
 from gateway.store.redis.link import StoreDown
 from gateway.tokenfix.record import TurnRecord

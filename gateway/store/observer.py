@@ -17,7 +17,7 @@ FALLBACK: ContextVar[str | None] = ContextVar("state_fallback", default=None)
 
 
 class StoreObserver:
-    """What a shared backend reports (gateway/server/metrics.py counts it); does nothing here."""
+    """What a shared backend reports (gateway/server/_metrics.py counts it); does nothing here."""
 
     def round_trip(self, op: str, seconds: float) -> None:
         """One store operation (`op`: session_read, session_write, …) took `seconds`."""

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall
 from gateway.formats.base import ChatFormat, ItemDone, ItemStarted, output_item
+from gateway.tokenfix._terminators import count_terminators
 from gateway.tokenfix.state import TokenState
-from gateway.tokenfix.terminators import count_terminators
 
 __all__ = ["mismatch"]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.base import ChatFormat, Covered, Tail
+from gateway.tokenfix._splice import splice_tail
 from gateway.tokenfix.prompt import PromptBuilder
-from gateway.tokenfix.splice import splice_tail
 from gateway.tokenfix.state import TokenState
 
 __all__ = ["failing_kinds"]

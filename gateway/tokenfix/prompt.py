@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from gateway.core.conversation import Conversation, Item
 from gateway.formats.base import ChatFormat, Covered
-from gateway.tokenfix.splice import splice, splice_tail
+from gateway.tokenfix._splice import splice, splice_tail
 from gateway.tokenfix.state import TokenState
 
 __all__ = ["PromptBuilder", "build_prompt"]

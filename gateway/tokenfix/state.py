@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
 from gateway.formats.base import ChatFormat, Covered
-from gateway.tokenfix.terminators import count_terminators
+from gateway.tokenfix._terminators import count_terminators
 from gateway.upstream.prefix_index import KeyChain
 
 __all__ = ["TokenState", "context_digest"]

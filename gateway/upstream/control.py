@@ -14,7 +14,7 @@ change weights never are.
 What the gateway learns on the way is kept on each replica: its weight version (vLLM's label,
 "default" until a trainer sets one), its adapters, and whether it is `fenced` — out of routing
 because a weight call failed on it or it missed the fleet's version, until an update brings it
-to the fleet's version. Pausing closes the pool's barrier (gateway/upstream/barrier.py) and
+to the fleet's version. Pausing closes the pool's barrier (gateway/upstream/_barrier.py) and
 resuming opens it once every replica answered. A reset of a replica's caches clears the
 router's index of it (gateway/upstream/router.py), so routing never counts on blocks it lost,
 and so does a change of its weights, so routing never counts on blocks computed with the weights

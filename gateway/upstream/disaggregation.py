@@ -1,7 +1,7 @@
 """Prefill/decode disaggregation over vLLM's `kv_transfer_params` (NixlConnector).
 
 A long prefill on a replica stalls every decode batched beside it. With replicas declared
-`prefill=URL` / `decode=URL` (gateway/upstream/discovery.py), a turn may run in two legs on the
+`prefill=URL` / `decode=URL` (gateway/upstream/_discovery.py), a turn may run in two legs on the
 same prompt ids: the prefill leg on a prefill replica (`max_tokens` 1, not streamed — vLLM
 answers the transfer parameters only then — with `do_remote_decode`), whose answer's top-level
 `kv_transfer_params` go verbatim with the decode leg, the turn's own request, to a decode
@@ -145,7 +145,7 @@ async def open_legs(pool: Any, send: Send[T], prefill_body: Prefill, request_id:
     if not pool.disaggregated or not prompt_ids:
         return await pool.open(lambda r: send(r, None), request_id, affinity, prompt_ids=prompt_ids,
                                cache_salt=cache_salt, keys=keys), None
-    await pool.barrier.passed()  # a paused fleet holds it here, as pool.open does (gateway/upstream/barrier.py)
+    await pool.barrier.passed()  # a paused fleet holds it here, as pool.open does (gateway/upstream/_barrier.py)
     policy: SplitPolicy = pool.split_policy
     stats: SplitStats = pool.split_stats
     decode = pool.pick(affinity, prompt_ids=prompt_ids, cache_salt=cache_salt, keys=keys)

@@ -5,7 +5,7 @@ a `server_url` whose path ends in `/sse`. Each operation (a listing, a call) ope
 session and closes it, all inside one deadline: a response holds no connection between
 its generations, and a slow or dead server costs at most the timeout. The SDK follows
 redirects only within the server's origin, so the URL the allowlist admitted
-(gateway/adapters/responses/mcp_tools.py) is the only one reached.
+(gateway/adapters/responses/_mcp_tools.py) is the only one reached.
 
 Failures never raise: a listing or a call answers an `McpError` in OpenAI's shapes
 (`mcp_protocol_error`, `http_error`, `mcp_tool_execution_error`), which the response

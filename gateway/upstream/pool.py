@@ -17,15 +17,15 @@ import httpx
 
 from gateway.core.errors import UpstreamUnavailable
 from gateway.upstream import health, routing
-from gateway.upstream.barrier import Barrier
+from gateway.upstream._barrier import Barrier
+from gateway.upstream._discovery import Resolver
+from gateway.upstream._transport import Transport
 from gateway.upstream.disaggregation import SplitPolicy, SplitStats
-from gateway.upstream.discovery import Resolver
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.outlier import OutlierDetector, OutlierPolicy
 from gateway.upstream.prefix_index import KeyChain
 from gateway.upstream.replica import Replica
 from gateway.upstream.router import Router
-from gateway.upstream.transport import Transport
 
 __all__ = ["Pool"]
 
@@ -139,7 +139,7 @@ class Pool:
                    keys: KeyChain | None = None, adapter: str | None = None) -> T:
         """`send` to the replica `pick` chooses, then to the next while one refuses before answering
         (UpstreamUnavailable): nothing was generated yet, so trying another is safe. While the fleet
-        is paused for an update, it first waits for the resume (gateway/upstream/barrier.py)."""
+        is paused for an update, it first waits for the resume (gateway/upstream/_barrier.py)."""
         await self.barrier.passed()
         if adapter is not None:  # vLLM's block hashes hold the LoRA's name: so do the router's keys
             cache_salt, keys = f"{cache_salt or ''}\x00lora:{adapter}", None

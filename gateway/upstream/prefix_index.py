@@ -25,7 +25,7 @@ turn's keys cost its new tokens, not its history.
 own cache: least recently used first, bounded by the replica's KV capacity in chunks, and
 a prompt's tail before its head (vLLM frees a finished request's blocks tail first, so
 its prefix outlives its ending). `BlockIndex` is fed by a replica's KV events
-(gateway/upstream/kv_events.py): exact, as long as the events keep coming.
+(gateway/upstream/_kv_events.py): exact, as long as the events keep coming.
 """
 
 from __future__ import annotations

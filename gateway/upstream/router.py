@@ -3,7 +3,7 @@
 For every replica the router keeps a `SentIndex` of the prompts this process sent it, the
 `ReplicaLoad` its /metrics report (gateway/upstream/replica_load.py) and, when the replica
 publishes KV events (`--kv-events`), a `BlockIndex` a `KVEventSubscriber` keeps
-(gateway/upstream/kv_events.py). A replica's held prefix is then:
+(gateway/upstream/_kv_events.py). A replica's held prefix is then:
 
 - events live: what its events reported, extended by what was sent to it and not reported
   yet (a prompt still queued or in prefill). A reported chunk leaves the sent index, so
@@ -38,7 +38,7 @@ import httpx
 import numpy as np
 
 from gateway.upstream import replica_load, routing
-from gateway.upstream.kv_events import KVEventSubscriber
+from gateway.upstream._kv_events import KVEventSubscriber
 from gateway.upstream.prefix_index import BLOCK_TOKENS, BlockIndex, KeyChain, SentIndex, SentTree, prompt_keys
 from gateway.upstream.replica_load import ReplicaLoad
 
@@ -63,7 +63,7 @@ class Decision:
     best: int  # the most any candidate held
 
 
-# The decisions made for the current request (gateway/server/observe.py sets a list per request).
+# The decisions made for the current request (gateway/server/_observe.py sets a list per request).
 DECISIONS: ContextVar[list[Decision] | None] = ContextVar("routing_decisions", default=None)
 
 

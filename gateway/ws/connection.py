@@ -7,7 +7,7 @@ Responses event goes out as one JSON text frame. The
 latest response of each lane is cached with its exact token ids, so a continuation
 (`previous_response_id` + only the new items) prompts the model with exactly the tokens
 it saw and produced, plus the rendered new items. A `response.steer` stops a running
-response at its exact ids and runs its successor as such a continuation (gateway/ws/steer.py).
+response at its exact ids and runs its successor as such a continuation (gateway/ws/_steer.py).
 """
 
 from __future__ import annotations
@@ -34,11 +34,8 @@ from gateway.pipeline.request import Lane
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.steering import Steering
 from gateway.store.responses import ResponseCache
-from gateway.ws.error_events import connection_limit_reached, error_event, invalid_json, processing_error
-from gateway.ws.frames import frame_writer
-from gateway.ws.lanes import Lanes
-from gateway.ws.request import CreateRequest, frame_stream_id, read_create
-from gateway.ws.steer import (
+from gateway.ws._lanes import Lanes
+from gateway.ws._steer import (
     MAX_QUEUED,
     Steerable,
     SteerRefused,
@@ -50,7 +47,10 @@ from gateway.ws.steer import (
     waiting_on,
     with_pending,
 )
-from gateway.ws.turn_state import metadata_event
+from gateway.ws._turn_state import metadata_event
+from gateway.ws.error_events import connection_limit_reached, error_event, invalid_json, processing_error
+from gateway.ws.frames import frame_writer
+from gateway.ws.request import CreateRequest, frame_stream_id, read_create
 
 __all__ = ["ResponsesSocket", "refuse"]
 

@@ -2,7 +2,7 @@
 
 At engine pace every token is its own WebSocket message, and an ASGI `send` of it passes
 Starlette's WebSocket checks and each middleware's send wrapper down to uvicorn's. The
-gateway's uvicorn WebSocket protocol (gateway/server/ws_frames.py) offers a synchronous
+gateway's uvicorn WebSocket protocol (gateway/server/_ws_frames.py) offers a synchronous
 writer of text messages as an ASGI scope extension; `frame_writer(scope)` returns it, or None
 under another server, where events go through `send` as usual. A middleware that must see the
 messages wraps the writer in the scope it passes on, or removes it (tests/codex/harness.py).

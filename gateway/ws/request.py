@@ -3,8 +3,8 @@
 A `response.create` frame is the POST body, flat, plus `type` and the WebSocket-only `generate`
 and `stream_id`: those are typed here (`CreateFrame`), the body by the Responses model as over
 HTTP (gateway/adapters/request_schema.py), and `read_create` gives the POST body the HTTP
-endpoint reads; continuations are parsed by gateway/adapters/responses/continuation.py as over HTTP. A
-`response.steer` frame (`SteerFrame`, OpenAI's `ResponseSteerEvent`) is read by gateway/ws/steer.py.
+endpoint reads; continuations are parsed by gateway/adapters/responses/_continuation.py as over HTTP. A
+`response.steer` frame (`SteerFrame`, OpenAI's `ResponseSteerEvent`) is read by gateway/ws/_steer.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.adapters.generation import coalesce
+from gateway.adapters._generation import coalesce
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 
 deltas = st.builds(ItemDelta, st.integers(0, 2), st.text(max_size=3))

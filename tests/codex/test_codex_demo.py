@@ -24,7 +24,7 @@ def test_the_docs_show_the_example_config_verbatim():
     assert ("toml", (EXAMPLES / "config.toml").read_text()) in blocks
     assert ("json", (EXAMPLES / "tiny-qwen3.json").read_text()) in blocks
     [entry] = json.loads((EXAMPLES / "tiny-qwen3.json").read_text())["models"]
-    from gateway.ops.demo import DEMO_CONTEXT_LENGTH, DEMO_MODEL_NAME
+    from gateway.ops._demo import DEMO_CONTEXT_LENGTH, DEMO_MODEL_NAME
 
     assert (entry["slug"], entry["context_window"]) == (DEMO_MODEL_NAME, DEMO_CONTEXT_LENGTH)
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from gateway.core.settings import Settings
-from gateway.ops.flags import build_parser
+from gateway.ops._flags import build_parser
 from gateway.ops.vllm_process import VLLM_VERSION, vllm_python
 from gateway.server.app import create_app
 from gateway.store.redis.url import parse

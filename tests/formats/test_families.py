@@ -11,7 +11,7 @@ import pytest
 from gateway.formats import families, hermes
 from gateway.formats.family import Family
 from gateway.formats.hf import HFChatFormat
-from gateway.ops.flags import add_gateway_args
+from gateway.ops._flags import add_gateway_args
 
 
 def _choices(flag: str) -> list[str]:

@@ -17,7 +17,7 @@ from gateway.formats.invoke import InvokeToolCallParser
 from gateway.formats.kimi import KimiToolCallParser
 from gateway.formats.minimax import MiniMaxToolCallParser
 from gateway.formats.xml_calls import XmlToolCallParser
-from gateway.ops.flags import build_parser
+from gateway.ops._flags import build_parser
 from gateway.ops.qwen_tokenizer import qwen_tokenizer_dir
 from tests.support import deepseek, deepseek_v4, gemma4, glm, kimi, minimax, qwen36
 

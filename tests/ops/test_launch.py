@@ -20,11 +20,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.ops import supervisor as supervisor_module
+from gateway.ops import _supervisor as supervisor_module
+from gateway.ops._flags import build_parser
+from gateway.ops._launch import kv_events, replica_env, replicas, vllm_args
+from gateway.ops._supervisor import Supervisor
 from gateway.ops.cli import main
-from gateway.ops.flags import build_parser
-from gateway.ops.launch import kv_events, replica_env, replicas, vllm_args
-from gateway.ops.supervisor import Supervisor
 from gateway.ops.vllm_process import VLLMError, VLLMProcess, free_port
 from tests.support.processes import children, cmdline, group_members
 from tests.support.waiting import wait_for
@@ -148,7 +148,8 @@ def test_the_demo_fits_codex_and_says_its_bounds(monkeypatch: pytest.MonkeyPatch
     """`serve` without --upstream: a 32k context by default (Codex's prompt and tools take ~8.5k
     tokens), --context-length (or vLLM's --max-model-len) to change it, and the output limit
     of the model's generation_config.json said at start."""
-    from gateway.ops import demo, launch
+    from gateway.ops import _demo as demo
+    from gateway.ops import _launch as launch
 
     model = tmp_path / "demo-model"
     model.mkdir()

@@ -17,8 +17,8 @@ from gateway.core.sampling import SamplingOptions
 from gateway.core.settings import Settings
 from gateway.pipeline import exchange, session
 from gateway.pipeline.request import Found, Named, TurnRequest
+from gateway.server._event_log import EventLog
 from gateway.server.app import build_runtime
-from gateway.server.event_log import EventLog
 from gateway.server.routes import stored_responses
 from gateway.store.responses import CachedResponse, ResponseCache
 from tests.support.fake_vllm import FakeVLLM, Script

@@ -5,7 +5,7 @@ it lets end first and cuts right after (gateway/pipeline/steering.py): fed the o
 from __future__ import annotations
 
 from gateway.core.conversation import Conversation, Message, Reasoning, ToolCall
-from gateway.pipeline.output import TurnOutput
+from gateway.pipeline._output import TurnOutput
 from gateway.tokenfix.record import TurnRecord
 from gateway.upstream.chunks import TokenChunk
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, TOOL_CALL, ids

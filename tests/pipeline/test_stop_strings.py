@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
-from gateway.pipeline.stop_strings import StopStrings
+from gateway.pipeline._stop_strings import StopStrings
 
 TEXTS = st.lists(st.text("abS T", min_size=1, max_size=3), max_size=25)
 STOPS = st.lists(st.text("abST", min_size=1, max_size=4), min_size=1, max_size=4)

@@ -17,7 +17,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from gateway.core.settings import Settings
-from gateway.server.admission import Admission
+from gateway.server._admission import Admission
 from tests.support.fake_vllm import Script
 from tests.support.gateway_server import free_port, running_gateway
 from tests.support.holder import Holder

@@ -205,7 +205,7 @@ def test_a_malformed_key_file_is_refused_at_start(qwen_tokenizer_dir, tmp_path, 
 
 
 def test_keys_from_the_environment_and_flags(monkeypatch):
-    from gateway.ops.flags import build_parser, settings_from_args
+    from gateway.ops._flags import build_parser, settings_from_args
 
     monkeypatch.setenv("GATEWAY_API_KEY", "sk-env")
     monkeypatch.setenv("GATEWAY_API_KEYS", "sk-a, sk-b,")

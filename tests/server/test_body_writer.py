@@ -1,7 +1,7 @@
 """The direct writers under real uvicorn with the gateway's protocols: the body writer
 (gateway/server/body_writer.py) writes exactly the chunks uvicorn's `send` would, refuses where
 `send` must act, and holds to uvicorn's flow control for a client that reads slowly; the
-WebSocket frame writer (gateway/server/ws_frames.py) sends text messages, compressed when the
+WebSocket frame writer (gateway/server/_ws_frames.py) sends text messages, compressed when the
 client asked for it, and refuses before the handshake."""
 
 from __future__ import annotations

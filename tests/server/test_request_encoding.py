@@ -20,7 +20,7 @@ import pytest
 import zstandard
 
 from gateway.core.errors import APIError
-from gateway.server.body_encoding import body_decoder
+from gateway.server._body_encoding import body_decoder
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids
 

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from gateway.core.settings import Settings
+from gateway.server._recent import Recent
 from gateway.server.app import build_runtime
-from gateway.server.recent import Recent
 from tests.support.fake_vllm import Script
 from tests.support.gateway_server import running_gateway
 

@@ -13,8 +13,8 @@ from opentelemetry.trace import SpanContext, TraceFlags
 
 from gateway.core import tracing as core_tracing
 from gateway.core.settings import Settings
-from gateway.ops.flags import build_parser, settings_from_args
-from gateway.ops.launch import serve_supervised
+from gateway.ops._flags import build_parser, settings_from_args
+from gateway.ops._launch import serve_supervised
 from gateway.ops.vllm_process import VLLMProcess
 from gateway.server import otlp, tracing
 from tests.support.waiting import wait_for
@@ -73,7 +73,7 @@ def test_a_started_replica_exports_where_the_gateway_does(flag, environ, expecte
 
 
 def test_launch_hands_the_endpoint_to_the_replicas_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.ops import launch
+    from gateway.ops import _launch as launch
 
     started = []
 

@@ -10,7 +10,7 @@ from PIL import Image as PILImage
 
 from gateway.core.conversation import Conversation, Message, ToolOutput, with_parts
 from gateway.core.image import image_from_base64
-from gateway.store.redis import codec
+from gateway.store.redis import _codec as codec
 from gateway.tokenfix.state import history_digest
 
 

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from gateway.core.settings import Settings
 from gateway.pipeline.runtime import Runtime
+from gateway.server._metrics import StoreMetrics
 from gateway.server.app import build_runtime
-from gateway.server.metrics import StoreMetrics
 from gateway.store.redis import link
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway

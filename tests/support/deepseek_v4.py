@@ -27,7 +27,7 @@ from importlib.resources import files
 from pathlib import Path
 from types import ModuleType
 
-from gateway.ops.cache import building, cache_dir
+from gateway.ops._cache import building, cache_dir
 
 VOCAB_SIZE = 129280  # DeepSeek-V4's embedding size: ids 0..129279
 KNOWN_IDS = {

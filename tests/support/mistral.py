@@ -15,7 +15,7 @@ import json
 from importlib.resources import files
 from pathlib import Path
 
-from gateway.ops.cache import building, cache_dir
+from gateway.ops._cache import building, cache_dir
 
 VOCAB_SIZE = 131072  # the embedding size of Mistral Nemo / Small / Devstral (tekken's default_vocab_size)
 NAMED = {0: "<unk>", 1: "<s>", 2: "</s>", 3: "[INST]", 4: "[/INST]", 5: "[AVAILABLE_TOOLS]", 6: "[/AVAILABLE_TOOLS]",

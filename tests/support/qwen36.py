@@ -18,7 +18,7 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-from gateway.ops.cache import building, cache_dir
+from gateway.ops._cache import building, cache_dir
 from gateway.ops.qwen_tokenizer import convert_tiktoken, save_tokenizer
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "data" / "templates" / "qwen3.6.jinja"

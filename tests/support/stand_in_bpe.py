@@ -15,7 +15,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from gateway.ops.cache import building, cache_dir
+from gateway.ops._cache import building, cache_dir
 from gateway.ops.qwen_tokenizer import convert_tiktoken
 
 
@@ -31,7 +31,7 @@ def qwen_ranks_bpe(resource: str, pattern: str, added: list[tuple[str, bool]],
 
 
 def built_once(name: str, build: Callable[[Path], None]) -> Path:
-    """`cache_dir()/name`, made by `build(tmp)` the first time (atomically: gateway.ops.cache.building)."""
+    """`cache_dir()/name`, made by `build(tmp)` the first time (atomically: gateway.ops._cache.building)."""
     target = cache_dir() / name
     if not (target / "tokenizer.json").is_file():
         with building(target) as tmp:

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gateway.ops.cache import building, cache_dir
+from gateway.ops._cache import building, cache_dir
 from gateway.ops.vllm_process import VLLM_VERSION, VLLMError
 from tests.support.qwen36 import VOCAB_SIZE, qwen36_tokenizer_dir
 

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.tokenfix.splice import splice
+from gateway.tokenfix._splice import splice
 from tests.support.qwen3_tokens import IM_END
 
 HARMONY = frozenset({200007, 200002, 200012})  # <|end|>, <|return|>, <|call|>

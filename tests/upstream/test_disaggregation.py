@@ -12,8 +12,8 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
+from gateway.upstream._discovery import Resolver, split_role
 from gateway.upstream.disaggregation import PREFILL_PARAMS, SplitPolicy
-from gateway.upstream.discovery import Resolver, split_role
 from tests.support.fake_vllm import TRANSFER_PARAMS, Script
 from tests.support.qwen3_tokens import IM_END, ids
 from tests.support.sse import sse_events
@@ -200,7 +200,7 @@ async def test_every_address_of_a_name_takes_its_role(monkeypatch):
     async def addresses(url: str) -> list[str]:
         return ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
 
-    monkeypatch.setattr("gateway.upstream.discovery._addresses", addresses)
+    monkeypatch.setattr("gateway.upstream._discovery._addresses", addresses)
     resolver = Resolver(["prefill=http://prefill.svc:8000", "decode=http://127.0.0.1:9000"])
     assert await resolver.resolve() == ["http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://127.0.0.1:9000"]
     assert resolver.roles == {"http://10.0.0.1:8000": "prefill", "http://10.0.0.2:8000": "prefill",

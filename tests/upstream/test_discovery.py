@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from gateway.upstream.discovery import Resolver, needs_dns
+from gateway.upstream._discovery import Resolver, needs_dns
 from gateway.upstream.health import HealthPolicy
 from gateway.upstream.pool import Pool
 from tests.support.fake_vllm import FakeVLLM

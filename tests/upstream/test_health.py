@@ -180,7 +180,7 @@ async def test_a_broken_stream_triggers_a_health_check_but_a_busy_answer_does_no
 async def test_a_connection_that_breaks_while_opening_is_a_connection_error(monkeypatch):
     """A replica that dies while a connection opens (seen with kill -9): the token stream's
     connection is refused or hung up before a byte (tests/upstream/test_replica.py); the health
-    check's httpx can leak anyio's AttributeError, which upstream/transport.py makes a ConnectError."""
+    check's httpx can leak anyio's AttributeError, which upstream/_transport.py makes a ConnectError."""
     async def broken(self, request):
         raise AttributeError("'NoneType' object has no attribute 'getpeername'")
 

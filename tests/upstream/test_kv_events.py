@@ -12,7 +12,7 @@ import zmq
 import zmq.asyncio
 
 from gateway.ops.vllm_process import free_port
-from gateway.upstream.kv_events import KVEventSubscriber
+from gateway.upstream._kv_events import KVEventSubscriber
 from gateway.upstream.prefix_index import BlockIndex, chunk_keys
 from tests.support.waiting import async_wait_for
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from gateway.ops.vllm_process import VLLMError, VLLMProcess, free_port
-from gateway.upstream.kv_events import KVEventSubscriber
+from gateway.upstream._kv_events import KVEventSubscriber
 from gateway.upstream.prefix_index import BlockIndex, chunk_keys
 from tests.support.waiting import async_wait_for
 

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.adapters.responses.continuation import parse_continuation
+from gateway.adapters.responses._continuation import parse_continuation
 from gateway.core.conversation import Conversation, Message, ToolCall
 from gateway.core.errors import APIError
 from gateway.store.responses import CachedResponse, ResponseCache
-from gateway.ws.lanes import Lanes
+from gateway.ws._lanes import Lanes
 from gateway.ws.request import read_create
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import orjson
 
 from gateway.adapters import reasoning_blob
+from gateway.adapters._generation import CONTEXT_WINDOW, coalesce, incomplete_reason, token_fields
 from gateway.adapters.anthropic.input import MessagesRequest
-from gateway.adapters.generation import CONTEXT_WINDOW, coalesce, incomplete_reason, token_fields
 from gateway.core.conversation import Message, Reasoning, ToolCall
 from gateway.core.errors import APIError
 from gateway.core.push import Hold

@@ -6,14 +6,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.adapters import output_fields
-from gateway.adapters.chat import vllm_fields
-from gateway.adapters.codex_tools import function_tool
-from gateway.adapters.images import chat_image
+from gateway.adapters import _output_fields as output_fields
+from gateway.adapters._codex_tools import function_tool
+from gateway.adapters._images import chat_image
+from gateway.adapters._sampling_fields import parse_sampling
+from gateway.adapters._tool_schema import ChatFunctionTool
+from gateway.adapters.chat import _vllm_fields as vllm_fields
 from gateway.adapters.request_schema import ChatBody, ChatImagePart, ChatMessage, Content, validate
 from gateway.adapters.responses.input import content_part, content_text
-from gateway.adapters.sampling_fields import parse_sampling
-from gateway.adapters.tool_schema import ChatFunctionTool
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput, with_parts
 from gateway.core.errors import invalid_request
 from gateway.core.image import Image

@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
-from gateway.adapters import logprobs
+from gateway.adapters import _logprobs as logprobs
+from gateway.adapters._generation import coalesce, nemo_fields
 from gateway.adapters.chat.input import ChatRequest
-from gateway.adapters.generation import coalesce, nemo_fields
 from gateway.core.conversation import Message, Reasoning, ToolCall
 from gateway.core.errors import APIError
 from gateway.core.push import Hold

@@ -1,2 +1,9 @@
 """The Responses API (POST /v1/responses over HTTP, SSE and WebSocket mode; stored responses,
-compaction, conversations, remote MCP tools): a request body in, a turn's events out."""
+compaction, conversations, remote MCP tools): a request body in, a turn's events out.
+
+Other layers use: `turn` (a `response.create` as a turn: the builder HTTP and WebSocket mode share),
+`events` (the stream events a response writes), `input` (the body read into a conversation),
+`resent` (a resent history recognised from its bytes), `stored` (stored responses as the API shows
+them), `conversation_items` (the Conversations API's shapes) and `compaction` (POST
+/v1/responses/compact). `_output` (the exchange's writer), `_continuation` and `_mcp_tools` are
+this package's own."""

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.adapters.request_schema import InputItem, conversation_ref, validate_items
-from gateway.adapters.responses import mcp_tools
+from gateway.adapters.responses import _mcp_tools as mcp_tools
 from gateway.adapters.responses.input import input_items
 from gateway.adapters.responses.stored import page
 from gateway.core.conversation import Item, ToolCall

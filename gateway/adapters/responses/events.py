@@ -8,14 +8,14 @@ numbered by `sequence_number`, with item ids stable from `added` to `done` and t
 full `output` in the final response. Events are plain dicts, serialized once by orjson.
 
 Calls of Codex's namespaced and custom tools map back onto their wire shapes
-(gateway/adapters/codex_tools.py). Reasoning items always carry `encrypted_content`, the
+(gateway/adapters/_codex_tools.py). Reasoning items always carry `encrypted_content`, the
 exact text sealed by gateway/adapters/reasoning_blob.py: whether or not the request's
 `include` asked for it, it is what lets a stateless client's echoed history restore the
 reasoning exactly, and clients that did not ask ignore the field. The first reasoning item
 of a turn also names the turn (its response id), under which the session keeps the turn's
 ids once it ends. Every item is done before the next one is added, as OpenAI streams them.
 
-Calls of remote MCP tools (`hosted`, gateway/adapters/responses/mcp_tools.py) are `mcp_call` items,
+Calls of remote MCP tools (`hosted`, gateway/adapters/responses/_mcp_tools.py) are `mcp_call` items,
 done only once the gateway ran them (`mcp_call_done`), or `mcp_approval_request` items, added
 whole; the listings and approved calls that precede a response's first generation are
 `mcp_item`s.
@@ -30,9 +30,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.adapters import reasoning_blob
-from gateway.adapters.codex_tools import CustomInputStream, Route, custom_input, routes
-from gateway.adapters.responses import mcp_tools
-from gateway.adapters.responses.mcp_tools import HostedTool
+from gateway.adapters._codex_tools import CustomInputStream, Route, custom_input, routes
+from gateway.adapters.responses import _mcp_tools as mcp_tools
+from gateway.adapters.responses._mcp_tools import HostedTool
 from gateway.core.ids import new_id
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
 from gateway.upstream.mcp import McpResult

@@ -3,7 +3,7 @@
 Accepts what the OpenAI SDK and Codex send: `input` as a string or a list of items
 (messages with content parts, reasoning, function calls and their outputs, Codex's custom
 and local shell calls), leading system/developer text as the instructions, function tools
-and Codex's namespace and custom tools (gateway/adapters/codex_tools.py).
+and Codex's namespace and custom tools (gateway/adapters/_codex_tools.py).
 """
 
 from __future__ import annotations
@@ -15,9 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.adapters import output_fields, reasoning_blob
-from gateway.adapters.codex_tools import LOCAL_SHELL, custom_arguments, flat_name, offered_tools
-from gateway.adapters.images import responses_image
+from gateway.adapters import _output_fields as output_fields
+from gateway.adapters import reasoning_blob
+from gateway.adapters._codex_tools import LOCAL_SHELL, custom_arguments, flat_name, offered_tools
+from gateway.adapters._images import responses_image
+from gateway.adapters._sampling_fields import parse_sampling
+from gateway.adapters._tool_schema import FunctionTool, McpServerTool, ResponsesTool
 from gateway.adapters.request_schema import (
     CompactionItem,
     Content,
@@ -37,10 +40,9 @@ from gateway.adapters.request_schema import (
     ToolOutputItem,
     validate,
 )
-from gateway.adapters.responses import compaction, mcp_tools
-from gateway.adapters.responses.mcp_tools import MCP_ITEMS, Approval, McpPlan
-from gateway.adapters.sampling_fields import parse_sampling
-from gateway.adapters.tool_schema import FunctionTool, McpServerTool, ResponsesTool
+from gateway.adapters.responses import _mcp_tools as mcp_tools
+from gateway.adapters.responses import compaction
+from gateway.adapters.responses._mcp_tools import MCP_ITEMS, Approval, McpPlan
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput, with_parts
 from gateway.core.errors import invalid_request
 from gateway.core.image import Image
@@ -68,7 +70,7 @@ class ResponsesRequest:
     tools: list[ResponsesTool] = field(default_factory=list)
     # Reasoning items whose blob holds the ids their turn generated (for gateway/tokenfix/restore.py).
     generated: list[tuple[Reasoning, array | str]] = field(default_factory=list)
-    # Remote MCP tools (gateway/adapters/responses/mcp_tools.py): listings the context holds, by server label…
+    # Remote MCP tools (gateway/adapters/responses/_mcp_tools.py): listings the context holds, by server label…
     listed: dict[str, list[McpTool]] = field(default_factory=dict)
     approvals: list[Approval] = field(default_factory=list)  # …the input's answers to approval requests…
     mcp: McpPlan | None = None  # …and, once planned, what the response may call

@@ -16,11 +16,11 @@ from functools import partial
 from typing import Any
 
 from gateway.adapters.request_schema import ResponsesBody, body_field
-from gateway.adapters.responses.continuation import parse_continuation, parse_in_conversation
+from gateway.adapters.responses._continuation import parse_continuation, parse_in_conversation
+from gateway.adapters.responses._output import CompactionEvents, ResponseEvents, new_writer, plan_hosted
 from gateway.adapters.responses.conversation_items import conversation_id
 from gateway.adapters.responses.events import Event, ResponseWriter
 from gateway.adapters.responses.input import ResponsesRequest, parse_request
-from gateway.adapters.responses.output import CompactionEvents, ResponseEvents, new_writer, plan_hosted
 from gateway.adapters.responses.resent import Resent, parse_resent, resent_prefix, session_key
 from gateway.adapters.rollout_fields import rollout_call
 from gateway.adapters.validation import check_model, parse_json

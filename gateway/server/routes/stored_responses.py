@@ -5,7 +5,7 @@ Responses created with `store: true` (OpenAI's default) are kept in the same sto
 `previous_response_id` continues (gateway/pipeline/session.py). A `background: true`
 response runs as a task of the process that took it; its state is stored as it goes, so a
 poll sees `queued`/`in_progress`, then the final response. Its events are kept too
-(gateway/server/event_log.py): `stream: true` streams them as they come, and
+(gateway/server/_event_log.py): `stream: true` streams them as they come, and
 `GET /v1/responses/{id}?stream=true&starting_after=N` resumes after event N, in the process
 that runs it. The task holds its place at the gate (`--max-concurrent-requests`, the tenant's
 limits) until it ends, as a streamed response does; in a full gateway with a queue
@@ -34,7 +34,7 @@ from gateway.pipeline.exchange import ToolsRan
 from gateway.pipeline.gate import Pass
 from gateway.pipeline.runtime import Runtime
 from gateway.pipeline.turn import Turn
-from gateway.server.event_log import EventLog, EventLogs
+from gateway.server._event_log import EventLog, EventLogs
 from gateway.server.http import JSONResponse, sse_response
 from gateway.store.responses import CachedResponse
 

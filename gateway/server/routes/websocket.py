@@ -17,8 +17,8 @@ from starlette.websockets import WebSocket
 from gateway.core.ids import new_id
 from gateway.core.settings import Settings
 from gateway.pipeline.trace import Trace
-from gateway.server import observe
-from gateway.server.metrics import Metrics
+from gateway.server import _observe as observe
+from gateway.server._metrics import Metrics
 from gateway.ws.connection import ResponsesSocket, refuse
 
 __all__ = ["responses_websocket"]

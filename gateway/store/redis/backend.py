@@ -15,7 +15,7 @@ current (the common case: the same process served the previous turn), only the m
 suffix when the log grew, the whole log otherwise — always one round trip.
 
 A stored response is one hash (JSON metadata, int32 tokens) with a TTL; rollouts are in
-gateway/store/redis/rollouts.py. Every failure is soft (gateway/store/linkpy),
+gateway/store/redis/_rollouts.py. Every failure is soft (gateway/store/linkpy),
 and every call is a single command or one script on one slot, so the same code runs on a
 single Redis, a Sentinel-managed one and a Redis Cluster.
 """
@@ -27,10 +27,10 @@ from array import array
 from typing import Any
 
 from gateway.store.observer import FALLBACK, StoreObserver
-from gateway.store.redis import codec
+from gateway.store.redis import _codec as codec
+from gateway.store.redis._rollouts import RedisRollouts
 from gateway.store.redis.keys import tag
 from gateway.store.redis.link import RedisLink, StoreDown
-from gateway.store.redis.rollouts import RedisRollouts
 from gateway.store.responses import CachedResponse, ResponseStore
 from gateway.store.rollouts import Pending, RolloutStore
 from gateway.store.sessions import ResentPrefix, Session, SessionStore

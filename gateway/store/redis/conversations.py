@@ -15,7 +15,7 @@ from __future__ import annotations
 from gateway.core.errors import APIError
 from gateway.store.conversations import StoredConversation
 from gateway.store.observer import StoreObserver
-from gateway.store.redis import codec
+from gateway.store.redis import _codec as codec
 from gateway.store.redis.link import RedisLink, StoreDown
 
 __all__ = ["RedisConversations"]

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.adapters.request_schema import AnswerFormat, ChatAnswerFormat, ChatJsonSchemaFormat, JsonSchemaFormat
-from gateway.adapters.tool_schema import (
+from gateway.adapters._tool_schema import (
     AllowedToolsChoice,
     ChatAllowedToolsChoice,
     ChatNamedChoice,
@@ -22,6 +21,7 @@ from gateway.adapters.tool_schema import (
     NamedChoice,
     ToolChoice,
 )
+from gateway.adapters.request_schema import AnswerFormat, ChatAnswerFormat, ChatJsonSchemaFormat, JsonSchemaFormat
 from gateway.adapters.validation import invalid_request
 from gateway.core.sampling import OutputConstraint
 
@@ -30,7 +30,7 @@ __all__ = ["output_constraint", "tool_choice"]
 
 def tool_choice(choice: ToolChoice | ChatToolChoice | None) -> tuple[str, tuple[str, ...] | None]:
     """(auto | none | required | a tool's name, the allowed names or None), from either API's
-    shape (gateway/adapters/tool_schema.py)."""
+    shape (gateway/adapters/_tool_schema.py)."""
     if choice is None:
         return "auto", None
     if isinstance(choice, str):

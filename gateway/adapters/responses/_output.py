@@ -4,7 +4,7 @@ HTTP (SSE or JSON), WebSocket mode and background responses all run a turn throu
 gateway/pipeline/exchange.py with a `ResponseEvents`; they differ only in `sink`, which frames
 the events (SSE, WebSocket text frames, a background response's log) or drops them (a JSON
 answer reads `answer()` at the end). A response with remote MCP tools runs their calls between
-its generations (`run_tools`, gateway/adapters/responses/mcp_tools.py). `CompactionEvents` is the summary turn of a
+its generations (`run_tools`, gateway/adapters/responses/_mcp_tools.py). `CompactionEvents` is the summary turn of a
 `compaction_trigger`: generated whole, answered as one `compaction` item, never kept.
 """
 
@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.adapters import logprobs
-from gateway.adapters.generation import coalesce, incomplete_reason, nemo_fields, token_fields
-from gateway.adapters.responses import compaction, mcp_tools
+from gateway.adapters import _logprobs as logprobs
+from gateway.adapters._generation import coalesce, incomplete_reason, nemo_fields, token_fields
+from gateway.adapters.responses import _mcp_tools as mcp_tools
+from gateway.adapters.responses import compaction
+from gateway.adapters.responses._mcp_tools import HostedTool
 from gateway.adapters.responses.events import Event, ResponseWriter
 from gateway.adapters.responses.input import ResponsesRequest
-from gateway.adapters.responses.mcp_tools import HostedTool
 from gateway.core.conversation import ToolCall, ToolOutput
 from gateway.core.errors import APIError
 from gateway.core.push import Hold, Sink, held
@@ -191,7 +192,7 @@ def final_event(turn: TurnRecord, writer: ResponseWriter, parsed: ResponsesReque
             writer.output[-1].update(nemo_fields(turn))
     if turn.finish_reason == "length":
         return writer.incomplete(usage(turn), reason)
-    if turn.finish_reason == "steered":  # a WebSocket `response.steer` stopped it (gateway/ws/steer.py)
+    if turn.finish_reason == "steered":  # a WebSocket `response.steer` stopped it (gateway/ws/_steer.py)
         return writer.incomplete(usage(turn), "steered")
     if turn.finish_reason == "abort":
         return writer.failed("server_error", "the replica aborted the generation", usage(turn))
@@ -206,7 +207,7 @@ def _call_meta(hosted: HostedTool, outcome: mcp.McpResult) -> dict[str, Any]:
 
 async def plan_hosted(parsed: ResponsesRequest, body: dict[str, Any], settings: Settings) -> None:
     """The request's remote MCP tools, admitted and listed before the response starts
-    (gateway/adapters/responses/mcp_tools.py)."""
+    (gateway/adapters/responses/_mcp_tools.py)."""
     parsed.mcp = await mcp_tools.plan(parsed.tools, parsed.approvals, parsed.conversation, parsed.listed, settings,
                                       body.get("max_tool_calls"))
 

@@ -1,4 +1,4 @@
-"""Serving the gateway app with uvicorn, until a signal drains it (in N processes: gateway/ops/workers.py)."""
+"""Serving the gateway app with uvicorn, until a signal drains it (in N processes: gateway/ops/_workers.py)."""
 
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ def run(settings: Settings, workers: int = 1) -> None:
     except ValueError as exc:
         sys.exit(f"vllm-gateway: {exc}")
     if workers > 1:
-        from gateway.ops.workers import WorkersError, serve_workers
+        from gateway.ops._workers import WorkersError, serve_workers
 
         try:
             raise SystemExit(serve_workers(settings, workers))
         except WorkersError as exc:
             raise SystemExit(f"vllm-gateway: {exc}") from None
-    from gateway.ops.malloc import pin_mmap_threshold
+    from gateway.ops._malloc import pin_mmap_threshold
     from gateway.server.app import create_app
     from gateway.server.drain import GracefulServer
     from gateway.server.slow_clients import uvicorn_config

@@ -4,7 +4,7 @@ A turn ends with its family's terminator (`<|im_end|>`; harmony `<|end|>`, `<|re
 `<|call|>`), and formats never let message text produce special tokens, so every terminator in
 a render is the template's own: counting them says how many turns a run of ids holds. The
 token state (gateway/tokenfix/state.py) counts its turns so, and the splice
-(gateway/tokenfix/splice.py) finds where a turn ends.
+(gateway/tokenfix/_splice.py) finds where a turn ends.
 """
 
 from __future__ import annotations

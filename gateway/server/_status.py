@@ -8,7 +8,7 @@ asks for it, or reads it from its address's `#key=…`, and sends it as a Bearer
 
 /status.json is read from what the process already keeps — the pool's replicas and their
 outlier records, the router's view of each replica's cache and /metrics (queue, KV-cache
-use, prefix-cache hits), `Recent`'s last minutes (gateway/server/recent.py), the stores —
+use, prefix-cache hits), `Recent`'s last minutes (gateway/server/_recent.py), the stores —
 so serving it costs one pass over the replicas and, with a shared store, one INFO round
 trip. Every figure is this process's: with `--workers N`, each worker answers for itself.
 """

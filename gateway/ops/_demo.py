@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 
 def serve_demo(args: argparse.Namespace) -> int:
     from gateway.core.sampling import GenerationDefaults
-    from gateway.ops.flags import settings_from_args
-    from gateway.ops.launch import serve_supervised
+    from gateway.ops._flags import settings_from_args
+    from gateway.ops._launch import serve_supervised
     from gateway.ops.tiny_models import demo_model_dir
     from gateway.ops.vllm_process import VLLMError, VLLMProcess
 

@@ -32,7 +32,7 @@ _EXTENSIONS: dict[str, Any] = {
     "top_k": {"type": "integer"}, "min_p": {"type": "number"}, "repetition_penalty": {"type": "number"},
 }
 
-# vLLM's own fields on Chat Completions (gateway/adapters/chat/vllm_fields.py)
+# vLLM's own fields on Chat Completions (gateway/adapters/chat/_vllm_fields.py)
 _VLLM_CHAT: dict[str, Any] = {
     "return_tokens_as_token_ids": {"type": "boolean", "description": "Every logprobs token is \"token_id:N\"."},
     "min_tokens": {"type": "integer"}, "stop_token_ids": _IDS, "ignore_eos": {"type": "boolean"},

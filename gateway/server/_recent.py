@@ -1,4 +1,4 @@
-"""The last minutes of traffic, for the status page (gateway/server/status.py).
+"""The last minutes of traffic, for the status page (gateway/server/_status.py).
 
 Prometheus keeps history for a fleet; an operator looking at one gateway without it still
 wants to see whether requests are flowing, how long the first token takes and how fast the

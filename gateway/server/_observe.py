@@ -30,7 +30,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 from gateway.core import logs, tenancy, tracing
 from gateway.core.ids import new_id
 from gateway.pipeline.trace import Trace, current
-from gateway.server.metrics import Metrics
+from gateway.server._metrics import Metrics
 from gateway.upstream.router import DECISIONS, Decision
 
 __all__ = ["ObserveMiddleware", "traced"]

@@ -2,7 +2,7 @@
 
 The gateway lists the server's tools, offers them to the model as functions named
 `{server_label}__{tool}`, and runs the model's calls itself between generations of one
-response (gateway/pipeline/tool_loop.py), as OpenAI's Responses API does. This module holds
+response (gateway/pipeline/_tool_loop.py), as OpenAI's Responses API does. This module holds
 the request side:
 
 - the servers a request names, admitted only under `--mcp-allowed-url` (scheme, host and
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from gateway.adapters._tool_schema import ApprovalFilter, McpServerTool, McpToolFilter, ResponsesTool
 from gateway.adapters.request_schema import InputItem, McpApprovalResponseItem, McpCallItem, McpListToolsItem
-from gateway.adapters.tool_schema import ApprovalFilter, McpServerTool, McpToolFilter, ResponsesTool
 from gateway.core.conversation import Conversation, Item, Tool, ToolCall, ToolOutput
 from gateway.core.errors import invalid_request
 from gateway.core.ids import new_id

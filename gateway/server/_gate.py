@@ -1,7 +1,7 @@
 """The server's gate (gateway/pipeline/gate.py): `--max-concurrent-requests`, then the tenant's limits.
 
 The exchange enters it for every generation, over HTTP and WebSocket alike, so the budgets are
-counted in one place: a request takes a server slot (gateway/server/admission.py), then one of
+counted in one place: a request takes a server slot (gateway/server/_admission.py), then one of
 its API key's tenant's (gateway/server/tenant_limits.py, in Redis with `--state-url`); refused by
 either, it holds neither. Leaving gives both back and counts the tokens the request's
 generations used against the tenant's minute. The tenant is the request's
@@ -19,7 +19,7 @@ from gateway.core.errors import APIError
 from gateway.core.tenancy import Tenant
 from gateway.pipeline.gate import Pass
 from gateway.pipeline.request import TurnRequest
-from gateway.server.admission import Admission
+from gateway.server._admission import Admission
 from gateway.server.tenant_limits import TenantLimits
 from gateway.tokenfix.record import TurnRecord
 

@@ -16,8 +16,8 @@ from array import array
 from collections.abc import Sequence
 
 from gateway.formats.base import Tail
+from gateway.tokenfix._terminators import count_terminators, nth_terminator
 from gateway.tokenfix.state import TokenState
-from gateway.tokenfix.terminators import count_terminators, nth_terminator
 
 __all__ = ["splice", "splice_tail"]
 

@@ -1,5 +1,5 @@
 """The building blocks of the typed request models (gateway/adapters/request_schema.py for the
-bodies and their items, gateway/adapters/tool_schema.py for tools and `tool_choice`).
+bodies and their items, gateway/adapters/_tool_schema.py for tools and `tool_choice`).
 
 Models are strict (no "5" for 5, no true for 1) and keep fields they do not name (items and
 tools carry ids, statuses, newer options the gateway ignores). Free-form objects the gateway

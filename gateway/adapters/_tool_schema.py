@@ -2,7 +2,7 @@
 reference gives them (Responses' flat `{"type": "function", "name": …}`, Chat Completions'
 nested `{"type": "function", "function": {…}}`) and Codex's `namespace` tool.
 
-What the gateway offers the model reads these (gateway/adapters/codex_tools.py, responses/mcp_tools.py,
+What the gateway offers the model reads these (gateway/adapters/_codex_tools.py, responses/_mcp_tools.py,
 chat/input.py): functions, freeform `custom` tools (their `format`: text, or a Lark or regex
 grammar), Codex's namespaces and remote MCP servers. OpenAI's hosted tools (web search, file
 search, computer use, code interpreter, image generation, shells …) are checked as the API
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag
 
-from gateway.adapters.schema_base import Model, by_type
+from gateway.adapters._schema_base import Model, by_type
 
 __all__ = [
     "AllowedToolsChoice",
@@ -111,7 +111,7 @@ class ApprovalFilter(Model):
 
 
 class McpServerTool(Model):
-    """A remote MCP server (gateway/adapters/responses/mcp_tools.py admits and lists it)."""
+    """A remote MCP server (gateway/adapters/responses/_mcp_tools.py admits and lists it)."""
 
     type: Literal["mcp"]
     server_label: str

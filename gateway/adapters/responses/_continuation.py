@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.adapters.responses import conversation_items, mcp_tools
+from gateway.adapters.responses import _mcp_tools as mcp_tools
+from gateway.adapters.responses import conversation_items
 from gateway.adapters.responses.input import ResponsesRequest, parse_request
 from gateway.core.conversation import Conversation, ToolCall
 from gateway.pipeline.request import InConversation

@@ -1,6 +1,6 @@
 """Prometheus metrics, one registry per app (several apps can share a process, as in tests).
 
-Per-request instruments are updated once, when a request finishes (gateway/server/observe.py).
+Per-request instruments are updated once, when a request finishes (gateway/server/_observe.py).
 State that already lives elsewhere — replica health and in-flight counts, open sockets,
 the session cache's counters — is read at scrape time by a collector, so nothing has to
 be pushed from the pool or the caches.
@@ -26,7 +26,7 @@ from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.server.recent import Recent
+from gateway.server._recent import Recent
 from gateway.store.observer import StoreObserver
 from gateway.store.sessions import SessionStore
 from gateway.upstream.disaggregation import PREFILL_BUCKETS, SplitStats
@@ -99,7 +99,7 @@ class Metrics:
         self.auth_refused = Counter("gateway_auth_refused_requests", "Requests refused for their API key, by "
                                     "reason: missing, invalid", ["reason"], registry=registry)
         self.store = StoreMetrics(registry)
-        self.recent = Recent()  # the last minutes, for the status page (gateway/server/status.py)
+        self.recent = Recent()  # the last minutes, for the status page (gateway/server/_status.py)
         registry.register(LiveCollector(state))
 
 

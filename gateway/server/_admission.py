@@ -10,7 +10,7 @@ tier, then by how many of its session's requests are already in or waiting at th
 agent's burst waits behind another agent's turn), then by arrival. Over HTTP a slot is held for
 the whole response, streaming included; over WebSocket for each `response.create` that
 generates. The slot is taken where every generation starts, the exchange (through
-gateway/server/gate.py), so no generating route can skip it.
+gateway/server/_gate.py), so no generating route can skip it.
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gateway.core.settings import Settings
-from gateway.ops.flags import settings_from_args
-from gateway.ops.serve import run
-from gateway.ops.supervisor import Supervisor
+from gateway.ops._flags import settings_from_args
+from gateway.ops._serve import run
+from gateway.ops._supervisor import Supervisor
 from gateway.ops.vllm_process import VLLMError, VLLMProcess
 from gateway.server.tracing import replica_options
 

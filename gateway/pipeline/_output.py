@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from gateway.core.ids import new_id
 from gateway.core.sampling import OutputConstraint
 from gateway.formats.base import ChatFormat, ItemDelta, ItemDone, ItemStarted, ParseEvent, output_item
-from gateway.pipeline.call_limit import CallLimit
-from gateway.pipeline.stop_strings import StopStrings
+from gateway.pipeline._call_limit import CallLimit
+from gateway.pipeline._stop_strings import StopStrings
 from gateway.tokenfix.record import TurnRecord
 from gateway.upstream.chunks import TokenChunk, Usage
 

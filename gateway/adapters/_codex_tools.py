@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.adapters.tool_schema import (
+from gateway.adapters._tool_schema import (
     CustomTool,
     FunctionSpec,
     FunctionTool,
@@ -56,7 +56,7 @@ def flat_name(namespace: str | None, name: str) -> str:
 
 def offered_tools(tool: ResponsesTool) -> list[Tool]:
     """The functions one request tool becomes (none for hosted tools; an MCP server's are listed
-    later, gateway/adapters/responses/mcp_tools.py)."""
+    later, gateway/adapters/responses/_mcp_tools.py)."""
     if isinstance(tool, FunctionTool):
         return [function_tool(tool)]
     if isinstance(tool, NamespaceTool):

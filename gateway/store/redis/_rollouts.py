@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any
 
 from gateway.core.errors import APIError
-from gateway.store.redis import codec
+from gateway.store.redis import _codec as codec
 from gateway.store.redis.keys import tag, tag_start
 from gateway.store.redis.link import RedisLink, StoreDown
 from gateway.store.rollouts import Pending, Rollout, RolloutStore, RolloutTurn, addition
