@@ -91,7 +91,8 @@ class HFChatFormat:
         image = own.image or family.image
         self.image_token_id: int | None = vocab.get(image) if vision and image is not None else None
         self._grid = vision if isinstance(vision, PatchGrid) else None
-        self._opens_reasoning = family.opens_reasoning or own.opens_reasoning
+        opens_reasoning = family.opens_reasoning or own.opens_reasoning
+        self._opens_reasoning = opens_reasoning if reasoning_parser != "none" else None
         self._starts_in_reasoning = self._prompt_opens_reasoning(thinking=True)
         self._quiet_starts_in_reasoning = self._prompt_opens_reasoning(thinking=False)
         if turns.stops_close_turns:

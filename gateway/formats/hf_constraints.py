@@ -90,6 +90,12 @@ def structured_outputs(constraint: OutputConstraint, tools: Sequence[Tool], *, c
                 "at_least_one": False, "stop_after_first": limit is not None}
     if body is None:
         return {}
+    if starts_in_reasoning and markers.think_close is None:
+        # Reasoning whose end is no single token (Kimi-K3's `<|close|>think<|sep|>` tag): a grammar from the first
+        # token would force the answer into the reasoning.
+        raise APIError("The requested output constraint cannot be enforced while this model reasons: turn "
+                       "reasoning off (reasoning effort \"none\") to constrain its answer.", status=400,
+                       code="unsupported_value")
     if markers.think_close is not None and starts_in_reasoning:
         body = {"type": "sequence", "elements": [_thinking(None, markers.think_close), body]}
     elif thinking and markers.think_open is not None and markers.think_close is not None:

@@ -35,8 +35,20 @@ def test_forcing_a_call_without_the_familys_grammar_is_a_400(family, constraint,
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_json_answer_is_constrained_without_any_call_markup(family, request):
     schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
-    fields = request.getfixturevalue(family).structured_outputs(OutputConstraint(answer_schema=schema), TOOLS)
+    # Kimi-K3 reasons first unless told not to, and its reasoning ends with a tag of several tokens
+    thinking = family != "kimi_k3_format"
+    fields = request.getfixturevalue(family).structured_outputs(OutputConstraint(answer_schema=schema), TOOLS,
+                                                                thinking=thinking)
     tag = json.loads(fields["structural_tag"])
     text = json.dumps(tag)
     assert json.dumps(schema)[1:-1] in text  # the answer's schema is in the grammar
     assert '"name": ' not in text  # and no Qwen3-style call body is
+
+
+def test_a_json_answer_is_refused_while_kimi_k3_reasons(kimi_k3_format):
+    """Its prompt opens the `think` tag, whose end is three tokens no grammar here can wait for: a grammar from
+    the first token would force the answer into the reasoning."""
+    schema = {"type": "object"}
+    with pytest.raises(APIError) as refused:
+        kimi_k3_format.structured_outputs(OutputConstraint(answer_schema=schema), TOOLS)
+    assert (refused.value.status, refused.value.code) == (400, "unsupported_value")

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from gateway.core.conversation import Conversation, Message
+from gateway.formats.hf import HFChatFormat
 from gateway.formats.hf_render import hf_messages
 from gateway.formats.shared import qwen_messages, with_argument_dicts
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
@@ -77,6 +78,8 @@ def test_kimi_k3_s_switch_opens_the_response_channel_and_the_parser_starts_there
     ids = kimi_k3_tokenizer.encode("Hello there.")
     assert items(feed(kimi_k3_format.parser(), ids)) == [("reasoning", None, "Hello there.")]
     assert items(feed(kimi_k3_format.parser(thinking=False), ids)) == [("text", None, "Hello there.")]
+    plain = HFChatFormat(kimi_k3_tokenizer, reasoning_parser="none")  # reasoning is text, as ever with none
+    assert items(feed(plain.parser(), ids)) == [("text", None, "Hello there.")]
 
 
 def test_kimi_k2_thinking_has_no_switch_and_renders_as_ever(kimi_format):
