@@ -15,7 +15,7 @@ from gateway.core.image import Image
 from gateway.core.sampling import OutputConstraint
 
 __all__ = ["ChatFormat", "Covered", "ItemDelta", "ItemDone", "ItemKind", "ItemStarted", "LocalityProbe", "ParseEvent",
-           "Tail", "output_item"]
+           "Tail", "output_item", "parse_output"]
 
 ItemKind = Literal["reasoning", "text", "tool_call"]
 
@@ -60,6 +60,19 @@ def output_item(start: ItemStarted, text: str) -> Item:
     if start.kind == "reasoning":
         return Reasoning(text=text)
     return Message(role="assistant", text=text, channel="commentary" if start.channel == "commentary" else None)
+
+
+def parse_output(chat_format: ChatFormat, ids: Sequence[int], tools: Sequence[Tool], thinking: bool) -> list[Item]:
+    """A whole generation's ids as the items the format's parser reads in them."""
+    parser = chat_format.parser(tools, thinking=thinking)
+    started: dict[int, ItemStarted] = {}
+    items: list[Item] = []
+    for event in [*parser.feed(ids), *parser.finish()]:
+        if isinstance(event, ItemStarted):
+            started[event.index] = event
+        elif isinstance(event, ItemDone):
+            items.append(output_item(started.pop(event.index), event.text))
+    return items
 
 
 @dataclass(slots=True)

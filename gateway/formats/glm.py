@@ -39,12 +39,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway.core.conversation import Tool
-from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.call_section import CallSectionParser
 from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.hf_parser import Markup
 from gateway.formats.schema_values import convert_arg_value, is_text, properties
-from gateway.formats.shared import MAX_NAME, is_valid_name, with_argument_dicts
+from gateway.formats.shared import MAX_NAME, accepts_name, with_argument_dicts
 
 __all__ = ["FAMILY"]
 
@@ -68,6 +67,7 @@ class GlmToolCallParser(CallSectionParser):
                  stop_ids: frozenset[int], starts_in_reasoning: bool = False, tools: Iterable[Tool] = ()) -> None:
         tools = list(tools)
         self._schemas = {tool.name: properties(tool.parameters) for tool in tools}
+        self._names = frozenset(self._schemas)
         self._key_open, self._key_close, self._value_open, self._value_close = args
         super().__init__(token_bytes, markup, stop_ids, starts_in_reasoning)
         self._reset_call()
@@ -80,11 +80,6 @@ class GlmToolCallParser(CallSectionParser):
             self._raw_text_item(self._markup.text[self._markup.call_open] + bytes(self._raw))
         else:
             self._close_call()
-        self._mode = "text"
-        self._open_segment()
-
-    def _section_opened(self) -> None:
-        self._reset_call()
 
     def _section_markup(self, token_id: int) -> None:
         if token_id == self._markup.call_close:
@@ -116,8 +111,7 @@ class GlmToolCallParser(CallSectionParser):
             self._raw_text_item(markup.text[markup.call_open] + bytes(self._raw) + markup.text[markup.call_close])
         else:
             self._close_call()
-        self._mode = "text"
-        self._open_segment()
+        self._section_closed()
 
     # The call body ------------------------------------------------------------------------------
 
@@ -127,20 +121,13 @@ class GlmToolCallParser(CallSectionParser):
         self._name = bytearray()
         self._key = bytearray()
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._call_index: int | None = None
         self._properties: dict[str, Any] = {}
-        self._arguments: list[str] = []
         self._seen: set[str] = set()
         self._param: str | None = None
         self._streams = False
         self._value: list[str] = []
 
-    def _consume(self) -> None:
-        """The body bytes since the last tag, for the current state."""
-        data = bytes(self._call)
-        self._call.clear()
-        if not data:
-            return
+    def _read(self, data: bytes) -> None:
         self._raw += data
         if self._state == _NAME:
             self._name += data
@@ -154,12 +141,10 @@ class GlmToolCallParser(CallSectionParser):
 
     def _decide_name(self) -> None:
         name = self._name.decode("utf-8", errors="replace").strip()
-        if not is_valid_name(name) or (self._schemas and name not in self._schemas):
+        if not accepts_name(name, self._names):
             self._state = _RAW
             return
-        self._properties = self._schemas.get(name, {})
-        self._call_index = self._start("tool_call", name)
-        self._emit("{")
+        self._start_object(name, self._schemas.get(name, {}))
         self._state = _BETWEEN
 
     def _on_key_open(self) -> None:
@@ -183,8 +168,7 @@ class GlmToolCallParser(CallSectionParser):
         self._streams = is_text(self._properties.get(key))
         self._value = []
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        separator = ", " if len(self._seen) > 1 else ""
-        self._emit(f"{separator}{json.dumps(key, ensure_ascii=False)}: " + ('"' if self._streams else ""))
+        self._member(key, '"' if self._streams else "")
         self._state = _VALUE
 
     def _value_text(self, text: str) -> None:
@@ -211,15 +195,8 @@ class GlmToolCallParser(CallSectionParser):
             return
         if self._state == _VALUE:
             self._close_value()
-        self._emit("}")
-        self._events.append(ItemDone(self._call_index, "".join(self._arguments)))
-        self._call_index = None
+        self._end_object()
         self._state = _BETWEEN
-
-    def _emit(self, text: str) -> None:
-        assert self._call_index is not None
-        self._arguments.append(text)
-        self._events.append(ItemDelta(self._call_index, text))
 
 
 # Rendering ------------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ import codecs
 from collections.abc import Iterable
 
 from gateway.core.conversation import Tool
-from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.call_section import CallSectionParser
 from gateway.formats.hf_parser import Markup
 
@@ -46,16 +45,13 @@ class HeadedCallsParser(CallSectionParser):
 
     # CallSectionParser hooks -----------------------------------------------------------------
 
-    def _finish_section(self) -> None:
-        self._end_section()
-        self._close_segment()
-
     def _section_opened(self) -> None:
         self._state = _BETWEEN
 
     def _section_markup(self, token_id: int) -> None:
         if token_id == self._markup.call_close:
-            self._end_section()
+            self._finish_section()
+            self._section_closed()
         elif token_id == self._call_begin and self._state != _ARGS:
             if self._state in (_NAME, _RAW):
                 self._raw_call()  # the last one never reached its arguments
@@ -71,7 +67,7 @@ class HeadedCallsParser(CallSectionParser):
                 self._raw_call()
             self._state = _BETWEEN
         elif self._state == _ARGS:
-            self._arguments_text(self._markup.text[token_id].decode())  # a stray marker inside arguments
+            self._emit(self._markup.text[token_id].decode())  # a stray marker inside arguments
         elif self._state in (_NAME, _RAW):
             self._raw += self._markup.text[token_id]
             self._state = _RAW
@@ -83,19 +79,13 @@ class HeadedCallsParser(CallSectionParser):
         self._raw = bytearray(self._markup.text.get(self._call_begin, b""))  # the call as written
         self._name = bytearray()
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._call_index: int | None = None
-        self._arguments: list[str] = []
 
-    def _consume(self) -> None:
-        data = bytes(self._call)
-        self._call.clear()
-        if not data:
-            return
+    def _read(self, data: bytes) -> None:
         if self._state in (_NAME, _RAW):
             self._raw += data
             self._name += data
         elif self._state == _ARGS:
-            self._arguments_text(self._utf8.decode(data))
+            self._emit(self._utf8.decode(data))
         # _BETWEEN: text between calls, dropped
 
     def _decide_name(self) -> None:
@@ -104,8 +94,7 @@ class HeadedCallsParser(CallSectionParser):
         if head is None:
             self._state = _RAW
             return
-        name, call_id = head
-        self._call_index = self._start("tool_call", name, call_id)
+        self._start_call(*head)
         self._state = _ARGS
 
     def call_head(self, head: str) -> tuple[str, str | None] | None:
@@ -113,22 +102,14 @@ class HeadedCallsParser(CallSectionParser):
         wrote before the arguments; None when that is not a call of this request."""
         raise NotImplementedError
 
-    def _arguments_text(self, text: str) -> None:
-        if text:
-            assert self._call_index is not None
-            self._arguments.append(text)
-            self._events.append(ItemDelta(self._call_index, text))
-
     def _close_call(self) -> None:
-        assert self._call_index is not None
-        self._arguments_text(self._utf8.decode(b"", final=True))
-        self._events.append(ItemDone(self._call_index, "".join(self._arguments)))
-        self._call_index = None
+        self._emit(self._utf8.decode(b"", final=True))
+        self._end_arguments()
 
     def _raw_call(self) -> None:
         self._raw_text_item(bytes(self._raw))
 
-    def _end_section(self) -> None:
+    def _finish_section(self) -> None:
         """The section's closing marker or the end of output: an open call ends with what it has."""
         self._consume()
         if self._state == _ARGS:
@@ -137,5 +118,3 @@ class HeadedCallsParser(CallSectionParser):
             self._raw_call()
         self._reset_call()
         self._state = _BETWEEN
-        self._mode = "text"
-        self._open_segment()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gateway.core.conversation import Tool
-from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
+from gateway.formats.base import ParseEvent
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 
 __all__ = ["HeldCallsParser"]
@@ -77,10 +77,8 @@ class HeldCallsParser(HermesOutputParser):
             raw = (self._markup.text[self._markup.call_open] if self._tagged and self._markup.call_open is not None
                    else b"") + body
             self._raw_text_item(raw)
-            return
-        for name, arguments in calls:
-            index = self._start("tool_call", name)
-            self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
+        else:
+            self._whole_calls(calls)
 
     def read_calls(self, text: str) -> list[tuple[str, str]] | None:
         """(name, arguments JSON) per call of a held output, or None when it is not all calls."""

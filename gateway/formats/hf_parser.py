@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 import re
 from codecs import utf_8_decode
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.formats.base import ItemDelta, ItemDone, ItemKind, ItemStarted, ParseEvent
 
-__all__ = ["HermesOutputParser", "Markup", "parse_tool_call"]
-
-_ARGUMENTS_KEY = re.compile(r'"arguments"\s*:\s*')
+__all__ = ["HermesOutputParser", "Markup", "parse_tool_call", "written_arguments"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +54,10 @@ class HermesOutputParser:
         self._open_segment()
         self._call = bytearray()  # the raw body of an open <tool_call>
         self._events: list[ParseEvent] = []
+        self._call_index: int | None = None  # the item of a call whose arguments stream (`_emit`)
+        self._streamed: list[str] = []  # its arguments streamed so far
+        self._properties: dict[str, Any] = {}  # the open call's parameter schemas (`_start_object`)
+        self._members = 0  # members of its arguments' object written so far
         self.reasoning_tokens = 0  # tokens read in reasoning mode, `</think>` included
 
     @property
@@ -168,13 +171,52 @@ class HermesOutputParser:
             markup = self._markup
             self._raw_text_item(markup.text[markup.call_open] + body + markup.text[markup.call_close])
         else:
-            name, arguments = call
-            index = self._start("tool_call", name)
-            self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
+            self._whole_calls([call])
 
     def _call_of(self, body: bytes) -> tuple[str, str] | None:
         """(name, arguments JSON) of a call's body, or None (a family writing its body otherwise says how)."""
         return parse_tool_call(body.decode("utf-8", errors="replace"))
+
+    def _whole_calls(self, calls: Iterable[tuple[str, str] | tuple[str, str, str | None]]) -> None:
+        """Calls read whole, (name, arguments JSON[, the call's own id]): each one item, its arguments in one delta."""
+        for name, arguments, *call_id in calls:
+            index = self._start("tool_call", name, *call_id)
+            self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
+
+    def _start_call(self, name: str, call_id: str | None = None) -> None:
+        """A call whose arguments stream: its item starts, its arguments follow (`_emit`)."""
+        self._call_index = self._start("tool_call", name, call_id)
+        self._streamed = []
+
+    def _emit(self, text: str) -> None:
+        """The open call's next piece of arguments."""
+        if text:
+            assert self._call_index is not None
+            self._streamed.append(text)
+            self._events.append(ItemDelta(self._call_index, text))
+
+    def _end_arguments(self) -> None:
+        """The open call's arguments are all written: its item is done."""
+        assert self._call_index is not None
+        self._events.append(ItemDone(self._call_index, "".join(self._streamed)))
+        self._call_index = None
+
+    def _start_object(self, name: str, properties: dict[str, Any]) -> None:
+        """A call whose arguments stream as a JSON object, one member at a time (families that write
+        each parameter in markup); `properties`: the tool's parameter schemas, which type the values."""
+        self._start_call(name)
+        self._properties, self._members = properties, 0
+        self._emit("{")
+
+    def _member(self, key: str, written: str) -> None:
+        """The object's next member: its key and what of its value is known now (a comma before all
+        but the first)."""
+        self._emit(f"{', ' if self._members else ''}{json.dumps(key, ensure_ascii=False)}: {written}")
+        self._members += 1
+
+    def _end_object(self) -> None:
+        self._emit("}")
+        self._end_arguments()
 
     def _raw_text_item(self, raw: bytes) -> None:
         text = raw.decode("utf-8", errors="replace")
@@ -204,16 +246,18 @@ def parse_tool_call(body: str) -> tuple[str, str] | None:
     arguments = call.get("arguments", {})
     if isinstance(arguments, str):
         return call["name"], arguments
-    return call["name"], _written_arguments(body, arguments)
+    return call["name"], written_arguments(body, "arguments", arguments, separators=(",", ":"))
 
 
-def _written_arguments(body: str, arguments: object) -> str:
+def written_arguments(body: str, key: str, arguments: object, separators: tuple[str, str] = (", ", ": ")) -> str:
+    """A call's arguments (the value of its `key`) as the model wrote them in the JSON object `body`,
+    when they are its last member; otherwise as `json.dumps` writes them with `separators`."""
     decoder = json.JSONDecoder()
-    for key in _ARGUMENTS_KEY.finditer(body):
+    for found in re.finditer(f'"{re.escape(key)}"\\s*:\\s*', body):
         try:
-            value, end = decoder.raw_decode(body, key.end())
+            value, end = decoder.raw_decode(body, found.end())
         except ValueError:
             continue
         if value == arguments and body[end:].strip() == "}":
-            return body[key.end() : end]
-    return json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+            return body[found.end() : end]
+    return json.dumps(arguments, ensure_ascii=False, separators=separators)

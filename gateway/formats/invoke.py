@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.conversation import Tool
-from gateway.formats.base import ItemDelta, ItemDone, ItemKind, ParseEvent
+from gateway.formats.base import ItemKind, ParseEvent
 from gateway.formats.hf_parser import HermesOutputParser, Markup
 from gateway.formats.schema_values import convert_arg_value, properties
-from gateway.formats.shared import is_valid_name
+from gateway.formats.shared import accepts_name
 
 __all__ = ["InvokeToolCallParser", "Tags"]
 
@@ -227,9 +227,7 @@ class InvokeToolCallParser(HermesOutputParser):
     # Calls ----------------------------------------------------------------------------------------
 
     def _reset_call(self) -> None:
-        self._call_index: int | None = None
         self._properties: dict[str, Any] = {}
-        self._arguments: list[str] = []
         self._seen: set[str] = set()
         self._raw = ""
         self._key = ""
@@ -238,12 +236,10 @@ class InvokeToolCallParser(HermesOutputParser):
 
     def _open_call(self, name: str, written: str) -> None:
         self._reset_call()
-        if not is_valid_name(name) or (self._names and name not in self._names):
+        if not accepts_name(name, self._names):
             self._raw, self._state = written, _RAW
             return
-        self._properties = self._schemas.get(name, {})
-        self._call_index = self._start("tool_call", name)
-        self._emit("{")
+        self._start_object(name, self._schemas.get(name, {}))
         self._state = _ARGS
 
     def _raw_invoke(self) -> bool:
@@ -283,9 +279,8 @@ class InvokeToolCallParser(HermesOutputParser):
         schema = self._properties.get(self._key)
         if isinstance(schema, dict) and not isinstance(value, dict | list):
             value = convert_arg_value(value if isinstance(value, str) else json.dumps(value), schema)
-        separator = ", " if self._seen else ""
         self._seen.add(self._key)
-        self._emit(f"{separator}{json.dumps(self._key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}")
+        self._member(self._key, json.dumps(value, ensure_ascii=False))
 
     def value(self, text: str, is_string: str | None) -> Any:
         """A parameter's value from its text and its `string` attribute (None: none written), before the
@@ -300,11 +295,5 @@ class InvokeToolCallParser(HermesOutputParser):
     def _close_call(self) -> None:
         if self._call_index is None:
             return
-        self._emit("}")
-        self._events.append(ItemDone(self._call_index, "".join(self._arguments)))
+        self._end_object()
         self._reset_call()
-
-    def _emit(self, text: str) -> None:
-        assert self._call_index is not None
-        self._arguments.append(text)
-        self._events.append(ItemDelta(self._call_index, text))

@@ -15,7 +15,7 @@ import json
 
 from gateway.formats.family import CHATML, Family, ParserFactory, Turns
 from gateway.formats.held_calls import HeldCallsParser
-from gateway.formats.shared import with_argument_dicts
+from gateway.formats.shared import json_call_list, with_argument_dicts
 
 __all__ = ["PHI4_MINI", "XLAM"]
 
@@ -30,18 +30,13 @@ class JsonListParser(HeldCallsParser):
         body = text.strip()
         if not body.startswith(prefix):
             return None
-        try:
-            calls = json.loads(body[len(prefix):])
-        except (ValueError, RecursionError):
-            return None
-        if not isinstance(calls, list) or not calls:
+        calls = json_call_list(body[len(prefix):])
+        if calls is None:
             return None
         found = []
         for call in calls:
-            if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
-                return None
             arguments = call.get("arguments", call.get("parameters", {}))
-            if not isinstance(arguments, dict) or (self._names and call["name"] not in self._names):
+            if not call["name"] or not isinstance(arguments, dict) or (self._names and call["name"] not in self._names):
                 return None
             found.append((call["name"], json.dumps(arguments, ensure_ascii=False)))
         return found

@@ -25,11 +25,11 @@ parallel calls as one message per call (the exact-token splice keeps the model's
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.held_calls import HeldCallsParser
+from gateway.formats.hf_parser import written_arguments
 from gateway.formats.shared import argument_dict, is_valid_name, with_argument_dicts
 
 __all__ = ["FAMILY", "LLAMA4"]
@@ -65,7 +65,7 @@ def parse_calls(text: str, names: frozenset[str] = frozenset()) -> list[tuple[st
         arguments = call.get(key, {})
         if not isinstance(arguments, dict) or not is_valid_name(call["name"]) or (names and call["name"] not in names):
             return None
-        calls.append((call["name"], _written(text[position:stop], key, arguments)))
+        calls.append((call["name"], written_arguments(text[position:stop], key, arguments)))
         position = stop
         while position < end and text[position] in " \t\r\n":
             position += 1
@@ -73,20 +73,6 @@ def parse_calls(text: str, names: frozenset[str] = frozenset()) -> list[tuple[st
             if text[position] != ";":
                 return None
             position += 1
-
-
-def _written(body: str, key: str, value: Any) -> str:
-    """The arguments as the model wrote them when they are the call's last member, else as the
-    template's `tojson` writes them."""
-    decoder = json.JSONDecoder()
-    for found in re.finditer(f'"{key}"\\s*:\\s*', body):
-        try:
-            parsed, end = decoder.raw_decode(body, found.end())
-        except ValueError:
-            continue
-        if parsed == value and body[end:].strip() == "}":
-            return body[found.end():end]
-    return json.dumps(value, ensure_ascii=False)
 
 
 # Rendering ------------------------------------------------------------------------------------

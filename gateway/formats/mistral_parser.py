@@ -29,10 +29,9 @@ import re
 from collections.abc import Iterable
 
 from gateway.core.conversation import Tool
-from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.call_section import CallSectionParser
 from gateway.formats.hf_parser import Markup
-from gateway.formats.shared import MAX_NAME, is_valid_name
+from gateway.formats.shared import MAX_NAME, accepts_name, json_call_list
 
 __all__ = ["CALL_ID_SHAPE", "MistralToolCallParser"]
 
@@ -61,11 +60,6 @@ class MistralToolCallParser(CallSectionParser):
     def _finish_section(self) -> None:
         self._consume()
         self._end_call()
-        self._mode = "text"
-        self._open_segment()
-
-    def _section_opened(self) -> None:
-        self._reset_call()
 
     def _section_markup(self, token_id: int) -> None:
         text = self._markup.text[token_id]
@@ -79,7 +73,7 @@ class MistralToolCallParser(CallSectionParser):
             self._raw += text
             self._decide()
         elif self._state == _ARGS:
-            self._arguments_text(text.decode())  # a stray marker inside the arguments is argument text
+            self._emit(text.decode())  # a stray marker inside the arguments is argument text
         else:
             self._raw += text
             if self._state != _LIST:
@@ -93,16 +87,10 @@ class MistralToolCallParser(CallSectionParser):
         self._name = bytearray()
         self._id = bytearray()
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._call_index: int | None = None
-        self._arguments: list[str] = []
 
-    def _consume(self) -> None:
-        data = bytes(self._call)
-        self._call.clear()
-        if not data:
-            return
+    def _read(self, data: bytes) -> None:
         if self._state == _ARGS:
-            self._arguments_text(self._utf8.decode(data))
+            self._emit(self._utf8.decode(data))
             return
         self._raw += data
         if self._state == _NAME:
@@ -114,25 +102,18 @@ class MistralToolCallParser(CallSectionParser):
 
     def _decide(self) -> None:
         name = self._name.decode("utf-8", errors="replace")
-        if not is_valid_name(name) or (self._names and name not in self._names):
+        if not accepts_name(name, self._names):
             self._state = _RAW
             return
         written = self._id.decode("utf-8", errors="replace")
-        self._call_index = self._start("tool_call", name, written if CALL_ID_SHAPE.fullmatch(written) else None)
+        self._start_call(name, written if CALL_ID_SHAPE.fullmatch(written) else None)
         self._state = _ARGS
-
-    def _arguments_text(self, text: str) -> None:
-        if text:
-            assert self._call_index is not None
-            self._arguments.append(text)
-            self._events.append(ItemDelta(self._call_index, text))
 
     def _end_call(self) -> None:
         """The next `[TOOL_CALLS]` or the end of output: the call ends with what it has."""
         if self._state == _ARGS:
-            assert self._call_index is not None
-            self._arguments_text(self._utf8.decode(b"", final=True))
-            self._events.append(ItemDone(self._call_index, "".join(self._arguments)))
+            self._emit(self._utf8.decode(b"", final=True))
+            self._end_arguments()
         elif self._state == _LIST:
             self._list_calls()
         else:
@@ -144,25 +125,18 @@ class MistralToolCallParser(CallSectionParser):
         calls = _json_calls(body, self._names)
         if calls is None:
             self._raw_text_item(bytes(self._raw))
-            return
-        for name, arguments, call_id in calls:
-            index = self._start("tool_call", name, call_id)
-            self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
+        else:
+            self._whole_calls(calls)
 
 
 def _json_calls(body: str, names: frozenset[str]) -> list[tuple[str, str, str | None]] | None:
-    try:
-        calls = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(calls, list) or not calls:
+    calls = json_call_list(body)
+    if calls is None:
         return None
     parsed = []
     for call in calls:
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            return None
         name, arguments, call_id = call["name"], call.get("arguments", {}), call.get("id")
-        if not is_valid_name(name) or (names and name not in names):
+        if not accepts_name(name, names):
             return None
         text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
         valid_id = isinstance(call_id, str) and CALL_ID_SHAPE.fullmatch(call_id)

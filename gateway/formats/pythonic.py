@@ -30,7 +30,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway.core.conversation import Tool
-from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.held_calls import HeldCallsParser
 from gateway.formats.hf_parser import HermesOutputParser, Markup
@@ -67,10 +66,8 @@ class TaggedPythonicParser(HermesOutputParser):
         calls = parse_pythonic(listed, self._names)
         if calls is None:
             super()._json_call(body)  # not a call: text, markers and all
-            return
-        for name, arguments in calls:
-            index = self._start("tool_call", name)
-            self._events += [ItemDelta(index, arguments), ItemDone(index, arguments)]
+        else:
+            self._whole_calls(calls)
 
 
 def parse_pythonic(text: str, names: frozenset[str] = frozenset()) -> list[tuple[str, str]] | None:

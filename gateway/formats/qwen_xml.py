@@ -1,17 +1,8 @@
 """Qwen3.5/3.6 and Qwen3-Coder XML tool calls, and NVIDIA Nemotron 3: the families' declarations.
 
-These models write a call as
-
-    <tool_call>
-    <function=NAME>
-    <parameter=KEY>
-    VALUE
-    </parameter>
-    </function>
-    </tool_call>
-
-(several blocks in a row are parallel calls); `xml_calls` reads them, with each value typed by the
-tool's schema as vLLM's `qwen3_coder` parser types it.
+These models write each call as a `<tool_call>` block of `<function=NAME>` with one
+`<parameter=KEY>` a value; `xml_calls` reads them (the layout is in its docstring), each value
+typed by the tool's schema as vLLM's `qwen3_coder` parser types it.
 
 Rendering: the template iterates `tool_call.arguments|items`, so calls reach it with their
 arguments as a dict (the canonical history keeps the JSON text). The published template also

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["MAX_NAME", "accepts_name", "argument_dict", "is_valid_name", "merge_system_messages", "qwen_messages", "with_argument_dicts"]
+__all__ = ["MAX_NAME", "accepts_name", "argument_dict", "is_valid_name", "json_call_list", "merge_system_messages", "qwen_messages", "with_argument_dicts"]
 
 MAX_NAME = 256  # a function or parameter name longer than this is not markup
 _FORBIDDEN_IN_NAME = frozenset("{}<>\"' \t\n\r")
@@ -22,6 +22,18 @@ def is_valid_name(name: str) -> bool:
 def accepts_name(name: str, tools: frozenset[str]) -> bool:
     """Whether a call's name is a call: a valid name, and one of the request's tools when it has tools."""
     return is_valid_name(name) and (not tools or name in tools)
+
+
+def json_call_list(text: str) -> list[dict[str, Any]] | None:
+    """`[{"name": …, …}, …]`: a JSON list of call objects, each with a string `name`, or None when
+    `text` is not one (xLAM's and Phi-4-mini's answers, Mistral's calls before v11)."""
+    try:
+        calls = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(calls, list) or not calls:
+        return None
+    return calls if all(isinstance(call, dict) and isinstance(call.get("name"), str) for call in calls) else None
 
 
 def argument_dict(arguments: str) -> dict[str, Any]:

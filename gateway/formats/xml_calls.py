@@ -44,9 +44,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway.core.conversation import Tool
-from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
+from gateway.formats.call_section import CallSectionParser
 from gateway.formats.family import ParserFactory
-from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.hf_parser import Markup
 from gateway.formats.schema_values import properties
 
 __all__ = ["FUNCTION_OPEN", "PARAMETER_OPEN", "XmlToolCallParser", "convert_param_value", "parsers"]
@@ -63,8 +63,9 @@ _STRING_TYPES = ("string", "str", "text", "varchar", "char", "enum")
 _HEAD, _BODY, _VALUE, _AFTER, _RAW = range(5)
 
 
-class XmlToolCallParser(HermesOutputParser):
-    """Output ids in, reasoning / text / tool-call item events out; tool calls in Qwen's XML."""
+class XmlToolCallParser(CallSectionParser):
+    """Output ids in, reasoning / text / tool-call item events out; tool calls in Qwen's XML. The
+    call's bytes stay in `self._call` (a body that is no call is text as written), read as they come."""
 
     def __init__(self, token_bytes: list[bytes], markup: Markup, stop_ids: frozenset[int],
                  starts_in_reasoning: bool = False, tools: Iterable[Tool] = ()) -> None:
@@ -72,42 +73,29 @@ class XmlToolCallParser(HermesOutputParser):
         super().__init__(token_bytes, markup, stop_ids, starts_in_reasoning)
         self._reset_call()
 
-    def finish(self) -> list[ParseEvent]:
-        if self._mode == "tool_call":
-            self._read_call()
-            if self._state in (_HEAD, _RAW):  # no function yet: what was written is text
-                self._raw_text_item(b"%s%s" % (self._markup.text[self._markup.call_open], bytes(self._call)))
-            else:
-                self._close_call()
-            self._call.clear()
-            self._mode = "text"
-            self._open_segment()
-            return self._take_events()
-        return super().finish()
+    # CallSectionParser hooks -----------------------------------------------------------------
 
-    # HermesOutputParser hooks: the call's bytes arrive in `self._call`, read here as they come.
+    def _finish_section(self) -> None:
+        self._end_body(closed=False)
 
-    def _on_markup(self, token_id: int) -> None:
-        opens = self._mode == "text" and token_id == self._markup.call_open
-        super()._on_markup(token_id)
-        if opens:
-            self._reset_call()
-
-    def _flush(self, final: bool = False) -> None:
-        if self._mode == "tool_call":
-            self._read_call()
+    def _section_markup(self, token_id: int) -> None:
+        if token_id == self._markup.call_close:
+            self._end_body(closed=True)
+            self._section_closed()
         else:
-            super()._flush(final)
+            self._call += self._markup.text[token_id]  # a marker inside the call is its text
 
-    def _end_call(self) -> None:
-        self._read_call()
-        if self._state in (_HEAD, _RAW):
-            self._json_call(bytes(self._call))  # a hermes JSON body: that call
-        else:
+    def _end_body(self, closed: bool) -> None:
+        """`</tool_call>` (`closed`) or the end of output: the function ends; a body without one is
+        a hermes JSON call when closed (that call, or text), else text as written."""
+        self._consume()
+        if self._state not in (_HEAD, _RAW):
             self._close_call()
+        elif closed:
+            self._json_call(bytes(self._call))
+        else:
+            self._raw_text_item(b"%s%s" % (self._markup.text[self._markup.call_open], bytes(self._call)))
         self._call.clear()
-        self._mode = "text"
-        self._open_segment()
 
     # The call body's state machine ----------------------------------------------------------
 
@@ -116,11 +104,8 @@ class XmlToolCallParser(HermesOutputParser):
         self._read = 0  # bytes of self._call decoded so far
         self._call_utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._text = ""  # decoded, not yet consumed
-        self._call_index: int | None = None
         self._properties: dict[str, Any] = {}
-        self._arguments: list[str] = []  # the JSON deltas so far
         self._seen: set[str] = set()
-        self._n_params = 0  # parameters written into the arguments so far
         self._param: str | None = None
         self._param_streams = False  # a string value: streamed as it comes
         self._skip_param = False  # a repeated parameter: read, not emitted
@@ -130,7 +115,7 @@ class XmlToolCallParser(HermesOutputParser):
         self._line_start = True  # the value so far ends a line (a nested `<parameter=` may open)
         self._depth = 0  # nested literal <parameter=…> blocks open inside the value
 
-    def _read_call(self) -> None:
+    def _consume(self) -> None:
         if self._read < len(self._call):
             self._text += self._call_utf8.decode(bytes(self._call[self._read:]))
             self._read = len(self._call)
@@ -166,9 +151,7 @@ class XmlToolCallParser(HermesOutputParser):
             return False
         self._text = text[end + 1:]
         self._state = _BODY
-        self._properties = self._schemas.get(name, {})
-        self._call_index = self._start("tool_call", name)
-        self._emit("{")
+        self._start_object(name, self._schemas.get(name, {}))
         return True
 
     def _read_between(self) -> bool:
@@ -212,10 +195,7 @@ class XmlToolCallParser(HermesOutputParser):
         self._depth = 0
         if self._skip_param:
             return
-        key = json.dumps(name, ensure_ascii=False)
-        separator = ", " if self._n_params else ""
-        self._n_params += 1
-        self._emit(f"{separator}{key}: " + ('"' if self._param_streams else ""))
+        self._member(name, '"' if self._param_streams else "")
 
     def _read_value(self) -> bool:
         text = self._text
@@ -325,14 +305,8 @@ class XmlToolCallParser(HermesOutputParser):
         if self._state == _VALUE:
             self._text = ""
             self._close_param()
-        self._emit("}")
-        self._events.append(ItemDone(self._call_index, "".join(self._arguments)))
+        self._end_object()
         self._state = _AFTER
-
-    def _emit(self, text: str) -> None:
-        assert self._call_index is not None
-        self._arguments.append(text)
-        self._events.append(ItemDelta(self._call_index, text))
 
 
 def _is_valid_name(name: str) -> bool:

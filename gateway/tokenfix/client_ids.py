@@ -28,7 +28,7 @@ import json
 from collections.abc import Sequence
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall
-from gateway.formats.base import ChatFormat, ItemDone, ItemStarted, output_item
+from gateway.formats.base import ChatFormat, parse_output
 from gateway.tokenfix._terminators import count_terminators
 from gateway.tokenfix.state import TokenState
 
@@ -84,14 +84,7 @@ def _assistant_header(chat_format: ChatFormat) -> str:
 
 def _generation_mismatch(chat_format: ChatFormat, conversation: Conversation, state: TokenState,
                          generated: list[int]) -> str | None:
-    parser = chat_format.parser(conversation.tools, thinking=conversation.thinking)
-    started: dict[int, ItemStarted] = {}
-    parsed: list[Item] = []
-    for event in [*parser.feed(generated), *parser.finish()]:
-        if isinstance(event, ItemStarted):
-            started[event.index] = event
-        elif isinstance(event, ItemDone):
-            parsed.append(output_item(started[event.index], event.text))
+    parsed = parse_output(chat_format, generated, conversation.tools, conversation.thinking)
     message = conversation.items[state.prompt_items:state.items]
     if _text(parsed, Message) != _text(message, Message):
         return "'generation_token_ids' do not decode to that assistant message's content"

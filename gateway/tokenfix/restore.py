@@ -21,8 +21,8 @@ import json
 import logging
 from collections.abc import Sequence
 
-from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall
-from gateway.formats.base import ChatFormat, ItemDone, ItemStarted, output_item
+from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall
+from gateway.formats.base import ChatFormat, parse_output
 from gateway.tokenfix.prompt import build_prompt
 from gateway.tokenfix.state import TokenState
 
@@ -71,7 +71,7 @@ def _turn_span(chat_format: ChatFormat, conversation: Conversation, index: int, 
     """Where the turn whose reasoning item is `items[index]` lies in the history, if `ids`
     parse to exactly its items (the first reasoning item of the parse being that one)."""
     items = conversation.items
-    parsed = _parse(chat_format, ids, conversation.tools, conversation.thinking)
+    parsed = parse_output(chat_format, ids, conversation.tools, conversation.thinking)
     first = next((i for i, item in enumerate(parsed) if isinstance(item, Reasoning)), None)
     if first is None or index < first:
         return None
@@ -80,18 +80,6 @@ def _turn_span(chat_format: ChatFormat, conversation: Conversation, index: int, 
     if len(turn) != len(parsed) or not all(map(_same, turn, parsed)):
         return None
     return start, start + len(parsed)
-
-
-def _parse(chat_format: ChatFormat, ids: Sequence[int], tools: Sequence[Tool], thinking: bool) -> list[Item]:
-    parser = chat_format.parser(tools, thinking=thinking)
-    started: dict[int, ItemStarted] = {}
-    items: list[Item] = []
-    for event in [*parser.feed(ids), *parser.finish()]:
-        if isinstance(event, ItemStarted):
-            started[event.index] = event
-        elif isinstance(event, ItemDone):
-            items.append(output_item(started.pop(event.index), event.text))
-    return items
 
 
 def _same(held: Item, parsed: Item) -> bool:
