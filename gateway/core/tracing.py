@@ -33,6 +33,7 @@ output text is never put on a span unless `capture_content` is set (an explicit 
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar, Token
@@ -45,6 +46,7 @@ from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace import Span as SDKSpan
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
@@ -65,10 +67,12 @@ _source: _Source | None = None
 class _Source:
     """What every span takes from the provider: its sampler, ids, resource, scope, processors."""
 
-    __slots__ = ("ids", "plain", "processor", "resource", "root_sampled", "sampler", "scope", "trace_headers")
+    __slots__ = ("ids", "plain", "processor", "random_ids", "resource", "root_sampled", "sampler", "scope",
+                 "trace_headers")
 
     def __init__(self, sdk_tracer: Any) -> None:
         self.sampler, self.ids, self.resource = sdk_tracer.sampler, sdk_tracer.id_generator, sdk_tracer.resource
+        self.random_ids = type(self.ids) is RandomIdGenerator
         self.scope = InstrumentationScope(SCOPE)
         processors = sdk_tracer.span_processor  # the SDK's fan-out to every processor the provider has
         only = getattr(processors, "_span_processors", ())  # its processors: one is called directly
@@ -107,6 +111,7 @@ class Recording(Span, ReadableSpan):
                  attributes: dict[str, Any], source: _Source, plain: bool = False) -> None:
         self._name, self._context, self._parent, self._kind = name, span_context, parent, kind
         self._attributes, self._source, self.plain = attributes, source, plain
+        self.sampled = bool(span_context.trace_flags & 1)  # what a batch processor exports
         self._start_time = time.time_ns()
 
     # What a span has until it is given one (set once, on the instance): nothing is made per span for them.
@@ -181,16 +186,20 @@ def _open(name: str, kind: SpanKind, parent_context: context.Context | None, att
     holds nothing the caller sent (no baggage, no trace state)."""
     source = _source
     assert source is not None
-    parent = trace.get_current_span(parent_context)
+    parent = _inner.get() if parent_context is None else None
+    if parent is None:
+        parent = trace.get_current_span(parent_context)
     parent_ids = parent.get_span_context()
-    span_id = source.ids.generate_span_id()
+    # The default generator's ids drawn here (0, the invalid id, drawn again by it), a call less each.
+    span_id = source.random_ids and random.getrandbits(64) or source.ids.generate_span_id()
     if type(parent) is Recording:  # the request's decision holds for its children
         ids = SpanContext(parent_ids.trace_id, span_id, False, parent_ids.trace_flags, parent_ids.trace_state)
         return Recording(name, ids, parent_ids, kind, attributes, source, parent.plain)
     valid = parent_ids.is_valid
     if not valid and source.root_sampled:  # a new trace, which the default sampler samples
-        ids = SpanContext(source.ids.generate_trace_id(), span_id, False, _SAMPLED)
-        return Recording(name, ids, None, kind, attributes, source, plain and source.plain)
+        trace_id = source.random_ids and random.getrandbits(128) or source.ids.generate_trace_id()
+        return Recording(name, SpanContext(trace_id, span_id, False, _SAMPLED), None, kind, attributes, source,
+                         plain and source.plain)
     trace_id = parent_ids.trace_id if valid else source.ids.generate_trace_id()
     decision = source.sampler.should_sample(parent_context, trace_id, name, kind)
     ids = SpanContext(trace_id, span_id, False, _SAMPLED if decision.decision.is_sampled() else TraceFlags(0),
@@ -217,6 +226,11 @@ class _HeaderList(Getter[Iterable[tuple[bytes, bytes]]]):
 _HEADERS = _HeaderList()
 
 
+# The span `current` made current in a block (a generation's, a prefill leg's), kept apart from
+# OpenTelemetry's context, where the request's span stays: a variable set and reset, rather than
+# a context copied, attached and detached. Spans opened in the block and the headers sent
+# upstream from it take it first.
+_inner: ContextVar[Span | None] = ContextVar("inner_span", default=None)
 # The current request's phase times (seconds by attribute name), while its span records.
 _phases: ContextVar[dict[str, float] | None] = ContextVar("phase_seconds", default=None)
 Opened = tuple[Span, object, Token]  # a request's span, its context token, its phase times' token
@@ -270,9 +284,6 @@ class _Phase:
 
     __slots__ = ("attribute", "started", "times")
 
-    def __init__(self, attribute: str, times: dict[str, float]) -> None:
-        self.attribute, self.times = attribute, times
-
     def __enter__(self) -> None:
         self.started = time.perf_counter()
 
@@ -289,7 +300,9 @@ def phase(name: str) -> contextlib.AbstractContextManager[None]:
     attribute = _PHASE_ATTRIBUTES.get(name)
     if attribute is None:
         attribute = _PHASE_ATTRIBUTES[name] = name + ".duration"
-    return _Phase(attribute, times)
+    timed = _Phase.__new__(_Phase)  # no __init__: a call less
+    timed.attribute, timed.times = attribute, times
+    return timed
 
 
 def span(name: str, attributes: Mapping[str, Any] | None = None,
@@ -322,11 +335,11 @@ class _Current:
         self.span, self.end_on_exit = span, end_on_exit
 
     def __enter__(self) -> Span:
-        self.token = context.attach(trace.set_span_in_context(self.span))
+        self.token = _inner.set(self.span)
         return self.span
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        context.detach(self.token)
+        _inner.reset(self.token)
         if isinstance(exc, Exception) and self.span.is_recording():
             self.span.record_exception(exc)
             self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
@@ -340,7 +353,12 @@ def current(span: Span | None) -> contextlib.AbstractContextManager[Any]:
 
 
 def end(span: Span, attributes: Mapping[str, Any], error: str | None = None) -> None:
-    if span.is_recording():
+    if type(span) is Recording:
+        if span._end_time is None:
+            span._attributes.update(attributes)
+            if error is not None:
+                span.set_status(Status(StatusCode.ERROR, error))
+    elif span.is_recording():
         span.set_attributes(attributes)
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
@@ -351,7 +369,7 @@ def current_span() -> Span | None:
     """The span being served now, if traces are on and one is open."""
     if tracer is None:
         return None
-    span = trace.get_current_span()
+    span = _inner.get() or trace.get_current_span()
     return span if span.get_span_context().is_valid else None
 
 
@@ -360,7 +378,8 @@ def propagation_headers() -> dict[str, str]:
     request to a replica; empty when traces are off."""
     carrier: dict[str, str] = {}
     if tracer is not None:
-        propagate.inject(carrier)
+        inner = _inner.get()
+        propagate.inject(carrier, trace.set_span_in_context(inner) if inner is not None else None)
     return carrier
 
 
@@ -368,7 +387,7 @@ def upstream_headers() -> bytes:
     """`propagation_headers` as HTTP/1.1 header lines, each ending in CRLF; empty when off."""
     if tracer is None:
         return b""
-    span = trace.get_current_span()
+    span = _inner.get() or trace.get_current_span()
     if type(span) is Recording and span.plain:  # what the propagators would write, without them
         ids = span._context
         return b"traceparent: 00-%032x-%016x-%02x\r\n" % (ids.trace_id, ids.span_id, ids.trace_flags)

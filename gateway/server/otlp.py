@@ -332,8 +332,10 @@ class Batches(SpanProcessor):
         self._thread.start()
 
     def on_end(self, span: ReadableSpan) -> None:
-        ids = span.context
-        if ids is None or not ids.trace_flags.sampled or self._stopping:
+        if type(span) is Recording:  # the gateway's own: its flag, not two properties' calls
+            if not span.sampled or self._stopping:
+                return
+        elif (ids := span.context) is None or not ids.trace_flags.sampled or self._stopping:
             return
         queue = self._queue
         queue.append(span)

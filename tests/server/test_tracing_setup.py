@@ -161,6 +161,13 @@ def test_the_replica_is_sent_what_the_propagators_would_write() -> None:
             with core_tracing.current(generation):
                 sent = core_tracing.upstream_headers()
                 expected = core_tracing.propagation_headers()
+                with core_tracing.span("gateway.prefill") as leg:  # a prefill leg's call, under the generation
+                    assert leg is not None and leg.parent.span_id == generation.get_span_context().span_id
+                    to_prefill = core_tracing.propagation_headers()["traceparent"].split("-")[2]
+                    assert to_prefill == format(leg.get_span_context().span_id, "016x")
+                assert core_tracing.upstream_headers() == sent
+            assert core_tracing.upstream_headers().split(b"-")[2] == format(opened[0].get_span_context().span_id,
+                                                                            "016x").encode()
             core_tracing.end_request(opened)
             assert sent == b"".join(b"%s: %s\r\n" % (k.encode(), v.encode()) for k, v in expected.items())
             assert expected["traceparent"].split("-")[2] == format(generation.get_span_context().span_id, "016x")
