@@ -44,7 +44,7 @@ def qwen() -> BenchModel:
 
 @cache
 def harmony() -> BenchModel:
-    from gateway.formats.harmony import load_harmony_format
+    from gateway.formats.harmony.format import load_harmony_format
     from tests.support.o200k import ensure_harmony_env, harmony_tokenizer_dir
 
     ensure_harmony_env()

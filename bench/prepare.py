@@ -274,7 +274,7 @@ def _row(size: int, mode: str, times: list[float], tokens: int) -> dict[str, Any
 
 
 def load_qwen_format() -> ChatFormat:
-    from gateway.formats.hf import load_hf_format
+    from gateway.formats.hf.format import load_hf_format
     from gateway.ops.qwen_tokenizer import qwen_tokenizer_dir
     from gateway.tokenfix.locality import failing_kinds
 

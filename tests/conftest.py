@@ -98,13 +98,13 @@ def _load_each_format_once() -> None:
     that time and memory, is the session's one for its dir (tests/support/shared_tokenizers.py), also
     under other parser options (the family selection tests) and in the tokenizer fixtures."""
     import gateway.formats
-    import gateway.formats.hf
+    import gateway.formats.hf.format
     import gateway.server.app
 
     load = gateway.formats.load_format
     assert gateway.server.app.load_format is load, "gateway.server.app loads its format elsewhere"
     gateway.formats.load_format = gateway.server.app.load_format = functools.cache(load)
-    gateway.formats.hf.AutoTokenizer = SimpleNamespace(from_pretrained=shared_tokenizer)
+    gateway.formats.hf.format.AutoTokenizer = SimpleNamespace(from_pretrained=shared_tokenizer)
 
 
 @pytest.fixture(scope="session")
@@ -120,7 +120,7 @@ def o200k_dir() -> Path:
 @pytest.fixture(scope="session")
 def qwen_format(tokenizer):
     """Qwen3's HF chat-template format on the session tokenizer."""
-    from gateway.formats.hf import HFChatFormat
+    from gateway.formats.hf.format import HFChatFormat
     from gateway.tokenfix.locality import failing_kinds
 
     return HFChatFormat(tokenizer, locality=failing_kinds)
@@ -129,7 +129,7 @@ def qwen_format(tokenizer):
 @pytest.fixture(scope="session")
 def harmony_format(o200k_dir: Path):
     """The gpt-oss harmony format, dated so that its prompts are the same every day."""
-    from gateway.formats.harmony import load_harmony_format
+    from gateway.formats.harmony.format import load_harmony_format
 
     return load_harmony_format(start_date="2025-08-05")
 

@@ -29,7 +29,7 @@ from gateway.adapters._tool_schema import (
     ResponsesTool,
 )
 from gateway.core.conversation import Tool, ToolGrammar
-from gateway.formats.hf_constraints import CUSTOM_INPUT
+from gateway.formats.hf.constraints import CUSTOM_INPUT
 
 __all__ = ["LOCAL_SHELL", "CustomInputStream", "Route", "custom_arguments", "custom_input", "flat_name", "function_tool", "offered_tools",
            "routes"]

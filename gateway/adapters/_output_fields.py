@@ -4,7 +4,7 @@
 `max_tool_calls` (the generation ends after that many calls, by grammar: calls are never
 generated and then dropped), and the answer's format (Responses `text.format`, Chat `response_format`:
 `json_schema` or `json_object`). The format turns the constraint into vLLM's structured
-outputs in the model's own syntax (gateway/formats/hf_constraints.py), so a forced call is
+outputs in the model's own syntax (gateway/formats/hf/constraints.py), so a forced call is
 what the model would have written, and nothing is accepted that is then ignored: what cannot
 be enforced answers 400.
 """

@@ -38,15 +38,15 @@ def load_format(model: str, *, tokenizer: str | None = None, chat_format: str = 
     if chat_format == "auto" and _mistral(tokenizer or model, tool_parser, reasoning_parser):
         kind = "mistral"
     if kind == "mistral":
-        from gateway.formats.mistral import load_mistral_format
+        from gateway.formats.mistral.format import load_mistral_format
 
         return load_mistral_format(tokenizer or model)
     if kind == "harmony":
-        from gateway.formats.harmony import load_harmony_format
+        from gateway.formats.harmony.format import load_harmony_format
 
         return load_harmony_format()
     if kind == "hf":
-        from gateway.formats.hf import load_hf_format
+        from gateway.formats.hf.format import load_hf_format
 
         return load_hf_format(tokenizer or model, tool_parser=tool_parser, reasoning_parser=reasoning_parser,
                               locality=locality)
@@ -56,6 +56,6 @@ def load_format(model: str, *, tokenizer: str | None = None, chat_format: str = 
 def _mistral(path: str, tool_parser: str, reasoning_parser: str) -> bool:
     """Mistral's encoder renders when vLLM's flags name it or the model ships `tekken.json` (as
     vLLM's `--tokenizer-mode auto` picks Mistral's tokenizer then)."""
-    from gateway.formats.mistral import is_mistral_dir
+    from gateway.formats.mistral.format import is_mistral_dir
 
     return "mistral" in (tool_parser, reasoning_parser) or is_mistral_dir(path)

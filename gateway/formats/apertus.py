@@ -5,7 +5,7 @@ Apertus writes its calls as one list, each call an object whose one key is the f
     <|tools_prefix|>[{"read_file": {"path": "a.py"}}, {"shell": {"command": ["ls"]}}]<|tools_suffix|>
 
 in `<|assistant_start|>…<|assistant_end|>` turns. It is hermes' JSON between other marker tokens, a
-list instead of one call, so the parser is `hf_parser`'s with the section read as the list (whole at
+list instead of one call, so the parser is `hf.parser`'s with the section read as the list (whole at
 `<|tools_suffix|>`, text as written when it is not such a list), as vLLM's `apertus` parser reads it.
 The template is vLLM's `tool_chat_template_apertus.jinja`: tool results follow the calls inside the
 model's turn (`[RESULT, …]`), so a call turn ends at `<|tools_suffix|>` (a stop here); it takes one
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.family import Family, ParserFactory, Turns
-from gateway.formats.hf_parser import HermesOutputParser
+from gateway.formats.hf.parser import HermesOutputParser
 from gateway.formats.shared import merge_system_messages
 
 __all__ = ["FAMILY"]

@@ -12,7 +12,7 @@ and `_end_arguments` (or, one parameter at a time, `_start_object`, `_member` an
 from __future__ import annotations
 
 from gateway.formats.base import ParseEvent
-from gateway.formats.hf_parser import HermesOutputParser
+from gateway.formats.hf.parser import HermesOutputParser
 
 __all__ = ["CallSectionParser"]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from gateway.formats import (
     apertus,
     deepseek,
-    dsml,
     gemma4,
     glm,
     granite,
@@ -27,6 +26,7 @@ from gateway.formats import (
     seed_oss,
     step3p5,
 )
+from gateway.formats.dsml import family as dsml
 from gateway.formats.family import Family
 
 __all__ = ["OWN_FORMATS", "by_tool_parser", "of_model_type", "of_template", "reasoning_parser_names",
@@ -60,7 +60,7 @@ FAMILIES: tuple[Family, ...] = (
     hermes.HERMES,  # Qwen2.5/Qwen3 and any other template
     hermes.NONE,  # --tool-call-parser none (never detected)
 )
-# vLLM parser names that pick a format of their own, not a template family (gateway.formats.mistral).
+# vLLM parser names that pick a format of their own, not a template family (gateway.formats.mistral.format).
 OWN_FORMATS = ("mistral",)
 
 

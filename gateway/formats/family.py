@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core.conversation import Tool
-from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.hf.parser import HermesOutputParser, Markup
 
 __all__ = ["CHATML", "Family", "ParserFactory", "Parsing", "Turns"]
 
@@ -87,4 +87,4 @@ class Family:
     # `think_close` (families whose reasoning opens with a tag of several tokens say how)
     opens_reasoning: Callable[[str], bool] | None = None
     image: str | None = None  # the token its template writes once per image (vLLM expands it); None: no images
-    grammar: str = "none"  # the calls a structured-output grammar can force (gateway.formats.hf_constraints)
+    grammar: str = "none"  # the calls a structured-output grammar can force (gateway.formats.hf.constraints)

@@ -8,7 +8,7 @@ Gemma 4 writes a call as
 `<|channel>thought\\n…<channel|>`, and ends its turn with `<turn|>`, or with `<|tool_response>` after
 its calls: the tool results are written into the same model turn (`<|tool_response>response:NAME{…}
 <tool_response|>`) and the model goes on from there. Every marker, `<|"|>` included, is a single
-added token, so the parser switches on ids as `hf_parser` does: a `<|"|>` spelled out in text pieces
+added token, so the parser switches on ids as `hf.parser` does: a `<|"|>` spelled out in text pieces
 is text inside a string, and no string content can end a string early. A call's body is held until
 `<tool_call|>` and read whole, as vLLM's `gemma4` parser reads it (`tool_parsers/gemma4_tool_parser.py`):
 bare values are `true`/`false`, `null`/`none`/`nil`, integers or floats, else the bare text; a repeated
@@ -34,7 +34,7 @@ from typing import Any
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone
 from gateway.formats.family import Family, ParserFactory, Turns
-from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.hf.parser import HermesOutputParser, Markup
 from gateway.formats.shared import argument_dict, is_valid_name
 
 __all__ = ["FAMILY"]

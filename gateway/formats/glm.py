@@ -10,7 +10,7 @@ GLM writes a call as
 (GLM-4.7 and later without the newlines; several blocks in a row are parallel calls), reasons in
 `<think>…</think>`, and ends its turn on the token that opens the next message: `<|observation|>`
 before tool results, `<|user|>` after an answer (or `<|endoftext|>`). Every tag is a single added
-token, so the parser switches state on ids, as `hf_parser` does for `<think>` and `<tool_call>`:
+token, so the parser switches state on ids, as `hf.parser` does for `<think>` and `<tool_call>`:
 a tag spelled out in text pieces (inside a value, say) is text. vLLM's `glm45`/`glm47` parsers
 (`vllm/parser/glm47_moe.py`) match the same tags as text instead; for the ids GLM itself writes
 the two agree.
@@ -41,7 +41,7 @@ from typing import Any
 from gateway.core.conversation import Tool
 from gateway.formats.call_section import CallSectionParser
 from gateway.formats.family import Family, ParserFactory, Turns
-from gateway.formats.hf_parser import Markup
+from gateway.formats.hf.parser import Markup
 from gateway.formats.schema_values import convert_arg_value, is_text, properties
 from gateway.formats.shared import MAX_NAME, accepts_name, with_argument_dicts
 

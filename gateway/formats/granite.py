@@ -6,7 +6,7 @@ Granite 4.0 writes its calls as Qwen2.5 does,
     {"name": NAME, "arguments": {…}}
     </tool_call>
 
-(one block per call, after any text), so the parser is `hf_parser`'s hermes parser; vLLM's
+(one block per call, after any text), so the parser is `hf.parser`'s hermes parser; vLLM's
 `granite4` parser reads the same blocks out of the decoded text (`vllm/tool_parsers/granite4_tool_parser.py`,
 with special tokens kept). Every message is `<|start_of_role|>ROLE<|end_of_role|>…<|end_of_text|>`:
 `<|end_of_text|>` is the eos and ends the model's turn. Granite 4.0 has no reasoning markup (vLLM's

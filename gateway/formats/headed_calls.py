@@ -3,7 +3,7 @@ layout DeepSeek-V3.1 (`deepseek`) and Kimi-K2 (`kimi`) write with their own toke
 
     SECTION_BEGIN CALL_BEGIN HEAD SEP {"a": 1} CALL_END … SECTION_END
 
-Every marker is a single added token, so the parser switches state on ids, as `hf_parser` does for
+Every marker is a single added token, so the parser switches state on ids, as `hf.parser` does for
 `<think>` and `<tool_call>`: a marker spelled out in text pieces (an argument string that quotes
 one, say) is text. The arguments are taken exactly as written (as vLLM's `deepseek_v31` and
 `kimi_k2` parsers take them) and stream as they arrive. A head the family does not accept
@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from gateway.core.conversation import Tool
 from gateway.formats.call_section import CallSectionParser
-from gateway.formats.hf_parser import Markup
+from gateway.formats.hf.parser import Markup
 
 __all__ = ["HeadedCallsParser"]
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ParseEvent
-from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.hf.parser import HermesOutputParser, Markup
 
 __all__ = ["HeldCallsParser"]
 

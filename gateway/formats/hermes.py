@@ -2,7 +2,7 @@
 `none`: Qwen's markers without calls, every call markup text.
 
 Hermes is the family of a template no other family claims (it detects every template, so it
-comes last in gateway/formats/families.py); its parser is `hf_parser`'s, which every other
+comes last in gateway/formats/families.py); its parser is `hf.parser`'s, which every other
 family's builds on. `none` is what vLLM's `--tool-call-parser none` names: reasoning still parsed
 (unless `--reasoning-parser none`), calls left as the text the model wrote.
 """

@@ -6,7 +6,7 @@ InternLM writes a call as an action of its `<|plugin|>` tool, in ChatML turns:
     {"name": NAME, "arguments": {…}}<|action_end|><|im_end|>
 
 (the model's own prompts say `"parameters"`, which vLLM's `internlm` parser also reads). It is
-hermes' JSON between other marker tokens, so the parser is `hf_parser`'s, with `<|action_start|>`
+hermes' JSON between other marker tokens, so the parser is `hf.parser`'s, with `<|action_start|>`
 and `<|action_end|>` as the call's markers and a body read only when it is the `<|plugin|>` action
 (a `<|interpreter|>` action, or any other body, stays the text the model wrote). The template is
 vLLM's `tool_chat_template_internlm2_tool.jinja` (the model's own renders no tools): tools go in a
@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 
 from gateway.formats.family import Family, ParserFactory, Turns
-from gateway.formats.hf_parser import HermesOutputParser, parse_tool_call
+from gateway.formats.hf.parser import HermesOutputParser, parse_tool_call
 from gateway.formats.shared import merge_system_messages
 
 __all__ = ["FAMILY"]

@@ -34,7 +34,7 @@ from typing import Any
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemKind, ParseEvent
-from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.hf.parser import HermesOutputParser, Markup
 from gateway.formats.schema_values import convert_arg_value, properties
 from gateway.formats.shared import accepts_name
 

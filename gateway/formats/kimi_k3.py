@@ -35,7 +35,7 @@ from typing import Any
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
 from gateway.formats.family import Family, ParserFactory, Turns
-from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.hf.parser import HermesOutputParser, Markup
 from gateway.formats.shared import accepts_name, with_argument_dicts
 
 __all__ = ["FAMILY", "KimiK3Parser"]

@@ -9,7 +9,7 @@ several separated by `;`, then `<|eot_id|>` (or `<|eom_id|>`). There is no marke
 starts with `{` (after whitespace) or `<|python_tag|>`, and text otherwise. Such an output is held
 until the end and read whole: JSON objects separated by `;`, each with a `name` (one of the request's
 tools when it has tools) and `parameters` (or `arguments`) an object; the arguments keep the text the
-model wrote when they are the object's last member, as `hf_parser` keeps hermes arguments. Anything
+model wrote when they are the object's last member, as `hf.parser` keeps hermes arguments. Anything
 else is text, as written (a JSON answer, a call cut short by the length limit). Text outputs stream as
 they come.
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.held_calls import HeldCallsParser
-from gateway.formats.hf_parser import written_arguments
+from gateway.formats.hf.parser import written_arguments
 from gateway.formats.shared import argument_dict, is_valid_name, with_argument_dicts
 
 __all__ = ["FAMILY", "LLAMA4"]

@@ -14,7 +14,7 @@ of those values; `true`, `false` and `null` are read as JSON's. Anything else is
 
 Olmo 3 writes `<function_calls>\nf(a='x')\ng(b=1)\n</function_calls>` (one call a line) and LFM2
 `<|tool_call_start|>[f(a='x'), g(b=1)]<|tool_call_end|>`, both after any text and reasoning; their
-markers are single added tokens, so the parser is `hf_parser`'s with the body read as pythonic calls
+markers are single added tokens, so the parser is `hf.parser`'s with the body read as pythonic calls
 (a body that is not all calls is text, with its markers, as a hermes body that is not JSON).
 
 Rendering: the templates write each argument from the arguments as a dict (Llama 4 as `KEY="VALUE"`
@@ -32,7 +32,7 @@ from typing import Any
 from gateway.core.conversation import Tool
 from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.held_calls import HeldCallsParser
-from gateway.formats.hf_parser import HermesOutputParser, Markup
+from gateway.formats.hf.parser import HermesOutputParser, Markup
 from gateway.formats.shared import with_argument_dicts
 
 __all__ = ["LFM2", "LLAMA4", "LLAMA32", "OLMO3", "parse_pythonic"]
@@ -53,7 +53,7 @@ class PythonicParser(HeldCallsParser):
 
 
 class TaggedPythonicParser(HermesOutputParser):
-    """`hf_parser`'s parser whose call body (between the family's markers) is pythonic calls."""
+    """`hf.parser`'s parser whose call body (between the family's markers) is pythonic calls."""
 
     def __init__(self, token_bytes: list[bytes], markup: Markup, stop_ids: frozenset[int],
                  starts_in_reasoning: bool = False, tools: Iterable[Tool] = ()) -> None:

@@ -12,7 +12,7 @@ These models write a call as
     </tool_call>
 
 (several blocks in a row are parallel calls). `<tool_call>` and `</tool_call>` are single added
-tokens, so the parser switches in and out of a call on ids as `hf_parser` does; the markup inside
+tokens, so the parser switches in and out of a call on ids as `hf.parser` does; the markup inside
 is plain text, read by a small state machine over the call's decoded text. Parameter values are
 converted by the tool's JSON-schema type exactly as vLLM's `qwen3_coder` parser converts them
 (`vllm/tool_parsers/qwen3coder_tool_parser.py`, `_convert_param_value`: strings stay strings,
@@ -46,7 +46,7 @@ from typing import Any
 from gateway.core.conversation import Tool
 from gateway.formats.call_section import CallSectionParser
 from gateway.formats.family import ParserFactory
-from gateway.formats.hf_parser import Markup
+from gateway.formats.hf.parser import Markup
 from gateway.formats.schema_values import properties
 
 __all__ = ["FUNCTION_OPEN", "PARAMETER_OPEN", "XmlToolCallParser", "convert_param_value", "parsers"]

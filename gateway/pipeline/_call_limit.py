@@ -1,7 +1,7 @@
 """`parallel_tool_calls: false` and `max_tool_calls`, held by the gateway too.
 
 vLLM's structured outputs end a generation after the allowed calls (gateway/formats/
-hf_constraints.py), but a replica may write more anyway: structured outputs turned off, an
+hf/constraints.py), but a replica may write more anyway: structured outputs turned off, an
 older vLLM, a format whose grammar cannot say it. So the gateway counts the calls the parser
 finishes; once the last allowed one is done, what follows is held back until it is known: the
 end of the generation releases it, a further call ends the turn where the last allowed call

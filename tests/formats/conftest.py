@@ -124,7 +124,7 @@ def _tokenizer_fixture(key: str, spec: TokenizerDir) -> Callable[[], Any]:
 
 def _format_fixture(key: str, spec: Format) -> Callable[[pytest.FixtureRequest], Any]:
     def chat_format(request: pytest.FixtureRequest) -> Any:
-        from gateway.formats.hf import HFChatFormat, load_hf_format
+        from gateway.formats.hf.format import HFChatFormat, load_hf_format
         from gateway.tokenfix.locality import failing_kinds
 
         if spec.load:
@@ -150,7 +150,7 @@ def qwen_tokenizer(tokenizer):
 @pytest.fixture(scope="session")
 def mistral_format():
     """The Mistral format on a v13 tekken file (Devstral / Magistral: `[ARGS]`, `[THINK]`)."""
-    from gateway.formats.mistral import load_mistral_format
+    from gateway.formats.mistral.format import load_mistral_format
     from tests.support.mistral import tekken_file
 
     return load_mistral_format(tekken_file("v13"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
-from gateway.formats.hf import HFChatFormat
+from gateway.formats.hf.format import HFChatFormat
 from tests.support.deepseek import KNOWN_IDS
 from tests.support.family_contract import TOOLS, Case, OutputContract
 

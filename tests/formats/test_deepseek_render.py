@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, ToolCall, ToolOutput
-from gateway.formats.hf import HFChatFormat
+from gateway.formats.hf.format import HFChatFormat
 from gateway.tokenfix.locality import failing_kinds
 from tests.formats.test_deepseek_parser import CONTRACT, TOOLS, call, section
 from tests.formats.test_qwen_xml_render import conversation as random_conversation

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.formats import families, hermes
 from gateway.formats.family import Family
-from gateway.formats.hf import HFChatFormat
+from gateway.formats.hf.format import HFChatFormat
 from gateway.ops._flags import add_gateway_args
 
 

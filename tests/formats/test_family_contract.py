@@ -15,7 +15,6 @@ from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
 from tests.formats import (
     test_deepseek_parser,
     test_deepseek_render,
-    test_dsml_parser,
     test_glm_parser,
     test_glm_render,
     test_json_calls,
@@ -30,6 +29,7 @@ from tests.formats import (
     test_seed_oss,
     test_step3p5,
 )
+from tests.formats.dsml import test_parser as dsml_tests
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support import family_cases, family_render
 from tests.support.family_contract import (
@@ -44,15 +44,15 @@ from tests.support.family_contract import (
 from tests.support.family_render import reference_ids
 
 DECLARED = {module.CONTRACT.family: module.CONTRACT for module in (
-    test_deepseek_parser, test_dsml_parser, test_glm_parser, test_kimi_parser, test_minimax_parser, test_qwen_xml_parser,
+    test_deepseek_parser, dsml_tests, test_glm_parser, test_kimi_parser, test_minimax_parser, test_qwen_xml_parser,
     test_seed_oss, test_step3p5, test_llama4_pythonic)}
-DECLARED |= {"olmo3": test_olmo3_lfm2.OLMO3_CONTRACT, "dsml_v41": test_dsml_parser.V41_CONTRACT, "lfm2": test_olmo3_lfm2.LFM2_CONTRACT,
+DECLARED |= {"olmo3": test_olmo3_lfm2.OLMO3_CONTRACT, "dsml_v41": dsml_tests.V41_CONTRACT, "lfm2": test_olmo3_lfm2.LFM2_CONTRACT,
              **{contract.family: contract for contract in test_json_calls.CONTRACTS},
              "pythonic": test_llama4_pythonic.LLAMA32_CONTRACT}
 DECLARED |= {name: cases.contract for name, cases in family_cases.FAMILIES.items()}
 # Registered families whose parser this suite does not take (yet), and the module that checks it.
-CHECKED_ELSEWHERE = {"dsml_v32": "test_dsml_parser.py", "gemma4": "test_gemma4.py", "llama3_json": "test_llama3_json.py",
-                     "hermes": "test_hf_parser.py", "none": "each family's selection test"}
+CHECKED_ELSEWHERE = {"dsml_v32": "dsml/test_parser.py", "gemma4": "test_gemma4.py", "llama3_json": "test_llama3_json.py",
+                     "hermes": "hf/test_parser.py", "none": "each family's selection test"}
 CONTRACTS = [DECLARED[family.name] for family in families.FAMILIES if family.name in DECLARED]  # the registry's order
 RENDERS = [module.RENDER for module in (test_deepseek_render, test_glm_render, test_kimi_render,
                                         test_minimax_render, test_qwen_xml_render, test_seed_oss,

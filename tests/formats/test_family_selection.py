@@ -1,8 +1,8 @@
 """Which format a family's model dir gets: its parser read off the chat template (`auto`) or named by
 vLLM's parser names, with its stop ids; the names the CLI takes; a vocabulary without a family's
 tokens refused; without parsers, a family's markup is text. One table a question, a row a family (a
-family's own selection file keeps only what is its own: tests/formats/test_dsml_selection.py,
-tests/formats/test_mistral_selection.py)."""
+family's own selection file keeps only what is its own: tests/formats/dsml/test_selection.py,
+tests/formats/mistral/test_selection.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from gateway.formats import detect_format, load_format
 from gateway.formats.deepseek import DeepSeekToolCallParser
 from gateway.formats.gemma4 import Gemma4Parser
 from gateway.formats.glm import GlmToolCallParser
-from gateway.formats.hf_parser import HermesOutputParser
+from gateway.formats.hf.parser import HermesOutputParser
 from gateway.formats.invoke import InvokeToolCallParser
 from gateway.formats.kimi import KimiToolCallParser
 from gateway.formats.minimax import MiniMaxToolCallParser

@@ -18,7 +18,7 @@ from gateway.core.conversation import Conversation, Item, Message, Reasoning, To
 from gateway.core.errors import APIError
 from gateway.core.sampling import GenerationDefaults, SamplingOptions
 from gateway.formats import gemma4
-from gateway.formats.hf_render import hf_messages
+from gateway.formats.hf.render import hf_messages
 from gateway.pipeline import session
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime
@@ -213,7 +213,7 @@ def test_render_equals_the_interleaved_31b_template_on_random_conversations():
     message and goes on in the same model turn after tool results: the same shaping renders it."""
     from transformers import AutoTokenizer
 
-    from gateway.formats.hf import HFChatFormat
+    from gateway.formats.hf.format import HFChatFormat
     from tests.support.gemma4 import INTERLEAVED_TEMPLATE, gemma4_tokenizer_dir
 
     tokenizer = AutoTokenizer.from_pretrained(gemma4_tokenizer_dir())
@@ -285,7 +285,7 @@ async def test_the_next_prompt_keeps_the_model_s_ids_whatever_comes_next(gemma4_
 
 
 def test_thinking_mode_opens_no_channel_and_reads_the_model_s_own(gemma4_tokenizer):
-    from gateway.formats.hf import HFChatFormat
+    from gateway.formats.hf.format import HFChatFormat
 
     fmt = HFChatFormat(gemma4_tokenizer, enable_thinking=True, extra_eos_ids=EOS_IDS)
     text = fmt.decode(fmt.render(Conversation(items=[Message("user", "Hi")])))

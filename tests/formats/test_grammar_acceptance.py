@@ -14,7 +14,7 @@ import pytest
 
 from gateway.core.conversation import Tool, ToolGrammar
 from gateway.core.sampling import OutputConstraint
-from gateway.formats.hf_constraints import structured_outputs as hf_structured_outputs
+from gateway.formats.hf.constraints import structured_outputs as hf_structured_outputs
 from gateway.ops.vllm_process import VLLMError, vllm_python
 from tests.support.qwen3_tokens import END_THINK, END_TOOL_CALL, THINK, TOOL_CALL
 

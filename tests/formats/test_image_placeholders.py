@@ -13,7 +13,7 @@ from PIL import Image as PILImage
 
 from gateway.core.conversation import Conversation, Message, ToolCall, ToolOutput, images_of, with_parts
 from gateway.core.image import image_from_base64
-from gateway.formats.hf import HFChatFormat
+from gateway.formats.hf.format import HFChatFormat
 
 
 def png(width: int = 30, height: int = 20):

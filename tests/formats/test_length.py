@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.conversation import Conversation, Message, ToolCall, ToolOutput
-from gateway.formats.harmony import O200K_MAX_TOKEN_BYTES
+from gateway.formats.harmony.format import O200K_MAX_TOKEN_BYTES
 from gateway.formats.length import min_prompt_tokens, too_long
 
 _pieces = st.sampled_from([" " * 200, "\n\n", "a" * 300, "猫", "🙂", "<|im_end|>", "<|end|>", "hello world ", "\t"])

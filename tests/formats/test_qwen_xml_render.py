@@ -10,7 +10,7 @@ import random
 from importlib.resources import files
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.formats.hf_render import hf_messages
+from gateway.formats.hf.render import hf_messages
 from gateway.formats.shared import qwen_messages as template_messages
 from tests.formats.test_qwen_xml_parser import CONTRACT, SHELL, TOOLS
 from tests.support import family_render

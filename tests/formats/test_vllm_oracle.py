@@ -21,7 +21,6 @@ import pytest
 from gateway.core.conversation import Conversation, Message
 from tests.formats import (
     test_deepseek_parser,
-    test_dsml_parser,
     test_gemma4,
     test_glm_parser,
     test_json_calls,
@@ -34,6 +33,7 @@ from tests.formats import (
     test_seed_oss,
     test_step3p5,
 )
+from tests.formats.dsml import test_parser as dsml_tests
 from tests.support import family_cases
 from tests.support import oracle_corpus as corpus
 from tests.support.oracle_corpus import Speaker, json_args, value_text
@@ -80,7 +80,7 @@ def _k3_type(value: Any) -> str:
 
 
 def _dsml_invoke(name: str, args: corpus.Args) -> str:
-    return test_dsml_parser.invoke(name, *((k, "true" if isinstance(v, str) else "false", value_text(v))
+    return dsml_tests.invoke(name, *((k, "true" if isinstance(v, str) else "false", value_text(v))
                                           for k, v in args.items()))
 
 
@@ -115,17 +115,17 @@ SPEAKERS = [
             think=lambda text: f"\n{text}\n</think>\n\n", lookalike='«</parameter>»',
             extra={"contract-agent-turn": test_minimax_parser.AGENT_TURN}),
     Speaker("dsml_v4", "deepseek_v4_format", "deepseek_v4_tokenizer", "deepseek_v4", "deepseek_v4",
-            test_dsml_parser.MARKUP, call=_dsml_invoke, calls=lambda calls: test_dsml_parser.block(*calls),
+            dsml_tests.MARKUP, call=_dsml_invoke, calls=lambda calls: dsml_tests.block(*calls),
             end="<｜end▁of▁sentence｜>", think=lambda text: f"{text}</think>", lookalike="«</｜DSML｜parameter>»",
-            extra={"contract-agent-turn": "</think>" + test_dsml_parser.AGENT_TURN}),
+            extra={"contract-agent-turn": "</think>" + dsml_tests.AGENT_TURN}),
     Speaker("dsml_v41", "deepseek_v41_format", "deepseek_v41_tokenizer", "deepseek_v41", "deepseek_v41",
-            test_dsml_parser.MARKUP, call=lambda name, args: test_dsml_parser.v41(_dsml_invoke(name, args)),
-            calls=lambda calls: test_dsml_parser.v41(test_dsml_parser.block(*calls)), end="<｜end▁of▁sentence｜>",
+            dsml_tests.MARKUP, call=lambda name, args: dsml_tests.v41(_dsml_invoke(name, args)),
+            calls=lambda calls: dsml_tests.v41(dsml_tests.block(*calls)), end="<｜end▁of▁sentence｜>",
             think=lambda text: f"{text}</think>", lookalike="«</｜DSML｜ parameter>»",
-            extra={"contract-agent-turn": "</think>" + test_dsml_parser.v41(test_dsml_parser.AGENT_TURN)}),
+            extra={"contract-agent-turn": "</think>" + dsml_tests.v41(dsml_tests.AGENT_TURN)}),
     Speaker("dsml_v32", "deepseek_v32_format", "deepseek_v4_tokenizer", "deepseek_v32", "deepseek_v3",
-            test_dsml_parser.MARKUP, call=_dsml_invoke,
-            calls=lambda calls: test_dsml_parser.block(*calls, version="v32"), end="<｜end▁of▁sentence｜>",
+            dsml_tests.MARKUP, call=_dsml_invoke,
+            calls=lambda calls: dsml_tests.block(*calls, version="v32"), end="<｜end▁of▁sentence｜>",
             lookalike="«</｜DSML｜parameter>»"),
     Speaker("gemma4", "gemma4_format", "gemma4_tokenizer", "gemma4", "gemma4", test_gemma4.MARKUP,
             call=lambda name, args: f"<|tool_call>call:{name}{_gemma_value(args)}<tool_call|>", end="<turn|>",

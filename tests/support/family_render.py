@@ -13,7 +13,7 @@ from typing import Any
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall
 from gateway.core.sampling import GenerationDefaults, SamplingOptions
 from gateway.formats.base import ItemStarted
-from gateway.formats.hf_render import hf_messages
+from gateway.formats.hf.render import hf_messages
 from gateway.pipeline import session
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime

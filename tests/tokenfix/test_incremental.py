@@ -180,7 +180,7 @@ def test_a_template_that_is_not_local_is_not_windowed(qwen_tokenizer_dir: Path):
     """A template numbering tool results across the whole conversation fails the probes."""
     from transformers import AutoTokenizer
 
-    from gateway.formats.hf import HFChatFormat
+    from gateway.formats.hf.format import HFChatFormat
     from gateway.tokenfix.locality import failing_kinds
 
     tokenizer = AutoTokenizer.from_pretrained(qwen_tokenizer_dir)

@@ -19,7 +19,7 @@ import pytest
 
 from gateway.adapters.responses.input import parse_request
 from gateway.core.settings import Settings
-from gateway.formats.harmony import load_harmony_format
+from gateway.formats.harmony.format import load_harmony_format
 from gateway.server.app import build_runtime
 from tests.codex.harness import GENERATE, answer_ids, call_ids, spelled
 from tests.support.fake_vllm import FakeVLLM, Script

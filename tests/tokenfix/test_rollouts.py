@@ -276,7 +276,7 @@ async def test_websocket_mode_records_rollouts_and_answers_a_wrong_mask_with_an_
 
 
 def test_harmony_rollout_keeps_the_call_terminator_the_model_emitted(o200k_dir):
-    from gateway.formats.harmony import load_harmony_format
+    from gateway.formats.harmony.format import load_harmony_format
     from tests.support.o200k import harmony_tokenizer_dir
 
     harmony = load_harmony_format()

@@ -27,7 +27,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from gateway.core.conversation import Conversation, Message, ToolCall
-from gateway.formats.hf import load_hf_format
+from gateway.formats.hf.format import load_hf_format
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, TOOL_CALL, ids
 from tests.support.waiting import async_wait_for

@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 from gateway.adapters.responses.input import parse_request
 from gateway.core.conversation import Conversation, Message, Tool
 from gateway.core.settings import Settings
-from gateway.formats.hf import load_hf_format
+from gateway.formats.hf.format import load_hf_format
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 from tests.support.qwen3_tokens import END_TOOL_CALL, IM_END, TOOL_CALL, ids

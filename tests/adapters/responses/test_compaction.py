@@ -18,7 +18,7 @@ from websockets.sync.client import connect
 
 from gateway.adapters.responses.compaction import SUMMARY_HEADER, SUMMARY_PROMPT
 from gateway.adapters.responses.input import parse_request
-from gateway.formats.hf import load_hf_format
+from gateway.formats.hf.format import load_hf_format
 from tests.codex.harness import answer_ids, spelled
 from tests.support.fake_vllm import Script
 from tests.support.qwen3_tokens import IM_END, ids

@@ -17,7 +17,7 @@ from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 from gateway.adapters.chat.input import parse_chat_request
 from gateway.core.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.core.errors import APIError
-from gateway.formats.mistral import load_mistral_format, mistral_call_id
+from gateway.formats.mistral.format import load_mistral_format, mistral_call_id
 from tests.support.mistral import IDS, tekken_file
 
 MARKUP = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]", "</s>", "<s>",

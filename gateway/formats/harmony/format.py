@@ -10,11 +10,11 @@ from openai_harmony import HarmonyEncoding, HarmonyEncodingName, load_harmony_en
 from gateway.core.conversation import Conversation, Tool
 from gateway.core.image import Image
 from gateway.core.sampling import OutputConstraint
-from gateway.formats import harmony_constraints
 from gateway.formats.base import Covered, Tail
-from gateway.formats.harmony_constraints import HarmonyTokens
-from gateway.formats.harmony_parser import HarmonyParser
-from gateway.formats.harmony_render import HarmonyRenderer
+from gateway.formats.harmony import constraints
+from gateway.formats.harmony.constraints import HarmonyTokens
+from gateway.formats.harmony.parser import HarmonyParser
+from gateway.formats.harmony.render import HarmonyRenderer
 
 __all__ = ["load_harmony_format"]
 
@@ -56,7 +56,7 @@ class HarmonyFormat:
 
     def structured_outputs(self, constraint: OutputConstraint, tools: Sequence[Tool], *,
                            thinking: bool = True) -> dict[str, Any]:
-        return harmony_constraints.structured_outputs(constraint, tools, self._tokens)
+        return constraints.structured_outputs(constraint, tools, self._tokens)
 
     def token_bytes(self, token_id: int) -> bytes:
         """Through openai-harmony's text decode: a token that is part of a UTF-8 sequence

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.formats.hf_render import hf_messages
+from gateway.formats.hf.render import hf_messages
 from gateway.ops.qwen_tokenizer import QWEN3_ADDED_TOKENS
 from tests.support.qwen3_tokens import IM_END, IM_START
 

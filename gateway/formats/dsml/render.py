@@ -32,7 +32,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerFast
 
-from gateway.formats.hf_render import SafeTemplateEncoder
+from gateway.formats.hf.render import SafeTemplateEncoder
 
 __all__ = ["DSML", "SYSTEM", "TAGS", "DsmlEncoder", "effort_level"]
 

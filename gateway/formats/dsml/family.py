@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import re
 
-from gateway.formats.dsml_render import DSML, SYSTEM, TAGS, DsmlEncoder, effort_level
+from gateway.formats.dsml.render import DSML, SYSTEM, TAGS, DsmlEncoder, effort_level
 from gateway.formats.family import Family, ParserFactory
 from gateway.formats.invoke import InvokeToolCallParser, Tags
 

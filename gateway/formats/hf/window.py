@@ -32,7 +32,7 @@ from jinja2 import TemplateError
 
 from gateway.core.conversation import Conversation, Item, Message, ToolOutput
 from gateway.formats.base import ChatFormat, Covered, LocalityProbe, Tail
-from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
+from gateway.formats.hf.render import SafeTemplateEncoder, hf_messages
 
 __all__ = ["TemplateWindow"]
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gateway.core.conversation import Tool
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
-from gateway.formats.mistral import load_mistral_format
+from gateway.formats.mistral.format import load_mistral_format
 from tests.support.family_contract import READ
 from tests.support.mistral import IDS, tekken_file
 from tests.support.parse_events import feed, items

@@ -6,8 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
-from gateway.formats.hf import HFChatFormat
-from gateway.formats.hf_parser import parse_tool_call
+from gateway.formats.hf.format import HFChatFormat
+from gateway.formats.hf.parser import parse_tool_call
 from tests.support.parse_events import items
 
 IM_END, ENDOFTEXT = 151645, 151643
@@ -157,7 +157,7 @@ def test_stop_ids_and_turn_terminators(qwen_format, qwen_tokenizer):
 def test_load_hf_format_reads_generation_config(qwen_tokenizer_dir, tmp_path):
     import shutil
 
-    from gateway.formats.hf import load_hf_format
+    from gateway.formats.hf.format import load_hf_format
 
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(qwen_tokenizer_dir / name, tmp_path / name)

@@ -12,7 +12,7 @@ from openai_harmony import Message as HMessage
 from openai_harmony import RenderConversationConfig, Role
 
 from gateway.core.settings import Settings
-from gateway.formats.harmony import load_harmony_format
+from gateway.formats.harmony.format import load_harmony_format
 from tests.support.fake_vllm import FakeVLLM, Script
 from tests.support.gateway_server import running_gateway
 

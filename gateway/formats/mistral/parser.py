@@ -1,6 +1,6 @@
 """Streaming parser for Mistral / Devstral / Magistral output: `[THINK]` reasoning and `[TOOL_CALLS]`.
 
-Tekken's control tokens are single ids, so the parser switches state on ids, as `hf_parser` does
+Tekken's control tokens are single ids, so the parser switches state on ids, as `hf.parser` does
 for `<think>` and `<tool_call>`: a marker typed out in text (`[TOOL_CALLS]` inside an argument
 string) is text. Two layouts, by tokenizer version (what mistral-common's encoder writes back):
 
@@ -30,7 +30,7 @@ from collections.abc import Iterable
 
 from gateway.core.conversation import Tool
 from gateway.formats.call_section import CallSectionParser
-from gateway.formats.hf_parser import Markup
+from gateway.formats.hf.parser import Markup
 from gateway.formats.shared import MAX_NAME, accepts_name, json_call_list
 
 __all__ = ["CALL_ID_SHAPE", "MistralToolCallParser"]

@@ -25,7 +25,7 @@ from openai_harmony import (
 
 from gateway.core.conversation import Conversation, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.formats.base import ItemDone, ItemStarted
-from gateway.formats.harmony import HarmonyFormat, load_harmony_format
+from gateway.formats.harmony.format import HarmonyFormat, load_harmony_format
 
 DATE = "2025-08-05"
 START, CHANNEL, MESSAGE, END, CALL, CONSTRAIN, RETURN = 200006, 200005, 200008, 200007, 200012, 200003, 200002
@@ -164,7 +164,7 @@ def test_tool_chain_renders_call_as_gpt_oss_writes_it(harmony: HarmonyFormat) ->
 
 
 def test_openai_harmony_0_0_8_writes_calls_differently_from_the_model(harmony: HarmonyFormat) -> None:
-    """Why the renderer writes tool calls itself (see harmony_render._tool_call)."""
+    """Why the renderer writes tool calls itself (see harmony.render._tool_call)."""
     call = (assistant('{"city":"Paris"}', "commentary").with_recipient("functions.get_weather")
             .with_content_type("<|constrain|>json"))
     assert harmony.decode(harmony.encoding.render(call)) == (

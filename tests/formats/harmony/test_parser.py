@@ -13,7 +13,7 @@ from openai_harmony import Message as HMessage
 from openai_harmony import RenderConversationConfig, Role
 
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted, ParseEvent
-from gateway.formats.harmony import HarmonyFormat, load_harmony_format
+from gateway.formats.harmony.format import HarmonyFormat, load_harmony_format
 
 START, CHANNEL, MESSAGE, END, CALL, CONSTRAIN, RETURN, EOT = (
     200006, 200005, 200008, 200007, 200012, 200003, 200002, 199999)
@@ -151,7 +151,7 @@ def test_events_do_not_depend_on_chunking(harmony: HarmonyFormat, which: int, cu
 def test_unsupported_recipient_degrades_to_text(harmony: HarmonyFormat, caplog: pytest.LogCaptureFixture) -> None:
     enc = harmony.encoding.encode
     ids = [CHANNEL, *enc("analysis to=browser.search code"), MESSAGE, *enc('{"query":"paris weather"}'), CALL]
-    with caplog.at_level(logging.WARNING, logger="gateway.formats.harmony_parser"):
+    with caplog.at_level(logging.WARNING, logger="gateway.formats.harmony.parser"):
         result = items(parse(harmony, ids))
     assert result == [("text", None, None, '{"query":"paris weather"}')]
     assert "browser.search" in caplog.text

@@ -36,7 +36,7 @@ from typing import Any
 
 from gateway.core.conversation import Tool
 from gateway.core.sampling import OutputConstraint
-from gateway.formats.hf_constraints import CUSTOM_INPUT, MAX_WHITESPACE, allowed_tools, custom_grammar
+from gateway.formats.hf.constraints import CUSTOM_INPUT, MAX_WHITESPACE, allowed_tools, custom_grammar
 
 __all__ = ["HarmonyTokens", "structured_outputs"]
 

@@ -1,12 +1,12 @@
 """The HF chat-template format: a model's own Jinja template in, its family's output parsed.
 
-Prompts are rendered by the tokenizer's chat template (see `hf_render` for how content is
+Prompts are rendered by the tokenizer's chat template (see `hf.render` for how content is
 kept from becoming markup); output is parsed at the token level for reasoning and tool calls
 as the model's family writes them: hermes JSON (`hermes`, Qwen2.5/Qwen3), Qwen's XML
 (`qwen_xml`, Qwen3.5/3.6 and Qwen3-Coder), GLM's `<arg_key>`/`<arg_value>` (`glm`), the call
 sections of DeepSeek-V3.1 (`deepseek`) and Kimi-K2 (`kimi`), Kimi-K3's XTML tags (`kimi_k3`), the `<invoke>` blocks of MiniMax-M2
 (`minimax`) and DeepSeek-V3.2/V4 (`dsml`; these ship no template and render with DeepSeek's
-encoder, `dsml_render`), Gemma 4's `<|tool_call>call:NAME{…}` (`gemma4`), Llama 3's JSON
+encoder, `dsml.render`), Gemma 4's `<|tool_call>call:NAME{…}` (`gemma4`), Llama 3's JSON
 (`llama3_json`). Each family is a declaration (`family.Family`) in its module; which one a model
 gets is read off its template, config.json's `model_type` or vLLM's parser names, in the registry's
 order (`families`). This class only assembles a format from the declarations.
@@ -30,12 +30,13 @@ from gateway.core.errors import APIError
 from gateway.core.image import Image
 from gateway.core.sampling import OutputConstraint
 from gateway.core.vision import PatchGrid, is_vision_model, load_grid
-from gateway.formats import families, hf_constraints
+from gateway.formats import families
 from gateway.formats.base import Covered, LocalityProbe, Tail
 from gateway.formats.family import CHATML, Family, Parsing
-from gateway.formats.hf_parser import HermesOutputParser, Markup
-from gateway.formats.hf_render import SafeTemplateEncoder, hf_messages
-from gateway.formats.hf_window import TemplateWindow
+from gateway.formats.hf import constraints
+from gateway.formats.hf.parser import HermesOutputParser, Markup
+from gateway.formats.hf.render import SafeTemplateEncoder, hf_messages
+from gateway.formats.hf.window import TemplateWindow
 
 __all__ = ["load_hf_format"]
 
@@ -167,7 +168,7 @@ class HFChatFormat:
         # Grammars exist for Qwen3's JSON and Qwen3.6's XML calls; any other family's calls would be
         # forced into markup its parser does not read, so forcing them is refused (a clear 400).
         starts = self._starts_in_reasoning if thinking else self._quiet_starts_in_reasoning
-        return hf_constraints.structured_outputs(constraint, tools, calls=self.family.grammar, markers=self._markup,
+        return constraints.structured_outputs(constraint, tools, calls=self.family.grammar, markers=self._markup,
                                                  starts_in_reasoning=starts, thinking=thinking)
 
     def token_bytes(self, token_id: int) -> bytes:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given
 
 from gateway.core.errors import APIError
-from tests.formats.test_mistral_parser import ids_of
+from tests.formats.mistral.test_parser import ids_of
 from tests.support.fake_vllm import Script
 from tests.support.mistral import EOS, tekken_file
 from tests.support.stack import fake_stack

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
-from gateway.formats.hf import HFChatFormat
-from gateway.formats.hf_render import hf_messages
+from gateway.formats.hf.format import HFChatFormat
+from gateway.formats.hf.render import hf_messages
 from gateway.ops.vllm_process import VLLMError
 from tests.conftest import _missing
-from tests.formats.test_dsml_parser import TOOLS, block, ids_of, invoke, parse_items
+from tests.formats.dsml.test_parser import TOOLS, block, ids_of, invoke, parse_items
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support import family_render
 from tests.support.deepseek_v4 import KNOWN_IDS, reference_encoder, vllm_v41_render

@@ -11,7 +11,7 @@ import string
 import pytest
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
 
-from gateway.formats.hf import HFChatFormat
+from gateway.formats.hf.format import HFChatFormat
 from tests.support.gemma4 import TEMPLATE, control_tokens
 from tests.support.parse_events import items
 

@@ -18,7 +18,7 @@ Mistral's rules for the records, applied here so any conversation renders:
 - the validator runs in mistral-common's `agnostic` mode, which checks the message order but
   not the last role, so a history that ends with the model's turn renders too (`tokenfix` asks).
 
-Output is parsed by `mistral_parser`. A turn ends with `</s>`, the only terminator; nothing opens
+Output is parsed by `mistral.parser`. A turn ends with `</s>`, the only terminator; nothing opens
 the model's turn (`[/INST]` or `[/TOOL_RESULTS]` ends the prompt), so the exact-token splice needs
 no more than that.
 """
@@ -49,8 +49,8 @@ from gateway.core.errors import APIError
 from gateway.core.image import Image
 from gateway.core.sampling import OutputConstraint
 from gateway.formats.base import Covered, Tail
-from gateway.formats.hf_parser import Markup
-from gateway.formats.mistral_parser import CALL_ID_SHAPE, MistralToolCallParser
+from gateway.formats.hf.parser import Markup
+from gateway.formats.mistral.parser import CALL_ID_SHAPE, MistralToolCallParser
 
 __all__ = ["is_mistral_dir", "load_mistral_format"]
 

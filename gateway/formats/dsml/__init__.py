@@ -1,0 +1,1 @@
+"""DeepSeek-V3.2, V4 and V4.1: DeepSeek's own encoders render, DSML invoke blocks are the calls."""

@@ -1,0 +1,1 @@
+"""gpt-oss: harmony messages rendered and parsed with openai-harmony."""
