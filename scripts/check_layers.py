@@ -49,8 +49,8 @@ def import_graph(root: Path) -> dict[str, set[str]]:
             if plain:
                 targets = [plain]
             else:
-                targets = [f"{package}.{each.strip()}" if f"{package}.{each.strip()}" in modules else package
-                           for each in names.split(",") if each.strip()]
+                imported = [each.split()[0] for each in names.split(",") if each.strip()]  # `x as y` → x
+                targets = [f"{package}.{each}" if f"{package}.{each}" in modules else package for each in imported]
             graph[name].update(target for target in targets if target in modules and target != name)
     return graph
 

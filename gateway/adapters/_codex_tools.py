@@ -5,7 +5,7 @@
 - `{"type":"custom",…}` (freeform, e.g. apply_patch with a grammar): offered as a function with
   one string argument `input`; a call comes back as a `custom_tool_call` carrying that string.
   A Lark or regex grammar goes in the description and is enforced on the string as the model
-  writes it (gateway/formats/tool_grammar.py).
+  writes it (gateway/formats/_tool_grammar.py).
 - Other hosted tools (`web_search`, `tool_search`, `local_shell` …) are not offered.
 
 The canonical history keeps the model-visible names and argument JSON, so an echoed

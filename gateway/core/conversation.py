@@ -83,7 +83,7 @@ class ToolGrammar:
 @dataclass(slots=True)
 class Tool:
     """A callable tool offered to the model. `parameters` is a JSON schema object; a custom
-    tool's `grammar` constrains the one string it takes (gateway/formats/tool_grammar.py)."""
+    tool's `grammar` constrains the one string it takes (gateway/formats/_tool_grammar.py)."""
 
     name: str
     description: str = ""

@@ -1,4 +1,11 @@
-"""Model formats: how a model family renders prompts and writes its output."""
+"""Model formats: how a model family renders prompts and writes its output.
+
+Other layers use: `load_format` (here: the served model's format), `base` (the `ChatFormat` contract
+and the parse events every format emits), `families` (the registry of chat-template families, by
+vLLM's parser names) and `length` (a prompt's length bound, before rendering). A format with more
+than one module is a sub-package: `hf` (chat-template models), `harmony` (gpt-oss), `mistral` and
+`dsml` (DeepSeek-V3.2, V4, V4.1). The `_`-named modules are the families and what they share
+(call parsers, schema values, tool grammars), for this package alone."""
 
 from __future__ import annotations
 

@@ -173,5 +173,5 @@ class ChatFormat(Protocol):
 
 
 # (format, its window's tail) -> the kinds of new items whose windowed continuation differs from the
-# full render + splice (gateway/tokenfix/locality.py; gateway/formats/hf/window.py uses it)
+# full render + splice (gateway/tokenfix/locality.py; gateway/formats/hf/_window.py uses it)
 LocalityProbe = Callable[[ChatFormat, Callable[[Conversation, Covered], "Tail | None"]], set[str]]

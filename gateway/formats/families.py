@@ -8,26 +8,24 @@ are read from here. Adding a family is a module declaring its `Family` and a lin
 
 from __future__ import annotations
 
-from gateway.formats import (
-    apertus,
-    deepseek,
-    gemma4,
-    glm,
-    granite,
-    hermes,
-    internlm,
-    json_list,
-    kimi,
-    kimi_k3,
-    llama3_json,
-    minimax,
-    pythonic,
-    qwen_xml,
-    seed_oss,
-    step3p5,
-)
+from gateway.formats import _apertus as apertus
+from gateway.formats import _deepseek as deepseek
+from gateway.formats import _gemma4 as gemma4
+from gateway.formats import _glm as glm
+from gateway.formats import _granite as granite
+from gateway.formats import _hermes as hermes
+from gateway.formats import _internlm as internlm
+from gateway.formats import _json_list as json_list
+from gateway.formats import _kimi as kimi
+from gateway.formats import _kimi_k3 as kimi_k3
+from gateway.formats import _llama3_json as llama3_json
+from gateway.formats import _minimax as minimax
+from gateway.formats import _pythonic as pythonic
+from gateway.formats import _qwen_xml as qwen_xml
+from gateway.formats import _seed_oss as seed_oss
+from gateway.formats import _step3p5 as step3p5
+from gateway.formats._family import Family
 from gateway.formats.dsml import family as dsml
-from gateway.formats.family import Family
 
 __all__ = ["OWN_FORMATS", "by_tool_parser", "of_model_type", "of_template", "reasoning_parser_names",
            "tool_parser_names"]

@@ -1,6 +1,6 @@
 """Whether a chat template renders new items the same alone as in the whole history.
 
-gateway/formats/hf/window.py renders only the new items of a continued conversation in a
+gateway/formats/hf/_window.py renders only the new items of a continued conversation in a
 window; that is right only for templates that write each message from its neighbourhood.
 This module probes a template on first use, per kind of new item: each probe conversation
 is continued both ways, as the one prompt decision's full render + splice

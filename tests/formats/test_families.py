@@ -8,8 +8,9 @@ import dataclasses
 
 import pytest
 
-from gateway.formats import families, hermes
-from gateway.formats.family import Family
+from gateway.formats import _hermes as hermes
+from gateway.formats import families
+from gateway.formats._family import Family
 from gateway.formats.hf.format import HFChatFormat
 from gateway.ops._flags import add_gateway_args
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 
 from gateway.formats import detect_format, load_format
-from gateway.formats.deepseek import DeepSeekToolCallParser
-from gateway.formats.gemma4 import Gemma4Parser
-from gateway.formats.glm import GlmToolCallParser
+from gateway.formats._deepseek import DeepSeekToolCallParser
+from gateway.formats._gemma4 import Gemma4Parser
+from gateway.formats._glm import GlmToolCallParser
+from gateway.formats._invoke import InvokeToolCallParser
+from gateway.formats._kimi import KimiToolCallParser
+from gateway.formats._minimax import MiniMaxToolCallParser
+from gateway.formats._xml_calls import XmlToolCallParser
 from gateway.formats.hf.parser import HermesOutputParser
-from gateway.formats.invoke import InvokeToolCallParser
-from gateway.formats.kimi import KimiToolCallParser
-from gateway.formats.minimax import MiniMaxToolCallParser
-from gateway.formats.xml_calls import XmlToolCallParser
 from gateway.ops._flags import build_parser
 from gateway.ops.qwen_tokenizer import qwen_tokenizer_dir
 from tests.support import deepseek, deepseek_v4, gemma4, glm, kimi, minimax, qwen36

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
 from gateway.core.errors import APIError
 from gateway.core.sampling import GenerationDefaults, SamplingOptions
-from gateway.formats import gemma4
+from gateway.formats import _gemma4 as gemma4
 from gateway.formats.hf.render import hf_messages
 from gateway.pipeline import session
 from gateway.pipeline.request import TurnRequest

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from gateway.formats._schema_values import convert_arg_value
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
-from gateway.formats.schema_values import convert_arg_value
 from tests.support.family_contract import AGENT_CALLS, READ, Case, OutputContract, typed_shell
 from tests.support.glm import KNOWN_IDS
 

@@ -6,7 +6,7 @@ after its turn."""
 from __future__ import annotations
 
 from gateway.core.conversation import Conversation, Message, Reasoning, ToolCall, ToolOutput
-from gateway.formats.shared import with_argument_dicts
+from gateway.formats._shared import with_argument_dicts
 from tests.formats.test_glm_parser import CONTRACT, KNOWN_IDS, TOOLS
 from tests.support import family_render
 from tests.support.family_contract import AGENT_HISTORY, ELIDED, INJECTED, Continuation, Injection, RenderContract

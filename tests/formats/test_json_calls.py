@@ -6,7 +6,7 @@ tokens: tests/support/stand_in_families.py)."""
 
 from __future__ import annotations
 
-from gateway.formats.shared import merge_system_messages, with_argument_dicts
+from gateway.formats._shared import merge_system_messages, with_argument_dicts
 from tests.support.family_contract import TOOLS, OutputContract, RenderContract
 from tests.support.stand_in_families import APERTUS, INTERNLM2, LLAMA4_JSON, PHI4_MINI, XLAM
 

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from gateway.core.conversation import Conversation, Message, Tool, ToolCall, ToolOutput
 from gateway.core.sampling import GenerationDefaults, SamplingOptions
 from gateway.formats import load_format
+from gateway.formats._llama3_json import template_messages
 from gateway.formats.hf.render import hf_messages
-from gateway.formats.llama3_json import template_messages
 from gateway.pipeline import session
 from gateway.pipeline.request import TurnRequest
 from gateway.pipeline.runtime import Runtime

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.formats.pythonic import parse_pythonic
-from gateway.formats.shared import with_argument_dicts
+from gateway.formats._pythonic import parse_pythonic
+from gateway.formats._shared import with_argument_dicts
 from tests.support.family_contract import TOOLS, OutputContract, RenderContract
 from tests.support.stand_in_families import LLAMA4, LLAMA32
 

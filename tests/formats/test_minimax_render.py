@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from gateway.core.conversation import Conversation, Message, Reasoning, ToolCall, ToolOutput
-from gateway.formats.shared import qwen_messages as template_messages
+from gateway.formats._shared import qwen_messages as template_messages
 from tests.formats.test_minimax_parser import CONTRACT, TOOLS, block, invoke, parse_items
 from tests.support.family_contract import AGENT_HISTORY, ELIDED, Continuation, Injection, RenderContract
 from tests.support.minimax import FIRST_ADDED_ID, KNOWN_IDS, VOCAB_SIZE, added_tokens

@@ -4,8 +4,8 @@ pythonic calls between marker tokens, read off vLLM's Olmo 3 template and the pu
 
 from __future__ import annotations
 
-from gateway.formats.pythonic import lfm2_messages
-from gateway.formats.shared import with_argument_dicts
+from gateway.formats._pythonic import lfm2_messages
+from gateway.formats._shared import with_argument_dicts
 from tests.support.family_contract import TOOLS, OutputContract, RenderContract
 from tests.support.stand_in_families import LFM2, OLMO3
 

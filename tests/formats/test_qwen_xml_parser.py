@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from gateway.formats._xml_calls import convert_param_value
 from gateway.formats.base import ItemDelta, ItemDone, ItemStarted
-from gateway.formats.xml_calls import convert_param_value
 from tests.support.family_contract import AGENT_CALLS, READ, Case, OutputContract, typed_shell
 
 IM_END, ENDOFTEXT = 248046, 248044

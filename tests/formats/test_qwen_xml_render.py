@@ -10,8 +10,8 @@ import random
 from importlib.resources import files
 
 from gateway.core.conversation import Conversation, Item, Message, Reasoning, Tool, ToolCall, ToolOutput
+from gateway.formats._shared import qwen_messages as template_messages
 from gateway.formats.hf.render import hf_messages
-from gateway.formats.shared import qwen_messages as template_messages
 from tests.formats.test_qwen_xml_parser import CONTRACT, SHELL, TOOLS
 from tests.support import family_render
 from tests.support.family_contract import AGENT_HISTORY, ELIDED, INJECTED, Injection, RenderContract, first_turn

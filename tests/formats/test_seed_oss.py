@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gateway.formats.shared import qwen_messages as template_messages
+from gateway.formats._shared import qwen_messages as template_messages
 from tests.support.family_contract import AGENT_CALLS, TOOLS, XML_FRAGMENTS, OutputContract, RenderContract
 from tests.support.stand_in_families import SEED_OSS
 

@@ -4,7 +4,7 @@ tests/support/stand_in_families.py)."""
 
 from __future__ import annotations
 
-from gateway.formats.shared import qwen_messages as template_messages
+from gateway.formats._shared import qwen_messages as template_messages
 from tests.formats.test_qwen_xml_parser import call
 from tests.support.family_contract import AGENT_CALLS, TOOLS, XML_FRAGMENTS, Case, OutputContract, RenderContract
 from tests.support.stand_in_families import STEP3P5

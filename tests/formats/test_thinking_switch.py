@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from gateway.core.conversation import Conversation, Message
+from gateway.formats._shared import qwen_messages, with_argument_dicts
 from gateway.formats.hf.format import HFChatFormat
 from gateway.formats.hf.render import hf_messages
-from gateway.formats.shared import qwen_messages, with_argument_dicts
 from tests.formats.test_qwen_xml_render import conversation as random_conversation
 from tests.support.fake_vllm import Script
 from tests.support.parse_events import feed, items

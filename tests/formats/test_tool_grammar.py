@@ -13,8 +13,8 @@ import pytest
 
 from gateway.core.conversation import Tool, ToolGrammar
 from gateway.core.sampling import OutputConstraint
+from gateway.formats._tool_grammar import UnsupportedGrammar, ebnf
 from gateway.formats.hf.constraints import structured_outputs
-from gateway.formats.tool_grammar import UnsupportedGrammar, ebnf
 from tests.formats.test_grammar_acceptance import _accepts
 from tests.support.apply_patch import APPLY_PATCH_TOOL, GRAMMAR, json_wrapped, parses
 from tests.support.fake_vllm import Script

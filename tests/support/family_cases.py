@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.formats.shared import qwen_messages as template_messages
-from gateway.formats.shared import with_argument_dicts
+from gateway.formats._shared import qwen_messages as template_messages
+from gateway.formats._shared import with_argument_dicts
 from tests.support.family_contract import (
     AGENT_CALLS,
     TOOLS,

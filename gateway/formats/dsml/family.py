@@ -24,9 +24,9 @@ from __future__ import annotations
 import functools
 import re
 
-from gateway.formats.dsml.render import DSML, SYSTEM, TAGS, DsmlEncoder, effort_level
-from gateway.formats.family import Family, ParserFactory
-from gateway.formats.invoke import InvokeToolCallParser, Tags
+from gateway.formats._family import Family, ParserFactory
+from gateway.formats._invoke import InvokeToolCallParser, Tags
+from gateway.formats.dsml._render import DSML, SYSTEM, TAGS, DsmlEncoder, effort_level
 
 __all__ = ["V4", "V32", "V41"]
 

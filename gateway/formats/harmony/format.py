@@ -11,10 +11,10 @@ from gateway.core.conversation import Conversation, Tool
 from gateway.core.image import Image
 from gateway.core.sampling import OutputConstraint
 from gateway.formats.base import Covered, Tail
-from gateway.formats.harmony import constraints
-from gateway.formats.harmony.constraints import HarmonyTokens
-from gateway.formats.harmony.parser import HarmonyParser
-from gateway.formats.harmony.render import HarmonyRenderer
+from gateway.formats.harmony import _constraints as constraints
+from gateway.formats.harmony._constraints import HarmonyTokens
+from gateway.formats.harmony._parser import HarmonyParser
+from gateway.formats.harmony._render import HarmonyRenderer
 
 __all__ = ["load_harmony_format"]
 

@@ -20,7 +20,7 @@ constrained tokens are what the model would have written and stay on-policy:
 - a JSON answer (`json_schema` / `json_object`) is JSON of that schema, or calls when tools
   are offered and not forced;
 - a custom tool's call (Codex's freeform apply_patch) is its one `input` string matching the
-  tool's Lark or regex grammar (gateway/formats/tool_grammar.py), inside the JSON string of
+  tool's Lark or regex grammar (gateway/formats/_tool_grammar.py), inside the JSON string of
   `{"input": "…"}` or as Qwen3.6's raw `<parameter=input>` text; when nothing else is asked for
   (`tool_choice: auto`), calls are triggered as above, a custom tool's input constrained and a
   function's arguments left free (only its name must be an offered one).
@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from gateway.core.conversation import Tool
 from gateway.core.errors import APIError
 from gateway.core.sampling import OutputConstraint
-from gateway.formats.tool_grammar import UnsupportedGrammar, ebnf
+from gateway.formats._tool_grammar import UnsupportedGrammar, ebnf
 
 __all__ = ["CUSTOM_INPUT", "MAX_WHITESPACE", "allowed_tools", "custom_grammar", "structured_outputs"]
 
@@ -168,7 +168,7 @@ def _custom_body(name: str, grammar: Format, calls: str) -> Format:
 
 def _xml_parameters(schema: dict[str, Any]) -> list[Format]:
     """Qwen3.6's `<parameter=KEY>\nVALUE\n</parameter>\n` for each property, in the schema's
-    order, the required ones always: values exactly as the gateway's parser (xml_calls.py) reads
+    order, the required ones always: values exactly as the gateway's parser (_xml_calls.py) reads
     them back, typed by the property's schema."""
     properties = schema.get("properties") or {}
     required = set(schema.get("required") or ())

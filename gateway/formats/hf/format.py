@@ -31,12 +31,12 @@ from gateway.core.image import Image
 from gateway.core.sampling import OutputConstraint
 from gateway.core.vision import PatchGrid, is_vision_model, load_grid
 from gateway.formats import families
+from gateway.formats._family import CHATML, Family, Parsing
 from gateway.formats.base import Covered, LocalityProbe, Tail
-from gateway.formats.family import CHATML, Family, Parsing
 from gateway.formats.hf import constraints
+from gateway.formats.hf._window import TemplateWindow
 from gateway.formats.hf.parser import HermesOutputParser, Markup
 from gateway.formats.hf.render import SafeTemplateEncoder, hf_messages
-from gateway.formats.hf.window import TemplateWindow
 
 __all__ = ["load_hf_format"]
 

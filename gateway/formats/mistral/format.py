@@ -50,7 +50,7 @@ from gateway.core.image import Image
 from gateway.core.sampling import OutputConstraint
 from gateway.formats.base import Covered, Tail
 from gateway.formats.hf.parser import Markup
-from gateway.formats.mistral.parser import CALL_ID_SHAPE, MistralToolCallParser
+from gateway.formats.mistral._parser import CALL_ID_SHAPE, MistralToolCallParser
 
 __all__ = ["is_mistral_dir", "load_mistral_format"]
 

@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from gateway.formats import load_format
+from gateway.formats._invoke import InvokeToolCallParser
 from gateway.formats.hf.format import HFChatFormat
 from gateway.formats.hf.parser import HermesOutputParser
-from gateway.formats.invoke import InvokeToolCallParser
 from tests.support.deepseek import deepseek_tokenizer_dir
 from tests.support.deepseek_v4 import deepseek_v4_tokenizer_dir, deepseek_v41_tokenizer_dir
 

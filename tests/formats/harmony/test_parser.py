@@ -151,7 +151,7 @@ def test_events_do_not_depend_on_chunking(harmony: HarmonyFormat, which: int, cu
 def test_unsupported_recipient_degrades_to_text(harmony: HarmonyFormat, caplog: pytest.LogCaptureFixture) -> None:
     enc = harmony.encoding.encode
     ids = [CHANNEL, *enc("analysis to=browser.search code"), MESSAGE, *enc('{"query":"paris weather"}'), CALL]
-    with caplog.at_level(logging.WARNING, logger="gateway.formats.harmony.parser"):
+    with caplog.at_level(logging.WARNING, logger="gateway.formats.harmony._parser"):
         result = items(parse(harmony, ids))
     assert result == [("text", None, None, '{"query":"paris weather"}')]
     assert "browser.search" in caplog.text

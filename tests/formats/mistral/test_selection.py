@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from gateway.formats import load_format
+from gateway.formats.mistral._parser import MistralToolCallParser
 from gateway.formats.mistral.format import MistralFormat
-from gateway.formats.mistral.parser import MistralToolCallParser
 from tests.support.mistral import tekken_file
 
 

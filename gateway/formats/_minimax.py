@@ -10,7 +10,7 @@ MiniMax-M2 reasons first (its generation prompt opens `<think>`), then writes it
 
 and ends its turn with `[e~[`, which also closes every other message. `<minimax:tool_call>` and
 `</minimax:tool_call>` are single added tokens, so a block opens and closes on those ids only; the
-`<invoke>` and `<parameter>` tags inside are text (`gateway.formats.invoke` reads them). Values are the
+`<invoke>` and `<parameter>` tags inside are text (`gateway.formats._invoke` reads them). Values are the
 text between the tags, kept verbatim as vLLM's `minimax_m2` parser keeps them
 (`vllm/parser/minimax_m2.py`), then typed by the tool's schema as vLLM types them.
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import re
 
-from gateway.formats.family import Family, ParserFactory
-from gateway.formats.invoke import InvokeToolCallParser, Tags
-from gateway.formats.shared import qwen_messages
+from gateway.formats._family import Family, ParserFactory
+from gateway.formats._invoke import InvokeToolCallParser, Tags
+from gateway.formats._shared import qwen_messages
 
 __all__ = ["FAMILY"]
 

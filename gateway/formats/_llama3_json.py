@@ -27,10 +27,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.formats.family import Family, ParserFactory, Turns
-from gateway.formats.held_calls import HeldCallsParser
+from gateway.formats._family import Family, ParserFactory, Turns
+from gateway.formats._held_calls import HeldCallsParser
+from gateway.formats._shared import argument_dict, is_valid_name, with_argument_dicts
 from gateway.formats.hf.parser import written_arguments
-from gateway.formats.shared import argument_dict, is_valid_name, with_argument_dicts
 
 __all__ = ["FAMILY", "LLAMA4"]
 

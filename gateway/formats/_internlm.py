@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from gateway.formats.family import Family, ParserFactory, Turns
+from gateway.formats._family import Family, ParserFactory, Turns
+from gateway.formats._shared import merge_system_messages
 from gateway.formats.hf.parser import HermesOutputParser, parse_tool_call
-from gateway.formats.shared import merge_system_messages
 
 __all__ = ["FAMILY"]
 

@@ -44,10 +44,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway.core.conversation import Tool
-from gateway.formats.call_section import CallSectionParser
-from gateway.formats.family import ParserFactory
+from gateway.formats._call_section import CallSectionParser
+from gateway.formats._family import ParserFactory
+from gateway.formats._schema_values import properties
 from gateway.formats.hf.parser import Markup
-from gateway.formats.schema_values import properties
 
 __all__ = ["FUNCTION_OPEN", "PARAMETER_OPEN", "XmlToolCallParser", "convert_param_value", "parsers"]
 

@@ -14,9 +14,9 @@ message as a user message in place, so that prompts stay append-only for the exa
 
 from __future__ import annotations
 
-from gateway.formats.family import Family
-from gateway.formats.shared import qwen_messages
-from gateway.formats.xml_calls import FUNCTION_OPEN, PARAMETER_OPEN, parsers
+from gateway.formats._family import Family
+from gateway.formats._shared import qwen_messages
+from gateway.formats._xml_calls import FUNCTION_OPEN, PARAMETER_OPEN, parsers
 
 __all__ = ["FAMILY", "NEMOTRON_V3"]
 

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.conversation import Tool
+from gateway.formats._schema_values import convert_arg_value, properties
+from gateway.formats._shared import accepts_name
 from gateway.formats.base import ItemKind, ParseEvent
 from gateway.formats.hf.parser import HermesOutputParser, Markup
-from gateway.formats.schema_values import convert_arg_value, properties
-from gateway.formats.shared import accepts_name
 
 __all__ = ["InvokeToolCallParser", "Tags"]
 

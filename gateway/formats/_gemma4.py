@@ -32,10 +32,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway.core.conversation import Tool
+from gateway.formats._family import Family, ParserFactory, Turns
+from gateway.formats._shared import argument_dict, is_valid_name
 from gateway.formats.base import ItemDelta, ItemDone
-from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.hf.parser import HermesOutputParser, Markup
-from gateway.formats.shared import argument_dict, is_valid_name
 
 __all__ = ["FAMILY"]
 

@@ -10,9 +10,9 @@ wrapped in `<tool_response>`, which is what tells Step's template from Qwen's.
 
 from __future__ import annotations
 
-from gateway.formats.family import Family
-from gateway.formats.shared import qwen_messages
-from gateway.formats.xml_calls import parsers
+from gateway.formats._family import Family
+from gateway.formats._shared import qwen_messages
+from gateway.formats._xml_calls import parsers
 
 __all__ = ["FAMILY"]
 

@@ -39,11 +39,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway.core.conversation import Tool
-from gateway.formats.call_section import CallSectionParser
-from gateway.formats.family import Family, ParserFactory, Turns
+from gateway.formats._call_section import CallSectionParser
+from gateway.formats._family import Family, ParserFactory, Turns
+from gateway.formats._schema_values import convert_arg_value, is_text, properties
+from gateway.formats._shared import MAX_NAME, accepts_name, with_argument_dicts
 from gateway.formats.hf.parser import Markup
-from gateway.formats.schema_values import convert_arg_value, is_text, properties
-from gateway.formats.shared import MAX_NAME, accepts_name, with_argument_dicts
 
 __all__ = ["FAMILY"]
 

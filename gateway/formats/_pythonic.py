@@ -30,10 +30,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway.core.conversation import Tool
-from gateway.formats.family import Family, ParserFactory, Turns
-from gateway.formats.held_calls import HeldCallsParser
+from gateway.formats._family import Family, ParserFactory, Turns
+from gateway.formats._held_calls import HeldCallsParser
+from gateway.formats._shared import with_argument_dicts
 from gateway.formats.hf.parser import HermesOutputParser, Markup
-from gateway.formats.shared import with_argument_dicts
 
 __all__ = ["LFM2", "LLAMA4", "LLAMA32", "OLMO3", "parse_pythonic"]
 

@@ -18,7 +18,7 @@ import codecs
 from collections.abc import Iterable
 
 from gateway.core.conversation import Tool
-from gateway.formats.call_section import CallSectionParser
+from gateway.formats._call_section import CallSectionParser
 from gateway.formats.hf.parser import Markup
 
 __all__ = ["HeadedCallsParser"]

@@ -33,10 +33,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gateway.core.conversation import Tool
+from gateway.formats._family import Family, ParserFactory, Turns
+from gateway.formats._shared import accepts_name, with_argument_dicts
 from gateway.formats.base import ItemDelta, ItemDone, ParseEvent
-from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.hf.parser import HermesOutputParser, Markup
-from gateway.formats.shared import accepts_name, with_argument_dicts
 
 __all__ = ["FAMILY", "KimiK3Parser"]
 

@@ -28,9 +28,9 @@ history has them.
 
 from __future__ import annotations
 
-from gateway.formats.family import Family, ParserFactory
-from gateway.formats.headed_calls import HeadedCallsParser
-from gateway.formats.shared import accepts_name
+from gateway.formats._family import Family, ParserFactory
+from gateway.formats._headed_calls import HeadedCallsParser
+from gateway.formats._shared import accepts_name
 
 __all__ = ["FAMILY", "DeepSeekToolCallParser"]
 

@@ -20,9 +20,9 @@ template iterates `tool_call.arguments|items`, so calls reach it as dicts (`shar
 
 from __future__ import annotations
 
-from gateway.formats.family import Family, Turns
-from gateway.formats.shared import qwen_messages
-from gateway.formats.xml_calls import parsers
+from gateway.formats._family import Family, Turns
+from gateway.formats._shared import qwen_messages
+from gateway.formats._xml_calls import parsers
 
 __all__ = ["FAMILY"]
 

@@ -29,9 +29,9 @@ import re
 from collections.abc import Iterable
 
 from gateway.core.conversation import Tool
-from gateway.formats.call_section import CallSectionParser
+from gateway.formats._call_section import CallSectionParser
+from gateway.formats._shared import MAX_NAME, accepts_name, json_call_list
 from gateway.formats.hf.parser import Markup
-from gateway.formats.shared import MAX_NAME, accepts_name, json_call_list
 
 __all__ = ["CALL_ID_SHAPE", "MistralToolCallParser"]
 

@@ -20,7 +20,7 @@ Nemotron-style ones) is not this family's.
 
 from __future__ import annotations
 
-from gateway.formats.family import Family, Turns
+from gateway.formats._family import Family, Turns
 
 __all__ = ["FAMILY"]
 

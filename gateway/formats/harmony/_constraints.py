@@ -18,7 +18,7 @@ single special tokens). The generation prompt ends with `<|start|>assistant`, so
 - `allowed_tools` with mode auto: a free final message or a call of an allowed tool.
 
 A custom tool's call (Codex's apply_patch) is `{"input": "…"}` whose string matches the tool's
-grammar (gateway/formats/tool_grammar.py), whether the call is forced or not: with
+grammar (gateway/formats/_tool_grammar.py), whether the call is forced or not: with
 `tool_choice: auto` and custom tools offered, the turn is any number of analysis and commentary
 preambles (`<|channel|>commentary<|message|>…<|end|>`, free inside), then a free final message or
 a call of an offered tool — a custom tool's input by its grammar, a function's arguments free (only

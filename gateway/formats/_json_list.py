@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 
-from gateway.formats.family import CHATML, Family, ParserFactory, Turns
-from gateway.formats.held_calls import HeldCallsParser
-from gateway.formats.shared import json_call_list, with_argument_dicts
+from gateway.formats._family import CHATML, Family, ParserFactory, Turns
+from gateway.formats._held_calls import HeldCallsParser
+from gateway.formats._shared import json_call_list, with_argument_dicts
 
 __all__ = ["PHI4_MINI", "XLAM"]
 

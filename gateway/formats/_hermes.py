@@ -9,7 +9,7 @@ family's builds on. `none` is what vLLM's `--tool-call-parser none` names: reaso
 
 from __future__ import annotations
 
-from gateway.formats.family import Family
+from gateway.formats._family import Family
 
 __all__ = ["HERMES", "NONE"]
 

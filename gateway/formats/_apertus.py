@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from gateway.formats._family import Family, ParserFactory, Turns
+from gateway.formats._shared import merge_system_messages
 from gateway.formats.base import ItemDelta, ItemDone
-from gateway.formats.family import Family, ParserFactory, Turns
 from gateway.formats.hf.parser import HermesOutputParser
-from gateway.formats.shared import merge_system_messages
 
 __all__ = ["FAMILY"]
 
