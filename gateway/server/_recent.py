@@ -4,7 +4,7 @@ Prometheus keeps history for a fleet; an operator looking at one gateway without
 wants to see whether requests are flowing, how long the first token takes and how fast the
 rest come. `Recent` keeps that for the last `steps × step` seconds in a ring of fixed
 buckets: finished requests, errors, and the sum and count of time to first token and of
-inter-token latency. One request adds to one bucket, once, when it finishes (observe.py):
+inter-token latency. One request adds to one bucket, once, when it finishes (_observe.py):
 a few additions, no allocation, nothing per token. Errors are also counted by kind since
 the process started (the error code the client was told, else the outcome).
 """
@@ -38,7 +38,7 @@ class Recent:
 
     def add(self, outcome: str, error_code: str | None, ttft: float | None, itl: float | None,
             output_tokens: int) -> None:
-        """One finished request: its outcome (observe.py's), the error code it was answered with,
+        """One finished request: its outcome (_observe.py's), the error code it was answered with,
         its time to first token and mean inter-token latency in seconds (None: none)."""
         i = self._slot(int(self.clock() // self.step))
         self._requests[i] += 1

@@ -88,7 +88,7 @@ def test_a_long_turn_costs_codex_about_five_bytes_per_token(tokenizer, tokens):
     source, Qwen3 vocabulary): 4.1–5.2 bytes per generated token for text + ids, about what the
     text alone took as version 1 JSON; zlib roughly halves the ids' 4 bytes each."""
     root = Path(__file__).parents[2]
-    text = (root / "docs" / "codex.md").read_text() + (root / "gateway" / "tokenfix" / "splice.py").read_text()
+    text = (root / "docs" / "codex.md").read_text() + (root / "gateway" / "tokenfix" / "_splice.py").read_text()
     token_ids = tokenizer.encode(text, add_special_tokens=False)[:tokens]
     text = tokenizer.decode(token_ids)
     blob = reasoning_blob.seal(text, token_ids)

@@ -1,7 +1,7 @@
 """The uvicorn range pyproject.toml allows is the range the direct writers are tested on.
 
 The body writer, the WebSocket frame writer and the bounded protocols subclass uvicorn's
-protocol classes and read their state (gateway/server/body_writer.py, ws_frames.py,
+protocol classes and read their state (gateway/server/body_writer.py, _ws_frames.py,
 slow_clients.py): a uvicorn release may rename any of it. The suite runs them on the locked
 version, which must be the newest minor the upper bound allows; here they run again on the
 lower bound: tests/server/test_body_writer.py in a subprocess whose `uvicorn` is that release,
