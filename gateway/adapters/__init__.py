@@ -1,5 +1,6 @@
-"""API shapes ⇄ the canonical turn: one sub-package per API (`responses`, `chat`, `anthropic`),
-and what several APIs share.
+"""API shapes ⇄ the canonical turn: one sub-package per API, and what several APIs share.
+
+The APIs: `responses`, `chat` and `anthropic`, each a request body in, its events out.
 
 Other layers use: `request_schema` (the typed request models), `validation` (400s in the API's own
 shape), `turns` (the builders of Chat, Messages and token-in turns), `token_in` and `tokenize` (vLLM's

@@ -1,5 +1,7 @@
-"""The Responses API (POST /v1/responses over HTTP, SSE and WebSocket mode; stored responses,
-compaction, conversations, remote MCP tools): a request body in, a turn's events out.
+"""The Responses API: a request body in, a turn's events out.
+
+POST /v1/responses over HTTP, SSE and WebSocket mode, with stored responses, compaction,
+conversations and remote MCP tools.
 
 Other layers use: `turn` (a `response.create` as a turn: the builder HTTP and WebSocket mode share),
 `events` (the stream events a response writes), `input` (the body read into a conversation),
