@@ -125,9 +125,10 @@ def token_server(model: str, tokens: Sequence[int], *, step_ms: float = 0.0,
 
 @contextmanager
 def gateway(upstream: str, model: str, chat_format: str, *, cpu: int | None = GATEWAY_CPU,
-            extra: Sequence[str] = ()) -> Iterator[Process]:
+            extra: Sequence[str] = (), module: str = "gateway") -> Iterator[Process]:
+    """`module` (`python -m`): the gateway's own, or a module that runs it (bench.timed_gateway)."""
     port = free_port()
-    args = ["-m", "gateway", "serve", "--upstream", upstream, "--model", model, "--chat-format", chat_format,
+    args = ["-m", module, "serve", "--upstream", upstream, "--model", model, "--chat-format", chat_format,
             "--port", str(port), "--log-level", "warning", *extra]
     with _running(args, f"http://127.0.0.1:{port}", port, cpu, "health") as process:
         yield process

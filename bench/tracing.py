@@ -17,6 +17,10 @@ gateway from DIR (`git archive COMMIT | tar -x -C DIR`), traced, to hold a chang
 the code before it; `--before DIR` one: the gateway from DIR without traces (a checkout from
 before traces existed, to hold "off" against it).
 
+`--helpers`: one round of "off", "on" and a third gateway, traced, run by bench/timed_gateway.py
+(each tracing helper timed by the CPU clock of its thread): each helper's CPU per call and per
+request, as it runs among the requests' other code.
+
 `--profile FILE`: py-spy (`pip install py-spy`) samples each "on" gateway over its timed short
 requests; the stacks are written to FILE (py-spy's raw format, merged over the runs) and the
 share of samples in the tracing code (OpenTelemetry's and the gateway's tracing modules), by
@@ -94,22 +98,25 @@ def _gateways(states: list[str], upstream: procs.Process, sink: dict[str, Any], 
               code: dict[str, Path]) -> Iterator[dict[str, procs.Process]]:
     """A gateway per side, all up at once: "off", "on" (every request traced), "sampled" (a
     `ratio` of them), "old" (traced, the code from code["old"]), "before" (the code from
-    code["before"], no traces)."""
+    code["before"], no traces), "timed" (traced, its helpers timed into the file code["timed"])."""
     model = qwen()
     with ExitStack() as stack:
         gateways = {}
         for state in states:
-            traced = state in ("on", "sampled", "old")
+            traced = state in ("on", "sampled", "old", "timed")
             extra = ["--otlp-traces-endpoint", sink["endpoint"]] if traced else []
             env = {"OTEL_BSP_SCHEDULE_DELAY": str(EXPORT_DELAY_MS)}
+            if state == "timed":
+                env["TIMED_GATEWAY_OUT"] = str(code["timed"])
             if state == "sampled":
                 env |= {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(ratio)}
             saved, root = {key: os.environ.get(key) for key in env}, procs.ROOT
             os.environ.update(env)  # the gateway inherits it
-            procs.ROOT = code.get(state, root)  # the gateway process runs that checkout (its cwd and PYTHONPATH)
+            procs.ROOT = code[state] if state in ("old", "before") else root  # that checkout (its cwd and PYTHONPATH)
             try:
                 gateways[state] = stack.enter_context(
-                    procs.gateway(upstream.url, str(model.model_dir), model.chat_format, extra=extra))
+                    procs.gateway(upstream.url, str(model.model_dir), model.chat_format, extra=extra,
+                                  module="bench.timed_gateway" if state == "timed" else "gateway"))
             finally:
                 procs.ROOT = root
                 for key, value in saved.items():
@@ -202,7 +209,7 @@ def profile_summary(profile: Path, top: int = 12) -> dict[str, Any]:
             continue
         total += int(count)
         entry = next((frame for frame in stack.split(";") if any(part in frame for part in _TRACING)), None)
-        if entry is not None and entry.startswith("BatchProcessor.worker "):  # the export thread: what it does
+        if entry is not None and entry.startswith(("BatchProcessor.worker ", "Batches._run ")):  # the export thread
             work = next((label for label, marks in _EXPORT_WORK if any(mark in stack for mark in marks)), "other")
             by_entry[f"export thread: {work}"] += int(count)
         elif entry is not None:
@@ -253,6 +260,22 @@ def run(rounds: int, requests: int, ratio: float | None, before: Path | None = N
                 [r[state]["cpu_ms_per_request"] / r["off"]["cpu_ms_per_request"] for r in rows])
     return {"machine": machine.describe(), "rounds": rounds, "requests": requests, "blocks": blocks, "ratio": ratio,
             "rows": rows, "summary": summary}
+
+
+def helper_costs(requests: int, blocks: int = 6) -> dict[str, Any]:
+    """One round of "off", "on" and "timed" (traced, each tracing helper timed by its thread's
+    CPU clock: bench/timed_gateway.py): each helper's CPU µs per call and per request served."""
+    model = qwen()
+    with tempfile.TemporaryDirectory() as scratch, procs.token_server(model.name, model.output(SHORT - 1)) as short, \
+            otlp_sink() as sink:
+        out = Path(scratch) / "helpers.json"
+        sides = _round(["off", "on", "timed"], short, requests, blocks, sink, 0.0, {"timed": out})
+        totals = json.loads(out.read_text())
+    served = requests + max(5, requests // 10)  # the timed requests and the warm-up's
+    helpers = {name: {"us_per_call": round(ns / calls / 1000, 2), "us_per_request": round(ns / served / 1000, 2)}
+               for name, (ns, calls) in sorted(totals.items(), key=lambda item: -item[1][0]) if name != "clock"}
+    return {"cpu_ms_per_request": {side: round(ms, 4) for side, (ms, _, _) in sides.items()},
+            "clock_us_per_call": round(totals["clock"][0] / totals["clock"][1] / 1000, 2), "helpers": helpers}
 
 
 def span_cost(iterations: int = 2000) -> dict[str, float]:
@@ -316,7 +339,12 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="a checkout of the code before traces, measured as a side too")
     parser.add_argument("--old", type=Path, help="an earlier checkout, measured traced as a side too")
     parser.add_argument("--profile", type=Path, help="py-spy's stacks of the traced gateways, written here")
+    parser.add_argument("--helpers", action="store_true",
+                        help="one round with a traced gateway whose tracing helpers are each timed (thread CPU)")
     args = parser.parse_args()
+    if args.helpers:
+        print(json.dumps(helper_costs(args.requests), indent=1))
+        return
     if args.spans_only:
         print(json.dumps([span_cost() for _ in range(5)]))
         return
